@@ -1,0 +1,21 @@
+/* probe: kimi-probe's commands, the stable command-line contract that conformance checks,
+ * benchmarks and GPU runs build on (docs/CONVENTIONS.md). Each returns a process exit code
+ * and has printed its own error line when that is non-zero. */
+#ifndef KIMI_PROBE_H
+#define KIMI_PROBE_H
+
+int probe_info(int argc, char **argv);      /* app/probe_model.c */
+int probe_weights(int argc, char **argv);   /* app/probe_model.c */
+int probe_tokenize(int argc, char **argv);  /* app/probe_tokenize.c */
+int probe_render(int argc, char **argv);    /* app/probe_render.c */
+int probe_logits(int argc, char **argv);    /* app/probe_run.c */
+int probe_kv(int argc, char **argv);        /* app/probe_run.c */
+int probe_generate(int argc, char **argv);  /* app/probe_run.c */
+int probe_bench(int argc, char **argv);     /* app/probe_bench.c */
+int probe_golden(int argc, char **argv);    /* app/golden.c */
+
+/* Print "kimi-probe: <msg>" to stderr and return the exit code for err. */
+struct kimi_err;
+int probe_report(const struct kimi_err *err);
+
+#endif

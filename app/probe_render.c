@@ -1,0 +1,4 @@
+/* placeholder until its issue lands. */
+#include "app/probe.h"
+#include <stdio.h>
+int probe_render(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "kimi-probe: not built yet\n"); return 1; }

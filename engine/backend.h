@@ -1,0 +1,39 @@
+/* backend: the one interface the engine drives a model through (CPU reference or CUDA):
+ * N tensor-parallel ranks that each hold a shard, run forward steps over a token range
+ * writing the fp16 latent KV cache, and return logits. */
+#ifndef KIMI_BACKEND_H
+#define KIMI_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/error.h"
+#include "engine/weights.h"
+
+typedef enum { BACKEND_CPU, BACKEND_CUDA } backend_kind;
+
+typedef struct {
+    backend_kind kind;
+    int tp;                     /* ranks, 1..8, divides the head count */
+    int threads_per_rank;       /* CPU workers per rank; 0 = all cores / tp */
+    long max_context;           /* KV cache positions to reserve */
+} backend_options;
+
+typedef struct backend backend;
+
+int backend_open(backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err);
+void backend_close(backend *be);
+
+/* Positions the cache holds. */
+long backend_capacity(const backend *be);
+
+/* Run tokens[0..n) at positions start_pos..start_pos+n-1, writing their cache entries
+ * (entries at >= start_pos are overwritten; earlier ones are reused as they are). For each
+ * i in logit_rows[0..n_logit_rows) (indices into tokens) write logits[i][vocab]. */
+int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
+                    const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err);
+
+/* Copy the fp16 cache of positions [0, n_pos) as [layer][position][kv_lora | rope] (rank 0). */
+int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err);
+
+#endif

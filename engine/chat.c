@@ -1,0 +1,1 @@
+/* chat: placeholder until its issue lands. */

@@ -1,0 +1,1 @@
+/* parse: placeholder until its issue lands. */

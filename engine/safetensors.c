@@ -1,0 +1,1 @@
+/* safetensors: placeholder until its issue lands. */

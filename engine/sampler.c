@@ -1,0 +1,1 @@
+/* sampler: placeholder until its issue lands. */

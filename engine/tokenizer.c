@@ -1,0 +1,1 @@
+/* tokenizer: placeholder until its issue lands. */

@@ -1,0 +1,51 @@
+/* tokenizer: Kimi's tiktoken BPE (tiktoken.model + special tokens from tokenizer_config.json):
+ * encode, decode, and a streaming decoder that emits only complete UTF-8. */
+#ifndef KIMI_TOKENIZER_H
+#define KIMI_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/config.h"
+#include "engine/error.h"
+
+typedef struct tokenizer tokenizer;
+
+/* Load model_dir/tiktoken.model; specials come from cfg (tokenizer_config.json). */
+int tokenizer_load(tokenizer **out, const char *model_dir, const model_config *cfg, kimi_err *err);
+void tokenizer_free(tokenizer *tok);
+
+/* Number of ids (base vocabulary + specials). */
+int tokenizer_vocab_size(const tokenizer *tok);
+
+/* Encode len bytes of text. allow_special: special-token strings become their ids; otherwise
+ * they are encoded as plain text. Invalid UTF-8 becomes U+FFFD. *ids is malloc'ed (caller
+ * frees), *n_ids its length. */
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int allow_special,
+                     int32_t **ids, size_t *n_ids, kimi_err *err);
+
+/* Bytes of one id (a special's text for specials); NULL for an id out of range. */
+const char *tokenizer_token_bytes(const tokenizer *tok, int32_t id, size_t *len);
+
+/* Decode ids into a malloc'ed NUL-terminated string (bytes as they are). */
+int tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n_ids, char **text,
+                     size_t *len, kimi_err *err);
+
+/* Id of a special token by its text ("<|im_end|>"), or -1. */
+int32_t tokenizer_special_id(const tokenizer *tok, const char *name);
+int tokenizer_is_special(const tokenizer *tok, int32_t id);
+
+/* Streaming decoder: feed ids one by one, get back only complete UTF-8 (an incomplete tail is
+ * held back until the next id completes it, or flushed as U+FFFD at the end). */
+typedef struct {
+    const tokenizer *tok;
+    char pending[8];            /* incomplete UTF-8 tail held back */
+    int n_pending;
+} token_stream;
+
+void token_stream_init(token_stream *ts, const tokenizer *tok);
+/* Append the complete text that id adds to out (cap bytes incl. NUL); returns bytes written. */
+size_t token_stream_push(token_stream *ts, int32_t id, char *out, size_t cap);
+size_t token_stream_flush(token_stream *ts, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,1 @@
+/* weights: placeholder until its issue lands. */

@@ -1,0 +1,1 @@
+/* numeric: placeholder until its issue lands. */
