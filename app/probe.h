@@ -10,7 +10,7 @@ int probe_tokenize(int argc, char **argv);  /* app/probe_tokenize.c */
 int probe_render(int argc, char **argv);    /* app/probe_render.c */
 int probe_logits(int argc, char **argv);    /* app/probe_run.c */
 int probe_kv(int argc, char **argv);        /* app/probe_run.c */
-int probe_generate(int argc, char **argv);  /* app/probe_run.c */
+int probe_generate(int argc, char **argv);  /* app/probe_bench.c */
 int probe_bench(int argc, char **argv);     /* app/probe_bench.c */
 int probe_golden(int argc, char **argv);    /* app/golden.c */
 
