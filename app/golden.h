@@ -25,8 +25,8 @@ int golden_read_file(const golden_run *g, const char *name, void **data, size_t 
 /* Sections. Each returns 0 when it could run its cases (pass or fail recorded through
  * golden_case), non-zero with err filled when it could not run at all. */
 int golden_weights(golden_run *g, kimi_err *err);    /* app/golden_weights.c */
-int golden_tokenizer(golden_run *g, kimi_err *err);  /* app/golden_text.c */
-int golden_chat(golden_run *g, kimi_err *err);       /* app/golden_text.c */
+int golden_tokenizer(golden_run *g, kimi_err *err);  /* app/golden_tokenizer.c */
+int golden_chat(golden_run *g, kimi_err *err);       /* app/golden_chat.c */
 int golden_kv(golden_run *g, kimi_err *err);         /* app/golden_model.c */
 int golden_model(golden_run *g, kimi_err *err);      /* app/golden_model.c */
 
