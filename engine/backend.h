@@ -28,8 +28,10 @@ void backend_close(backend *be);
 long backend_capacity(const backend *be);
 
 /* Run tokens[0..n) at positions start_pos..start_pos+n-1, writing their cache entries
- * (entries at >= start_pos are overwritten; earlier ones are reused as they are). For each
- * i in logit_rows[0..n_logit_rows) (indices into tokens) write logits[i][vocab]. */
+ * (entries at >= start_pos are overwritten; earlier ones are reused as they are). logits is
+ * [n_logit_rows][vocab]: row j receives the logits of token logit_rows[j] (an index into
+ * tokens; each index at most once). n == 1 is a decode step (absorbed attention), n > 1 a
+ * prefill; start_pos + n must not exceed backend_capacity (else KIMI_ERR_STATE). */
 int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
                     const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err);
 

@@ -4,6 +4,8 @@
 #ifndef KIMI_CONFIG_H
 #define KIMI_CONFIG_H
 
+#include <stddef.h>
+
 #include "engine/error.h"
 
 typedef struct {
@@ -58,8 +60,20 @@ typedef struct {
     int n_specials;
 } model_config;
 
-/* Read and validate everything in model_dir. On error nothing needs freeing. */
+/* Read and validate everything in model_dir. On error nothing needs freeing. Absent optional
+ * settings mean "off": n_shared_experts 0, first_k_dense_replace 0, moe_layer_freq 1,
+ * n_group = topk_group = 1, routed_scaling_factor 1, norm_topk_prob false, no rope_scaling;
+ * absent hf_quant_config / generation_config / tokenizer_config files leave their parts empty. */
 int config_load(model_config *cfg, const char *model_dir, kimi_err *err);
+
+/* Empty config: every id -1, no specials, nothing parsed yet. */
+void config_init(model_config *cfg);
+/* Parse one file of the model directory from memory into cfg (after config_init), with the
+ * checks config_load makes on that file alone. file_name: "config.json", "hf_quant_config.json",
+ * "generation_config.json" or "tokenizer_config.json". For tests and fuzzing; config_free after. */
+int config_parse_text(model_config *cfg, const char *file_name, const char *text, size_t len, kimi_err *err);
+/* Checks across files (NVFP4 K multiples of 16, special-token ids inside the vocabulary). */
+int config_validate(const model_config *cfg, kimi_err *err);
 
 /* Checks that depend on the tensor-parallel degree (heads, intermediate sizes divisible). */
 int config_check_tp(const model_config *cfg, int tp, kimi_err *err);

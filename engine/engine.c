@@ -1,1 +1,592 @@
-/* engine: placeholder until its issue lands. */
+/* engine: the scheduler thread (requests, prefix reuse, prefill, decode, sampling,
+ * cancellation) over a backend, and the bounded event queue the app polls. */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/kv_cache.h"
+
+/* Prompt tokens per forward call during prefill: long prompts are split so a cancel (or a
+ * shutdown) is seen between chunks, and backend scratch stays bounded. */
+#define PREFILL_CHUNK 256
+#define MAX_PENDING 64
+#define DEFAULT_EVENT_CAPACITY 4096
+#define CPU_BUDGET_FRACTION 0.75
+
+typedef struct request {
+    uint64_t id;
+    int32_t *tokens;                /* [n_tokens] */
+    int n_tokens;
+    sampler_params sampling;
+    int max_new_tokens;             /* 0 = until the context is full */
+    int32_t *stop_ids;              /* [n_stop_ids] */
+    int n_stop_ids;
+    float *first_logits;            /* caller's [vocab] or NULL */
+    atomic_int cancelled;
+    struct request *next;
+} request;
+
+struct engine {
+    model_weights weights;
+    int weights_loaded;
+    backend *be;
+    engine_info info;
+    kv_cache cache;                 /* scheduler thread only */
+    float *logits;                  /* [vocab], scheduler thread only */
+
+    pthread_t scheduler;
+    int scheduler_running;
+    pthread_mutex_t lock;           /* everything below */
+    pthread_cond_t work;            /* a request was queued, or shutdown */
+    pthread_cond_t space;           /* an event was taken, or shutdown */
+    pthread_cond_t arrived;         /* an event was queued */
+    request *pending_head, *pending_tail;
+    int n_pending;
+    request *running;
+    uint64_t next_id;               /* ids 1 .. next_id - 1 were issued */
+    int shutting_down;
+
+    engine_event *events;           /* ring [event_capacity] */
+    int event_capacity, event_head, n_events;
+    int event_fd;                   /* eventfd: non-zero count while events wait */
+};
+
+const char *engine_stop_reason_name(engine_stop_reason reason)
+{
+    switch (reason) {
+    case ENGINE_STOP_TOKEN: return "stop_token";
+    case ENGINE_STOP_MAX_TOKENS: return "max_tokens";
+    case ENGINE_STOP_CANCELLED: return "cancelled";
+    case ENGINE_STOP_CONTEXT_FULL: return "context_full";
+    case ENGINE_STOP_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void request_free(request *r)
+{
+    if (!r)
+        return;
+    free(r->tokens);
+    free(r->stop_ids);
+    free(r);
+}
+
+/* ---- event queue ---- */
+
+/* The eventfd mirrors "the queue is not empty" (raised on the first event, cleared when the
+ * last is taken). A write fails only when the count would overflow and a read only when it is
+ * already zero, neither of which can happen here, so their results carry nothing to handle. */
+static void event_fd_raise(int fd)
+{
+    uint64_t one = 1;
+    ssize_t rc = write(fd, &one, sizeof one);
+    (void)rc;
+}
+
+static void event_fd_clear(int fd)
+{
+    uint64_t count;
+    ssize_t rc = read(fd, &count, sizeof count);
+    (void)rc;
+}
+
+/* Queue ev; waits while the queue is full unless the engine is shutting down (then an event
+ * that does not fit is discarded: nobody will read it). */
+static void push_event(engine *e, const engine_event *ev)
+{
+    pthread_mutex_lock(&e->lock);
+    while (e->n_events == e->event_capacity && !e->shutting_down)
+        pthread_cond_wait(&e->space, &e->lock);
+    if (e->n_events < e->event_capacity) {
+        e->events[(e->event_head + e->n_events) % e->event_capacity] = *ev;
+        if (e->n_events++ == 0)
+            event_fd_raise(e->event_fd);
+        pthread_cond_broadcast(&e->arrived);
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+int engine_event_fd(const engine *e)
+{
+    return e->event_fd;
+}
+
+int engine_next_event(engine *e, engine_event *ev, int timeout_ms)
+{
+    struct timespec deadline;
+    if (timeout_ms > 0) {
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&e->lock);
+    while (e->n_events == 0 && timeout_ms != 0) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&e->arrived, &e->lock);
+        } else if (pthread_cond_timedwait(&e->arrived, &e->lock, &deadline) == ETIMEDOUT) {
+            break;
+        }
+    }
+    int got = e->n_events > 0;
+    if (got) {
+        *ev = e->events[e->event_head];
+        e->event_head = (e->event_head + 1) % e->event_capacity;
+        if (--e->n_events == 0)
+            event_fd_clear(e->event_fd);
+        pthread_cond_signal(&e->space);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return got;
+}
+
+/* ---- the scheduler ---- */
+
+static void emit_token(engine *e, const request *r, int32_t token, int index)
+{
+    engine_event ev = {.kind = ENGINE_EVENT_TOKEN, .request = r->id, .token = token, .index = index};
+    push_event(e, &ev);
+}
+
+static void emit_error(engine *e, const request *r, const char *message)
+{
+    engine_event ev = {.kind = ENGINE_EVENT_ERROR, .request = r->id};
+    snprintf(ev.message, sizeof ev.message, "%s", message);
+    push_event(e, &ev);
+}
+
+static void emit_done(engine *e, const request *r, engine_stats *st)
+{
+    st->prefill_tok_s = st->prefill_seconds > 0 ? st->prefilled_tokens / st->prefill_seconds : 0;
+    st->decode_tok_s = st->decode_seconds > 0 ? st->decode_steps / st->decode_seconds : 0;
+    engine_event ev = {.kind = ENGINE_EVENT_DONE, .request = r->id, .stats = *st};
+    push_event(e, &ev);
+}
+
+static int is_stop_id(const request *r, int32_t id)
+{
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == id)
+            return 1;
+    return 0;
+}
+
+/* Run tokens [n] at the end of the cache; logits of the last one into e->logits when asked. On
+ * failure the cache keeps only what came before this call. */
+static int forward_append(engine *e, const int32_t *tokens, int n, int want_logits, kimi_err *err)
+{
+    long start = e->cache.n;
+    int last_row = n - 1;
+    if (backend_forward(e->be, tokens, n, start, &last_row, want_logits ? 1 : 0, e->logits, err))
+        return err->code ? err->code : KIMI_ERR_STATE;
+    return kv_cache_append(&e->cache, tokens, n, err);
+}
+
+static void run_request(engine *e, request *r)
+{
+    engine_stats st = {.prompt_tokens = r->n_tokens, .stop_id = -1, .stop_reason = ENGINE_STOP_CANCELLED};
+    kimi_err err = {0};
+    sampler smp;
+    if (sampler_init(&smp, e->info.vocab, &r->sampling, &err)) {
+        emit_error(e, r, err.msg);
+        st.stop_reason = ENGINE_STOP_ERROR;
+        emit_done(e, r, &st);
+        return;
+    }
+
+    long reused = kv_cache_reusable(&e->cache, r->tokens, r->n_tokens);
+    kv_cache_truncate(&e->cache, reused);
+    st.reused_tokens = (int)reused;
+    st.prefilled_tokens = r->n_tokens - (int)reused;
+
+    double t0 = now_seconds();
+    for (int done = (int)reused; done < r->n_tokens;) {
+        if (atomic_load(&r->cancelled)) {
+            st.prefill_seconds = now_seconds() - t0;
+            goto finish;
+        }
+        int n = r->n_tokens - done < PREFILL_CHUNK ? r->n_tokens - done : PREFILL_CHUNK;
+        if (forward_append(e, r->tokens + done, n, done + n == r->n_tokens, &err))
+            goto failed;
+        done += n;
+    }
+    if (r->first_logits)
+        memcpy(r->first_logits, e->logits, (size_t)e->info.vocab * sizeof *e->logits);
+    int32_t token = sampler_sample(&smp, e->logits);
+    st.prefill_seconds = now_seconds() - t0;
+
+    for (;;) {
+        if (token < 0) {
+            kimi_fail(&err, KIMI_ERR_STATE, "the forward pass produced no finite logit at position %ld",
+                      e->cache.n - 1);
+            goto failed;
+        }
+        emit_token(e, r, token, st.generated_tokens++);
+        if (is_stop_id(r, token)) {
+            st.stop_reason = ENGINE_STOP_TOKEN;
+            st.stop_id = token;
+            break;
+        }
+        if (r->max_new_tokens > 0 && st.generated_tokens >= r->max_new_tokens) {
+            st.stop_reason = ENGINE_STOP_MAX_TOKENS;
+            break;
+        }
+        if (atomic_load(&r->cancelled))
+            break;
+        if (e->cache.n >= e->cache.capacity) {
+            st.stop_reason = ENGINE_STOP_CONTEXT_FULL;
+            break;
+        }
+        double t = now_seconds();
+        if (forward_append(e, &token, 1, 1, &err))
+            goto failed;
+        token = sampler_sample(&smp, e->logits);
+        st.decode_seconds += now_seconds() - t;
+        st.decode_steps++;
+    }
+    goto finish;
+
+failed:
+    emit_error(e, r, err.msg);
+    st.stop_reason = ENGINE_STOP_ERROR;
+finish:
+    sampler_free(&smp);
+    emit_done(e, r, &st);
+}
+
+static void *scheduler_main(void *arg)
+{
+    engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (!e->pending_head && !e->shutting_down)
+            pthread_cond_wait(&e->work, &e->lock);
+        request *r = e->pending_head;
+        if (!r)
+            break;
+        e->pending_head = r->next;
+        if (!e->pending_head)
+            e->pending_tail = NULL;
+        e->n_pending--;
+        e->running = r;
+        pthread_mutex_unlock(&e->lock);
+
+        if (atomic_load(&r->cancelled)) {
+            engine_stats st = {.prompt_tokens = r->n_tokens, .stop_id = -1, .stop_reason = ENGINE_STOP_CANCELLED};
+            emit_done(e, r, &st);
+        } else {
+            run_request(e, r);
+        }
+
+        pthread_mutex_lock(&e->lock);
+        e->running = NULL;
+        request_free(r);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* ---- requests ---- */
+
+int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *err)
+{
+    if (req->n_tokens < 1 || !req->tokens)
+        return kimi_fail(err, KIMI_ERR_INPUT, "request: the prompt is empty (at least one token id is needed)");
+    for (int i = 0; i < req->n_tokens; i++)
+        if (req->tokens[i] < 0 || req->tokens[i] >= e->info.vocab)
+            return kimi_fail(err, KIMI_ERR_INPUT, "request: token %d is id %" PRId32 ", outside the vocabulary [0, %d)",
+                             i, req->tokens[i], e->info.vocab);
+    if (req->n_stop_ids < 0 || (req->n_stop_ids > 0 && !req->stop_ids))
+        return kimi_fail(err, KIMI_ERR_INPUT, "request: bad stop id list");
+    if (req->max_new_tokens < 0)
+        return kimi_fail(err, KIMI_ERR_INPUT, "request: max_new_tokens %d must be 0 (until the context is full) or positive",
+                         req->max_new_tokens);
+    if (sampler_params_check(&req->sampling, err))
+        return kimi_err_prefix(err, "request");
+    long need = (long)req->n_tokens + (req->max_new_tokens > 0 ? req->max_new_tokens : 1);
+    if (need > e->info.max_context) {
+        char hint[128] = "";
+        if (e->info.max_fit > e->info.max_context)
+            snprintf(hint, sizeof hint, "; up to %ld fit in the memory budget: reopen with a larger --max-context",
+                     e->info.max_fit);
+        else if (e->info.max_fit == e->info.max_context)
+            snprintf(hint, sizeof hint, ", the largest context that fits in the memory budget");
+        return kimi_fail(err, KIMI_ERR_STATE,
+                         "context full: prompt %d + max_new_tokens %d = %ld positions > %ld in the KV cache%s",
+                         req->n_tokens, req->max_new_tokens, need, e->info.max_context, hint);
+    }
+
+    request *r = calloc(1, sizeof *r);
+    if (r) {
+        r->tokens = malloc((size_t)req->n_tokens * sizeof *r->tokens);
+        r->stop_ids = malloc((size_t)(req->n_stop_ids + 1) * sizeof *r->stop_ids);
+    }
+    if (!r || !r->tokens || !r->stop_ids) {
+        request_free(r);
+        return kimi_fail(err, KIMI_ERR_NOMEM, "request: out of memory for %d token ids", req->n_tokens);
+    }
+    memcpy(r->tokens, req->tokens, (size_t)req->n_tokens * sizeof *r->tokens);
+    if (req->n_stop_ids > 0)
+        memcpy(r->stop_ids, req->stop_ids, (size_t)req->n_stop_ids * sizeof *r->stop_ids);
+    r->n_tokens = req->n_tokens;
+    r->n_stop_ids = req->n_stop_ids;
+    r->sampling = req->sampling;
+    r->max_new_tokens = req->max_new_tokens;
+    r->first_logits = req->first_logits;
+    atomic_init(&r->cancelled, 0);
+
+    pthread_mutex_lock(&e->lock);
+    int rc = 0;
+    if (e->shutting_down)
+        rc = kimi_fail(err, KIMI_ERR_STATE, "the engine is shut down: no new requests");
+    else if (e->n_pending >= MAX_PENDING)
+        rc = kimi_fail(err, KIMI_ERR_STATE, "%d requests are already waiting: wait for one to finish", MAX_PENDING);
+    if (rc) {
+        pthread_mutex_unlock(&e->lock);
+        request_free(r);
+        return rc;
+    }
+    r->id = e->next_id++;
+    if (e->pending_tail)
+        e->pending_tail->next = r;
+    else
+        e->pending_head = r;
+    e->pending_tail = r;
+    e->n_pending++;
+    *id = r->id;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+int engine_cancel(engine *e, uint64_t id, kimi_err *err)
+{
+    pthread_mutex_lock(&e->lock);
+    if (id == 0 || id >= e->next_id) {
+        pthread_mutex_unlock(&e->lock);
+        return kimi_fail(err, KIMI_ERR_STATE, "cancel: unknown request id %" PRIu64, id);
+    }
+    if (e->running && e->running->id == id)
+        atomic_store(&e->running->cancelled, 1);
+    for (request *r = e->pending_head; r; r = r->next)
+        if (r->id == id)
+            atomic_store(&r->cancelled, 1);
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+/* ---- open / close ---- */
+
+/* MemAvailable from /proc/meminfo in bytes; 0 when unreadable. */
+static size_t memory_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return (size_t)kib * 1024;
+}
+
+static const char *backend_name(backend_kind kind)
+{
+    return kind == BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
+{
+    double t0 = now_seconds();
+    if (opt->tp < 1 || opt->tp > 8)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and 8", opt->tp);
+    if (opt->threads_per_rank < 0)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--threads %d: must be 0 (automatic) or positive", opt->threads_per_rank);
+    if (opt->max_context < 0)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--max-context %ld: must be 0 (from the memory budget) or positive",
+                         opt->max_context);
+    if (opt->event_capacity < 0)
+        return kimi_fail(err, KIMI_ERR_USAGE, "event queue capacity %d: must be 0 (default) or positive",
+                         opt->event_capacity);
+    if (!opt->model_dir || !*opt->model_dir)
+        return kimi_fail(err, KIMI_ERR_USAGE, "no model directory given (--model DIR)");
+
+    if (weights_load(&e->weights, opt->model_dir, err))
+        return err->code;
+    e->weights_loaded = 1;
+    const model_config *cfg = &e->weights.cfg;
+    if (config_check_tp(cfg, opt->tp, err))
+        return err->code;
+
+    engine_info *info = &e->info;
+    info->backend = opt->backend;
+    info->tp = opt->tp;
+    info->vocab = cfg->vocab;
+    info->weight_bytes = e->weights.weight_bytes;
+    char threads_note[96] = "";
+    info->threads_per_rank = opt->threads_per_rank;
+    if (opt->backend == BACKEND_CPU && info->threads_per_rank == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        info->threads_per_rank = cores > opt->tp ? (int)(cores / opt->tp) : 1;
+        snprintf(threads_note, sizeof threads_note, " (%ld online cores / tp %d)", cores, opt->tp);
+    }
+
+    /* CPU ranks share one memory and one mmap of the weights; a GPU rank has its own device,
+     * which the budget then describes, holding its shard. */
+    size_t budget = opt->memory_budget_bytes, rank_budget, rank_weights;
+    const char *budget_source = "the memory budget";
+    if (opt->backend == BACKEND_CPU) {
+        if (budget == 0) {
+            budget = (size_t)(memory_available() * CPU_BUDGET_FRACTION);
+            budget_source = "75% of available memory";
+        }
+        rank_budget = budget / (size_t)opt->tp;
+        rank_weights = info->weight_bytes / (size_t)opt->tp;
+    } else {
+        rank_budget = budget;
+        rank_weights = 0;
+        for (int r = 0; r < opt->tp; r++) {
+            tp_shard shard;
+            if (tp_shard_plan(&e->weights, opt->tp, r, &shard, err))
+                return err->code;
+            rank_weights = shard.weight_bytes > rank_weights ? shard.weight_bytes : rank_weights;
+        }
+    }
+    kv_cache_plan plan;
+    if (kv_cache_plan_context(cfg, rank_weights, rank_budget, opt->tp, opt->max_context, budget_source, &plan, err))
+        return err->code;
+
+    backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,
+                          .max_context = plan.max_context};
+    if (backend_open(&e->be, &e->weights, &bo, err))
+        return err->code;
+    info->max_context = backend_capacity(e->be);
+    info->max_fit = plan.max_fit;
+    info->rank_budget_bytes = plan.rank_budget_bytes;
+    info->kv_bytes_per_token = plan.kv_bytes_per_token;
+    if (kv_cache_init(&e->cache, info->max_context, err))
+        return err->code;
+    e->logits = malloc((size_t)cfg->vocab * sizeof *e->logits);
+    e->event_capacity = opt->event_capacity > 0 ? opt->event_capacity : DEFAULT_EVENT_CAPACITY;
+    e->events = calloc((size_t)e->event_capacity, sizeof *e->events);
+    if (!e->logits || !e->events)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the engine's buffers");
+    e->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (e->event_fd < 0)
+        return kimi_fail(err, KIMI_ERR_IO, "eventfd: %s", strerror(errno));
+
+    info->load_seconds = now_seconds() - t0;
+    if (opt->backend == BACKEND_CPU)
+        snprintf(info->summary, sizeof info->summary, "%s backend, tp %d, %d threads per rank%s; %s",
+                 backend_name(opt->backend), opt->tp, info->threads_per_rank, threads_note, plan.summary);
+    else
+        snprintf(info->summary, sizeof info->summary, "%s backend, tp %d; %s", backend_name(opt->backend),
+                 opt->tp, plan.summary);
+
+    int rc = pthread_create(&e->scheduler, NULL, scheduler_main, e);
+    if (rc)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "cannot start the scheduler thread: %s", strerror(rc));
+    e->scheduler_running = 1;
+    return 0;
+}
+
+int engine_open(engine **out, const engine_options *opt, kimi_err *err)
+{
+    *out = NULL;
+    engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the engine");
+    e->event_fd = -1;
+    e->next_id = 1;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->space, NULL);
+    pthread_cond_init(&e->arrived, NULL);
+    if (engine_start(e, opt, err)) {
+        int code = err ? err->code : KIMI_ERR_STATE;
+        engine_close(e);
+        return code ? code : KIMI_ERR_STATE;
+    }
+    *out = e;
+    return 0;
+}
+
+const engine_info *engine_get_info(const engine *e)
+{
+    return &e->info;
+}
+
+const model_config *engine_model_config(const engine *e)
+{
+    return &e->weights.cfg;
+}
+
+const model_weights *engine_weights(const engine *e)
+{
+    return &e->weights;
+}
+
+void engine_shutdown(engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    e->shutting_down = 1;
+    if (e->running)
+        atomic_store(&e->running->cancelled, 1);
+    for (request *r = e->pending_head; r; r = r->next)
+        atomic_store(&r->cancelled, 1);
+    pthread_cond_broadcast(&e->work);
+    pthread_cond_broadcast(&e->space);
+    pthread_mutex_unlock(&e->lock);
+    if (e->scheduler_running) {
+        pthread_join(e->scheduler, NULL);
+        e->scheduler_running = 0;
+    }
+}
+
+void engine_close(engine *e)
+{
+    if (!e)
+        return;
+    engine_shutdown(e);
+    while (e->pending_head) {
+        request *r = e->pending_head;
+        e->pending_head = r->next;
+        request_free(r);
+    }
+    if (e->be)
+        backend_close(e->be);
+    if (e->weights_loaded)
+        weights_free(&e->weights);
+    kv_cache_free(&e->cache);
+    free(e->logits);
+    free(e->events);
+    if (e->event_fd >= 0)
+        close(e->event_fd);
+    pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->space);
+    pthread_cond_destroy(&e->arrived);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}

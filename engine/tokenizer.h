@@ -24,6 +24,11 @@ int tokenizer_vocab_size(const tokenizer *tok);
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int allow_special,
                      int32_t **ids, size_t *n_ids, kimi_err *err);
 
+/* Same, appending to a caller's growable array: *ids (malloc'ed or NULL) holds *n_ids ids in
+ * room for *cap_ids; it is realloc'ed as needed. On error *n_ids is unchanged. */
+int tokenizer_encode_append(const tokenizer *tok, const char *text, size_t len, int allow_special,
+                            int32_t **ids, size_t *n_ids, size_t *cap_ids, kimi_err *err);
+
 /* Bytes of one id (a special's text for specials); NULL for an id out of range. */
 const char *tokenizer_token_bytes(const tokenizer *tok, int32_t id, size_t *len);
 
@@ -44,7 +49,13 @@ typedef struct {
 } token_stream;
 
 void token_stream_init(token_stream *ts, const tokenizer *tok);
-/* Append the complete text that id adds to out (cap bytes incl. NUL); returns bytes written. */
+/* Smallest cap that token_stream_push and token_stream_flush can always fill completely: the
+ * longest token, plus a held-back tail, with every byte possibly replaced by U+FFFD. */
+size_t token_stream_min_cap(const tokenizer *tok);
+/* Append the complete text that id adds to out (cap bytes incl. NUL); returns bytes written.
+ * Output is valid UTF-8: bytes that can never form a character become U+FFFD (as Python's
+ * errors="replace" does), and so does an id out of range. With cap below token_stream_min_cap
+ * the text is cut at a character boundary. */
 size_t token_stream_push(token_stream *ts, int32_t id, char *out, size_t cap);
 size_t token_stream_flush(token_stream *ts, char *out, size_t cap);
 

@@ -1,1 +1,520 @@
-/* weights: placeholder until its issue lands. */
+/* weights: resolve the language model's tensors in the mmap'ed checkpoint into typed views,
+ * checking every dtype and shape against the config, and plan tensor-parallel shards. */
+#include "engine/weights.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/safetensors.h"
+#include "kernels/cpu/numeric.h"
+
+typedef struct {
+    const safetensors_set *files;
+    const model_config *cfg;
+    const char *model_dir;
+    kimi_err *err;
+    size_t bytes;               /* every tensor resolved so far */
+} loader;
+
+static int missing(const loader *L, const char *name)
+{
+    return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s is missing from the checkpoint", L->model_dir, name);
+}
+
+static const char *shard_of(const loader *L, const st_tensor *t)
+{
+    return safetensors_file_path(L->files, t->file);
+}
+
+static int shape_is(const st_tensor *t, int ndim, int64_t d0, int64_t d1)
+{
+    return t->ndim == ndim && (ndim < 1 || t->shape[0] == d0) && (ndim < 2 || t->shape[1] == d1);
+}
+
+static void shape_text(const st_tensor *t, char *out, size_t size)
+{
+    size_t used = (size_t)snprintf(out, size, "[");
+    for (int d = 0; d < t->ndim && used < size; d++)
+        used += (size_t)snprintf(out + used, size - used, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+    if (used < size)
+        snprintf(out + used, size - used, "]");
+}
+
+static int wrong_shape(const loader *L, const st_tensor *t, int64_t d0, int64_t d1, int ndim)
+{
+    char got[160];
+    shape_text(t, got, sizeof got);
+    if (ndim == 1)
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s has shape %s, config.json implies [%lld]", shard_of(L, t),
+                         t->name, got, (long long)d0);
+    return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s has shape %s, config.json implies [%lld, %lld]",
+                     shard_of(L, t), t->name, got, (long long)d0, (long long)d1);
+}
+
+/* Kernels read elements through typed pointers, so each must sit at its natural alignment. */
+static int check_aligned(const loader *L, const st_tensor *t)
+{
+    size_t size = dtype_size(t->type);
+    if ((uintptr_t)t->data % size)
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s data is not aligned to its %zu-byte elements",
+                         shard_of(L, t), t->name, size);
+    return 0;
+}
+
+static int is_float_type(dtype type)
+{
+    return type == DTYPE_BF16 || type == DTYPE_F16 || type == DTYPE_F32;
+}
+
+static weight_format float_format(dtype type)
+{
+    return type == DTYPE_BF16 ? WEIGHT_BF16 : type == DTYPE_F16 ? WEIGHT_F16 : WEIGHT_F32;
+}
+
+/* NVFP4 iff .weight is U8 with an F8_E4M3 .weight_scale and an F32 .weight_scale_2 beside it. */
+static int load_nvfp4(loader *L, const st_tensor *w, const char *name, int rows, int cols, linear *out)
+{
+    char scale_name[200], scale2_name[200];
+    snprintf(scale_name, sizeof scale_name, "%s.weight_scale", name);
+    snprintf(scale2_name, sizeof scale2_name, "%s.weight_scale_2", name);
+    const st_tensor *scale = safetensors_find(L->files, scale_name);
+    const st_tensor *scale2 = safetensors_find(L->files, scale2_name);
+    if (!scale || !scale2)
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s is U8 but %s is missing (NVFP4 needs both scales)",
+                         shard_of(L, w), w->name, !scale ? scale_name : scale2_name);
+    if (scale->type != DTYPE_F8_E4M3)
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s is %s, NVFP4 block scales are F8_E4M3", shard_of(L, scale),
+                         scale->name, dtype_name(scale->type));
+    if (scale2->type != DTYPE_F32 || st_tensor_elements(scale2) != 1)
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s must be one F32 value", shard_of(L, scale2), scale2->name);
+    if (cols % 16)
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s is NVFP4 but its K = %d is not a multiple of 16",
+                         shard_of(L, w), w->name, cols);
+    if (!shape_is(w, 2, rows, cols / 2))
+        return wrong_shape(L, w, rows, cols / 2, 2);
+    if (!shape_is(scale, 2, rows, cols / 16))
+        return wrong_shape(L, scale, rows, cols / 16, 2);
+    float scale_2;
+    memcpy(&scale_2, scale2->data, sizeof scale_2);
+    if (!isfinite(scale_2))
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s is not a finite number", shard_of(L, scale2), scale2->name);
+    out->w = (weight_matrix){
+        .format = WEIGHT_NVFP4, .rows = rows, .cols = cols, .data = w->data, .data_stride = (size_t)cols / 2,
+        .scale = scale->data, .scale_stride = (size_t)cols / 16, .scale_2 = scale_2,
+    };
+    L->bytes += w->bytes + scale->bytes + scale2->bytes;
+    return 0;
+}
+
+/* A linear W[rows][cols]; its storage format comes from the dtypes found, never from the name. */
+static int load_linear(loader *L, const char *name, int rows, int cols, linear *out)
+{
+    if ((size_t)snprintf(out->name, sizeof out->name, "%s", name) >= sizeof out->name)
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor name %s is too long", L->model_dir, name);
+    char weight_name[200];
+    snprintf(weight_name, sizeof weight_name, "%s.weight", name);
+    const st_tensor *w = safetensors_find(L->files, weight_name);
+    if (!w)
+        return missing(L, weight_name);
+    if (w->type == DTYPE_U8)
+        return load_nvfp4(L, w, name, rows, cols, out);
+    if (!is_float_type(w->type))
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s has dtype %s (expected BF16, F16, F32 or NVFP4 U8)",
+                         shard_of(L, w), w->name, dtype_name(w->type));
+    if (!shape_is(w, 2, rows, cols))
+        return wrong_shape(L, w, rows, cols, 2);
+    if (check_aligned(L, w))
+        return L->err->code;
+    out->w = (weight_matrix){
+        .format = float_format(w->type), .rows = rows, .cols = cols, .data = w->data,
+        .data_stride = (size_t)cols * dtype_size(w->type), .scale = NULL, .scale_stride = 0, .scale_2 = 1.0f,
+    };
+    L->bytes += w->bytes;
+    return 0;
+}
+
+static int load_vector(loader *L, const char *name, int n, int optional, weight_vector *out)
+{
+    const st_tensor *t = safetensors_find(L->files, name);
+    memset(out, 0, sizeof *out);
+    if (!t)
+        return optional ? 0 : missing(L, name);
+    if (!is_float_type(t->type))
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: tensor %s has dtype %s (expected BF16, F16 or F32)",
+                         shard_of(L, t), t->name, dtype_name(t->type));
+    if (!shape_is(t, 1, n, 0))
+        return wrong_shape(L, t, n, 0, 1);
+    if (check_aligned(L, t))
+        return L->err->code;
+    *out = (weight_vector){.type = t->type, .n = n, .data = t->data};
+    L->bytes += t->bytes;
+    return 0;
+}
+
+static int load_mlp(loader *L, const char *base, int hidden, int inter, mlp_weights *m)
+{
+    char name[200];
+    m->inter = inter;
+    snprintf(name, sizeof name, "%sgate_proj", base);
+    if (load_linear(L, name, inter, hidden, &m->gate))
+        return L->err->code;
+    snprintf(name, sizeof name, "%sup_proj", base);
+    if (load_linear(L, name, inter, hidden, &m->up))
+        return L->err->code;
+    snprintf(name, sizeof name, "%sdown_proj", base);
+    return load_linear(L, name, hidden, inter, &m->down);
+}
+
+/* name = layer_prefix + suffix, into a buffer of 200 bytes. */
+static const char *in_layer(char *name, const char *layer_prefix, const char *suffix)
+{
+    snprintf(name, 200, "%s%s", layer_prefix, suffix);
+    return name;
+}
+
+static int load_layer(loader *L, const char *prefix, int i, layer_weights *lw)
+{
+    const model_config *c = L->cfg;
+    char p[128], name[200];
+    snprintf(p, sizeof p, "%slayers.%d.", prefix, i);
+#define NAME(suffix) in_layer(name, p, suffix)
+    if (load_vector(L, NAME("input_layernorm.weight"), c->hidden, 0, &lw->input_norm) ||
+        load_vector(L, NAME("post_attention_layernorm.weight"), c->hidden, 0, &lw->post_attn_norm) ||
+        load_linear(L, NAME("self_attn.q_a_proj"), c->q_lora_rank, c->hidden, &lw->q_a) ||
+        load_vector(L, NAME("self_attn.q_a_layernorm.weight"), c->q_lora_rank, 0, &lw->q_a_norm) ||
+        load_linear(L, NAME("self_attn.q_b_proj"), c->heads * (c->qk_nope_dim + c->qk_rope_dim), c->q_lora_rank, &lw->q_b) ||
+        load_linear(L, NAME("self_attn.kv_a_proj_with_mqa"), c->kv_lora_rank + c->qk_rope_dim, c->hidden, &lw->kv_a) ||
+        load_vector(L, NAME("self_attn.kv_a_layernorm.weight"), c->kv_lora_rank, 0, &lw->kv_a_norm) ||
+        load_linear(L, NAME("self_attn.kv_b_proj"), c->heads * (c->qk_nope_dim + c->v_head_dim), c->kv_lora_rank, &lw->kv_b) ||
+        load_linear(L, NAME("self_attn.o_proj"), c->hidden, c->heads * c->v_head_dim, &lw->o))
+        return L->err->code;
+    lw->is_moe = config_layer_is_moe(c, i);
+    if (!lw->is_moe)
+        return load_mlp(L, NAME("mlp."), c->hidden, c->intermediate, &lw->dense);
+    if (load_linear(L, NAME("mlp.gate"), c->experts, c->hidden, &lw->router) ||
+        load_vector(L, NAME("mlp.gate.e_score_correction_bias"), c->experts, 1, &lw->router_bias))
+        return L->err->code;
+#undef NAME
+    lw->experts = calloc((size_t)c->experts, sizeof *lw->experts);
+    if (!lw->experts)
+        return kimi_fail(L->err, KIMI_ERR_NOMEM, "layer %d: out of memory for %d experts", i, c->experts);
+    for (int e = 0; e < c->experts; e++) {
+        snprintf(name, sizeof name, "%smlp.experts.%d.", p, e);
+        if (load_mlp(L, name, c->hidden, c->moe_intermediate, &lw->experts[e]))
+            return L->err->code;
+    }
+    if (c->shared_experts > 0) {
+        snprintf(name, sizeof name, "%smlp.shared_experts.", p);
+        return load_mlp(L, name, c->hidden, c->shared_experts * c->moe_intermediate, &lw->shared);
+    }
+    return 0;
+}
+
+static int starts_with(const char *s, const char *prefix)
+{
+    return !strncmp(s, prefix, strlen(prefix));
+}
+
+/* The language model's prefix is whatever precedes its one "...embed_tokens.weight". */
+static int detect_prefix(loader *L, char *prefix, size_t size)
+{
+    static const char suffix[] = "embed_tokens.weight";
+    const char *found = NULL;
+    for (size_t i = 0; i < safetensors_count(L->files); i++) {
+        const char *name = safetensors_at(L->files, i)->name;
+        size_t len = strlen(name);
+        if (len < sizeof suffix - 1 || strcmp(name + len - (sizeof suffix - 1), suffix))
+            continue;
+        if (starts_with(name, "vision_tower.") || starts_with(name, "mm_projector."))
+            continue;
+        if (len != sizeof suffix - 1 && name[len - sizeof suffix] != '.')
+            continue;
+        if (found)
+            return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: two embedding tables, %s and %s: cannot tell the language model's prefix",
+                             L->model_dir, found, name);
+        found = name;
+    }
+    if (!found)
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: no ...embed_tokens.weight tensor in the checkpoint", L->model_dir);
+    size_t n = strlen(found) - (sizeof suffix - 1);
+    if (n >= size)
+        return kimi_fail(L->err, KIMI_ERR_MODEL, "%s: prefix of %s is too long", L->model_dir, found);
+    memcpy(prefix, found, n);
+    prefix[n] = 0;
+    return 0;
+}
+
+/* lm_head sits beside the "model." part: "language_model.model." -> "language_model.lm_head". */
+static void lm_head_name(const char *prefix, char *out, size_t size)
+{
+    size_t n = strlen(prefix);
+    if (n >= 6 && !strcmp(prefix + n - 6, "model.") && (n == 6 || prefix[n - 7] == '.'))
+        n -= 6;
+    snprintf(out, size, "%.*slm_head", (int)n, prefix);
+}
+
+typedef int (*linear_visit)(const linear *l, int is_embedding, void *ctx);
+
+/* Every linear of the language model once (lm_head skipped when it is the tied embedding). */
+static int visit_linears(const model_weights *mw, linear_visit fn, void *ctx)
+{
+    int r;
+    if ((r = fn(&mw->embed, 1, ctx)))
+        return r;
+    for (int i = 0; i < mw->cfg.layers; i++) {
+        const layer_weights *lw = &mw->layers[i];
+        const linear *attn[] = {&lw->q_a, &lw->q_b, &lw->kv_a, &lw->kv_b, &lw->o};
+        for (size_t a = 0; a < 5; a++)
+            if ((r = fn(attn[a], 0, ctx)))
+                return r;
+        const mlp_weights *mlps = lw->is_moe ? lw->experts : &lw->dense;
+        int n_mlps = lw->is_moe ? mw->cfg.experts : 1;
+        if (lw->is_moe && (r = fn(&lw->router, 0, ctx)))
+            return r;
+        for (int m = 0; m <= n_mlps; m++) {
+            const mlp_weights *mlp = m < n_mlps ? &mlps[m] : lw->is_moe && mw->cfg.shared_experts > 0 ? &lw->shared : NULL;
+            if (mlp && ((r = fn(&mlp->gate, 0, ctx)) || (r = fn(&mlp->up, 0, ctx)) || (r = fn(&mlp->down, 0, ctx))))
+                return r;
+        }
+    }
+    return mw->cfg.tie_word_embeddings ? 0 : fn(&mw->lm_head, 0, ctx);
+}
+
+static int count_linear(const linear *l, int is_embedding, void *ctx)
+{
+    model_weights *mw = ctx;
+    if (!is_embedding) {
+        if (l->w.format == WEIGHT_NVFP4)
+            mw->n_nvfp4_linears++;
+        else
+            mw->n_dense_linears++;
+    }
+    return 0;
+}
+
+int weights_load(model_weights *mw, const char *model_dir, kimi_err *err)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    memset(mw, 0, sizeof *mw);
+    if (config_load(&mw->cfg, model_dir, err))
+        return err->code;
+    if (safetensors_open_dir(&mw->files, model_dir, err)) {
+        config_free(&mw->cfg);
+        return err->code;
+    }
+    loader L = {mw->files, &mw->cfg, model_dir, err, 0};
+    const model_config *c = &mw->cfg;
+    char name[200];
+    int rc = detect_prefix(&L, mw->prefix, sizeof mw->prefix);
+    if (!rc) {
+        snprintf(name, sizeof name, "%sembed_tokens", mw->prefix);
+        rc = load_linear(&L, name, c->vocab, c->hidden, &mw->embed);
+    }
+    if (!rc) {
+        snprintf(name, sizeof name, "%snorm.weight", mw->prefix);
+        rc = load_vector(&L, name, c->hidden, 0, &mw->final_norm);
+    }
+    if (!rc) {
+        lm_head_name(mw->prefix, name, sizeof name);
+        if (c->tie_word_embeddings)
+            mw->lm_head = mw->embed;
+        else
+            rc = load_linear(&L, name, c->vocab, c->hidden, &mw->lm_head);
+    }
+    if (!rc && !(mw->layers = calloc((size_t)c->layers, sizeof *mw->layers)))
+        rc = kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for %d layers", c->layers);
+    for (int i = 0; !rc && i < c->layers; i++)
+        rc = load_layer(&L, mw->prefix, i, &mw->layers[i]);
+    if (rc) {
+        weights_free(mw);
+        return rc;
+    }
+    mw->weight_bytes = L.bytes;
+    visit_linears(mw, count_linear, mw);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    mw->load_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return 0;
+}
+
+void weights_free(model_weights *mw)
+{
+    if (mw->layers)
+        for (int i = 0; i < mw->cfg.layers; i++)
+            free(mw->layers[i].experts);
+    free(mw->layers);
+    safetensors_close(mw->files);
+    config_free(&mw->cfg);
+    memset(mw, 0, sizeof *mw);
+}
+
+typedef struct {
+    const char *name;
+    const linear *found;
+} find_ctx;
+
+static int match_linear(const linear *l, int is_embedding, void *ctx)
+{
+    find_ctx *f = ctx;
+    (void)is_embedding;
+    if (strcmp(l->name, f->name))
+        return 0;
+    f->found = l;
+    return 1;
+}
+
+const linear *weights_find_linear(const model_weights *mw, const char *name)
+{
+    find_ctx f = {name, NULL};
+    if (!mw->layers)
+        return NULL;
+    visit_linears(mw, match_linear, &f);
+    return f.found;
+}
+
+static size_t element_bytes(weight_format format)
+{
+    return format == WEIGHT_F32 ? 4 : 2;
+}
+
+weight_matrix weight_rows(const weight_matrix *w, index_range r)
+{
+    weight_matrix v = *w;
+    v.rows = r.end - r.begin;
+    v.data = w->data + (size_t)r.begin * w->data_stride;
+    if (w->format == WEIGHT_NVFP4)
+        v.scale = w->scale + (size_t)r.begin * w->scale_stride;
+    return v;
+}
+
+weight_matrix weight_cols(const weight_matrix *w, index_range k)
+{
+    weight_matrix v = *w;
+    v.cols = k.end - k.begin;
+    if (w->format == WEIGHT_NVFP4) {
+        v.data = w->data + (size_t)k.begin / 2;
+        v.scale = w->scale + (size_t)k.begin / 16;
+    } else {
+        v.data = w->data + (size_t)k.begin * element_bytes(w->format);
+    }
+    return v;
+}
+
+/* Bytes a view reads: packed values and block scales, plus the global scale. */
+static size_t view_bytes(const weight_matrix *v)
+{
+    size_t rows = (size_t)v->rows, cols = (size_t)v->cols;
+    if (v->format == WEIGHT_NVFP4)
+        return rows * (cols / 2) + rows * (cols / 16) + sizeof(float);
+    return rows * cols * element_bytes(v->format);
+}
+
+static size_t vector_bytes(const weight_vector *v)
+{
+    return (size_t)v->n * dtype_size(v->type);
+}
+
+static index_range even_split(int total, int tp, int rank)
+{
+    return (index_range){(int)((long long)total * rank / tp), (int)((long long)total * (rank + 1) / tp)};
+}
+
+static index_range scaled(index_range r, int per)
+{
+    return (index_range){r.begin * per, r.end * per};
+}
+
+/* An NVFP4 K range must cover whole 16-element scale blocks. */
+static int check_k_split(const linear *l, int k_per_rank, int tp, const char *field, int field_value, kimi_err *err)
+{
+    if (l->w.format != WEIGHT_NVFP4 || k_per_rank % 16 == 0)
+        return 0;
+    return kimi_fail(err, KIMI_ERR_USAGE,
+                     "--tp %d gives each rank %d input columns of NVFP4 %s, not a multiple of 16 (%s = %d)", tp,
+                     k_per_rank, l->name, field, field_value);
+}
+
+static size_t mlp_shard_bytes(const mlp_weights *m, index_range inter)
+{
+    weight_matrix gate = weight_rows(&m->gate.w, inter), up = weight_rows(&m->up.w, inter);
+    weight_matrix down = weight_cols(&m->down.w, inter);
+    return view_bytes(&gate) + view_bytes(&up) + view_bytes(&down);
+}
+
+static int check_mlp_split(const mlp_weights *m, int tp, const char *field, int value, kimi_err *err)
+{
+    return check_k_split(&m->down, m->inter / tp, tp, field, value, err);
+}
+
+int tp_shard_plan(const model_weights *mw, int tp, int rank, tp_shard *out, kimi_err *err)
+{
+    const model_config *c = &mw->cfg;
+    if (config_check_tp(c, tp, err))
+        return err->code;
+    if (rank < 0 || rank >= tp)
+        return kimi_fail(err, KIMI_ERR_USAGE, "rank %d is outside [0, %d)", rank, tp);
+    memset(out, 0, sizeof *out);
+    out->tp = tp;
+    out->rank = rank;
+    out->heads = even_split(c->heads, tp, rank);
+    out->dense_inter = even_split(c->intermediate, tp, rank);
+    out->moe_inter = even_split(c->moe_intermediate, tp, rank);
+    out->shared_inter = even_split(c->shared_experts * c->moe_intermediate, tp, rank);
+    out->vocab = even_split(c->vocab, tp, rank);
+
+    size_t bytes = view_bytes(&mw->embed.w) + vector_bytes(&mw->final_norm);
+    if (!c->tie_word_embeddings) {
+        weight_matrix head = weight_rows(&mw->lm_head.w, out->vocab);
+        bytes += view_bytes(&head);
+    }
+    int heads_per_rank = c->heads / tp;
+    for (int i = 0; i < c->layers; i++) {
+        const layer_weights *lw = &mw->layers[i];
+        if (check_k_split(&lw->o, heads_per_rank * c->v_head_dim, tp, "num_attention_heads", c->heads, err))
+            return err->code;
+        weight_matrix q_b = weight_rows(&lw->q_b.w, scaled(out->heads, c->qk_nope_dim + c->qk_rope_dim));
+        weight_matrix kv_b = weight_rows(&lw->kv_b.w, scaled(out->heads, c->qk_nope_dim + c->v_head_dim));
+        weight_matrix o = weight_cols(&lw->o.w, scaled(out->heads, c->v_head_dim));
+        bytes += vector_bytes(&lw->input_norm) + vector_bytes(&lw->post_attn_norm) + vector_bytes(&lw->q_a_norm) +
+                 vector_bytes(&lw->kv_a_norm) + view_bytes(&lw->q_a.w) + view_bytes(&lw->kv_a.w) + view_bytes(&q_b) +
+                 view_bytes(&kv_b) + view_bytes(&o);
+        if (!lw->is_moe) {
+            if (check_mlp_split(&lw->dense, tp, "intermediate_size", c->intermediate, err))
+                return err->code;
+            bytes += mlp_shard_bytes(&lw->dense, out->dense_inter);
+            continue;
+        }
+        bytes += view_bytes(&lw->router.w) + vector_bytes(&lw->router_bias);
+        for (int e = 0; e < c->experts; e++) {
+            if (check_mlp_split(&lw->experts[e], tp, "moe_intermediate_size", c->moe_intermediate, err))
+                return err->code;
+            bytes += mlp_shard_bytes(&lw->experts[e], out->moe_inter);
+        }
+        if (c->shared_experts > 0) {
+            if (check_mlp_split(&lw->shared, tp, "n_shared_experts x moe_intermediate_size",
+                                c->shared_experts * c->moe_intermediate, err))
+                return err->code;
+            bytes += mlp_shard_bytes(&lw->shared, out->shared_inter);
+        }
+    }
+    out->weight_bytes = bytes;
+    return 0;
+}
+
+size_t kv_bytes_per_token(const model_config *cfg)
+{
+    return (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim) * sizeof(uint16_t) * (size_t)cfg->layers;
+}
+
+long max_context_for_budget(const model_config *cfg, size_t rank_weight_bytes, size_t budget_bytes)
+{
+    size_t per_token = kv_bytes_per_token(cfg);
+    if (budget_bytes <= rank_weight_bytes || per_token == 0)
+        return 0;
+    size_t positions = (budget_bytes - rank_weight_bytes) / per_token;
+    return positions > (size_t)LONG_MAX ? LONG_MAX : (long)positions;
+}

@@ -52,7 +52,8 @@ typedef struct {
     weight_vector final_norm;       /* [hidden] */
     linear lm_head;                 /* [vocab][hidden] (embed when tied) */
     layer_weights *layers;          /* [cfg.layers] */
-    int n_nvfp4_linears, n_dense_linears;   /* counted over the language model */
+    int n_nvfp4_linears, n_dense_linears;   /* linears of the language model (lm_head included
+                                               unless tied; the embedding table is not a linear) */
     size_t weight_bytes;            /* bytes of every language-model tensor used */
     double load_seconds;
 } model_weights;

@@ -1,1 +1,2 @@
 # Unit tests: backend.
+kimi_unit_test(test_backend SOURCES test_backend.c DEPS kimi_backend m)

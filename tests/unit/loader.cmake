@@ -1,1 +1,14 @@
 # Unit tests: loader.
+kimi_unit_test(test_safetensors SOURCES test_safetensors.c DEPS kimi_safetensors PkgConfig::JANSSON)
+kimi_unit_test(test_config SOURCES test_config.c DEPS kimi_config kimi_weights)
+kimi_unit_test(test_weights SOURCES test_weights.c DEPS kimi_weights)
+kimi_unit_test(test_loader_bad SOURCES test_loader_bad.c DEPS kimi_weights PkgConfig::JANSSON)
+# Checkpoints of other shapes and recipes, written by kimi-mkmodel (tests/bench).
+kimi_exe(test_loader_variants SOURCES test_loader_variants.c DEPS kimi_weights PkgConfig::JANSSON)
+add_test(NAME test_loader_variants COMMAND test_loader_variants $<TARGET_FILE:kimi-mkmodel>
+  WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_loader_variants PROPERTIES LABELS unit)
+# kimi-probe info / weights: issue 2's numbers on tiny-k25, exit codes and messages on bad input.
+add_test(NAME test_probe_loader COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_loader.sh $<TARGET_FILE:kimi-probe>
+  WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_probe_loader PROPERTIES LABELS unit)

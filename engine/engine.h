@@ -1,0 +1,137 @@
+/* engine: the public API the app drives a model through: open a checkpoint on a backend,
+ * submit generation requests as token ids, and read typed events (tokens, done with stats,
+ * errors) from a queue whose file descriptor wakes a poll() loop.
+ *
+ * Threads: engine_open starts one scheduler thread that owns the requests, the KV cache
+ * bookkeeping and sampling; it drives the backend, whose rank workers run their shards in
+ * step with it. Requests run one at a time in submission order. For each request the
+ * scheduler reuses the longest common prefix between its tokens and the tokens already in the
+ * cache, prefills only the rest, then decodes one token per step.
+ *
+ * Events of one request: zero or more ENGINE_EVENT_TOKEN (one per generated id, the stop id
+ * included), then, only when something failed, one ENGINE_EVENT_ERROR, then exactly one
+ * ENGINE_EVENT_DONE carrying the stats. Nothing is dropped: when the queue is full the
+ * scheduler waits for the reader. The engine knows nothing of the chat format; turning ids
+ * into text and reasoning/content/tool calls is the app's (tokenizer stream + stream parser).
+ *
+ * All functions are called from one app thread (the UI thread); none blocks on the scheduler
+ * except engine_wait_event (by request) and engine_shutdown / engine_close (one step). */
+#ifndef KIMI_ENGINE_H
+#define KIMI_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+#include "engine/config.h"
+#include "engine/error.h"
+#include "engine/sampler.h"
+#include "engine/weights.h"
+
+typedef struct {
+    const char *model_dir;
+    backend_kind backend;           /* BACKEND_CPU or BACKEND_CUDA */
+    int tp;                         /* tensor-parallel ranks, 1..8, dividing the head count */
+    int threads_per_rank;           /* CPU workers per rank; 0 = online cores / tp (at least 1) */
+    long max_context;               /* KV cache positions; 0 = as many as the memory budget holds */
+    size_t memory_budget_bytes;     /* CPU: the machine's memory for the weights and every
+                                       rank's cache replica (0 = 75% of what is available at
+                                       open); CUDA: one device's memory for its shard and cache
+                                       (0 = none known: max_context is then required) */
+    int event_capacity;             /* events the queue holds; 0 = 4096 */
+} engine_options;
+
+/* What engine_open chose; summary says it in one line, for the app to print once. */
+typedef struct {
+    backend_kind backend;
+    int tp;
+    int threads_per_rank;
+    long max_context;               /* positions in the KV cache */
+    long max_fit;                   /* most positions the memory budget holds; -1 = unknown */
+    size_t rank_budget_bytes;       /* a rank's share of the memory budget; 0 = none known */
+    size_t weight_bytes;            /* language-model weights */
+    size_t kv_bytes_per_token;      /* per rank */
+    int vocab;                      /* logits per row */
+    double load_seconds;            /* weights + backend, wall clock */
+    char summary[640];
+} engine_info;
+
+typedef struct {
+    const int32_t *tokens;          /* [n_tokens] the whole rendered conversation; copied */
+    int n_tokens;                   /* >= 1 */
+    sampler_params sampling;
+    int max_new_tokens;             /* >= 1; 0 = until the context is full */
+    const int32_t *stop_ids;        /* [n_stop_ids] generation stops after emitting one; copied */
+    int n_stop_ids;
+    float *first_logits;            /* optional [vocab]: receives the logits the first new
+                                       token is sampled from (tests, probes); the caller keeps
+                                       it valid until the request's DONE event */
+} engine_request;
+
+typedef enum {
+    ENGINE_STOP_TOKEN,              /* "stop_token": a stop id came (stats.stop_id) */
+    ENGINE_STOP_MAX_TOKENS,         /* "max_tokens": max_new_tokens generated */
+    ENGINE_STOP_CANCELLED,          /* "cancelled": engine_cancel, or engine shutdown */
+    ENGINE_STOP_CONTEXT_FULL,       /* "context_full": no cache position left for the next step */
+    ENGINE_STOP_ERROR,              /* "error": an ENGINE_EVENT_ERROR said why */
+} engine_stop_reason;
+
+const char *engine_stop_reason_name(engine_stop_reason reason);
+
+typedef struct {
+    int prompt_tokens;              /* n_tokens of the request */
+    int reused_tokens;              /* prompt tokens whose cache entries were reused */
+    int prefilled_tokens;           /* prompt_tokens - reused_tokens: run in the prefill */
+    int generated_tokens;           /* TOKEN events sent (the stop id included) */
+    double prefill_seconds;         /* the prefill forward passes and the first sample */
+    double prefill_tok_s;           /* prefilled_tokens / prefill_seconds */
+    int decode_steps;               /* one-token forward passes (generated_tokens - 1 at most) */
+    double decode_seconds;          /* those steps and their sampling (queue waits excluded) */
+    double decode_tok_s;            /* decode_steps / decode_seconds */
+    engine_stop_reason stop_reason;
+    int32_t stop_id;                /* the stop id when stop_reason is ENGINE_STOP_TOKEN, else -1 */
+} engine_stats;
+
+typedef enum { ENGINE_EVENT_TOKEN, ENGINE_EVENT_ERROR, ENGINE_EVENT_DONE } engine_event_kind;
+
+typedef struct {
+    engine_event_kind kind;
+    uint64_t request;               /* the id engine_submit returned */
+    int32_t token;                  /* TOKEN: the generated id */
+    int index;                      /* TOKEN: 0 for the first generated id of the request */
+    engine_stats stats;             /* DONE */
+    char message[512];              /* ERROR: one line */
+} engine_event;
+
+typedef struct engine engine;
+
+/* Load the checkpoint, plan the context, open the backend, start the scheduler. */
+int engine_open(engine **out, const engine_options *opt, kimi_err *err);
+const engine_info *engine_get_info(const engine *e);
+const model_config *engine_model_config(const engine *e);
+const model_weights *engine_weights(const engine *e);
+
+/* Queue a request; *id identifies its events. Checked here, so a bad request never runs:
+ * empty prompt, ids outside the vocabulary, bad sampling values, and a request that does not
+ * fit (n_tokens + max_new_tokens > max_context; the message names the largest context the
+ * memory budget holds) are KIMI_ERR_INPUT / KIMI_ERR_STATE errors. */
+int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *err);
+
+/* Stop a pending or running request within one step; the tokens generated so far stay
+ * (events and cache) and its DONE says "cancelled". A request that already finished is left
+ * as it is (0: the race with its DONE is harmless); an id never issued is KIMI_ERR_STATE. */
+int engine_cancel(engine *e, uint64_t id, kimi_err *err);
+
+/* Readable (poll POLLIN) exactly while events are waiting. */
+int engine_event_fd(const engine *e);
+/* Take the next event: 1 when one was taken, 0 when none came. timeout_ms: 0 = don't wait,
+ * -1 = wait until one comes. */
+int engine_next_event(engine *e, engine_event *ev, int timeout_ms);
+
+/* Cancel every request, stop the scheduler (within one step) and refuse new requests;
+ * events already queued can still be read. */
+void engine_shutdown(engine *e);
+/* engine_shutdown, then free everything. */
+void engine_close(engine *e);
+
+#endif

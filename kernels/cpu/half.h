@@ -1,0 +1,12 @@
+/* half: fp16 rows (the KV cache) to and from float, a vectorisable loop with the exact results
+ * of numeric's scalar f16_to_float / float_to_f16. */
+#ifndef KIMI_KERNELS_CPU_HALF_H
+#define KIMI_KERNELS_CPU_HALF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void f16_row_to_float(const uint16_t *in, size_t n, float *out);   /* in [n] -> out [n] */
+void float_row_to_f16(const float *in, size_t n, uint16_t *out);   /* round to nearest even */
+
+#endif

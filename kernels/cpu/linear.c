@@ -1,0 +1,207 @@
+/* linear: the matrix products of the forward pass. Every format is decoded 16 columns at a
+ * time into registers (a "block"), then multiplied into one 16-lane accumulator per token, so
+ * the inner loops have a fixed width of 16 that the compiler vectorises. For NVFP4 a block is
+ * (e2m1 * e4m3), exact in float; scale_2 multiplies each finished row sum once, which equals
+ * summing (e2m1 * e4m3) * scale_2 up to float rounding. */
+#include "kernels/cpu/linear.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "kernels/cpu/numeric.h"
+#include "kernels/nvfp4_math.h"
+
+enum { BLOCK = 16 };
+
+/* byte -> {e2m1(low nibble), e2m1(high nibble)}, and every E4M3 code -> float; both filled
+ * from nvfp4_math.h so the CPU and CUDA kernels share one definition of the formats. */
+static float nvfp4_pair_table[256][2];
+static float e4m3_table[256];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void tables_fill(void)
+{
+    for (int byte = 0; byte < 256; byte++) {
+        nvfp4_pair_table[byte][0] = nvfp4_e2m1_to_float((uint8_t)(byte & 15));
+        nvfp4_pair_table[byte][1] = nvfp4_e2m1_to_float((uint8_t)(byte >> 4));
+        e4m3_table[byte] = nvfp4_e4m3_to_float((uint8_t)byte);
+    }
+}
+
+/* Columns [16 * block, 16 * block + 16) of one row, times the block scale (no scale_2). */
+static inline void nvfp4_block_decode(const uint8_t *row, const uint8_t *scales, int block,
+                                      float out[BLOCK])
+{
+    float block_scale = e4m3_table[scales[block]];
+    const uint8_t *bytes = row + block * (BLOCK / 2);
+    for (int j = 0; j < BLOCK / 2; j++) {
+        out[2 * j] = nvfp4_pair_table[bytes[j]][0] * block_scale;
+        out[2 * j + 1] = nvfp4_pair_table[bytes[j]][1] * block_scale;
+    }
+}
+
+static inline void bf16_block_decode(const uint8_t *row, int block, float out[BLOCK])
+{
+    uint16_t bits[BLOCK];
+    memcpy(bits, row + (size_t)block * BLOCK * 2, sizeof bits);
+    for (int j = 0; j < BLOCK; j++) {
+        uint32_t wide = (uint32_t)bits[j] << 16;
+        memcpy(&out[j], &wide, sizeof wide);
+    }
+}
+
+static inline void f16_block_decode(const uint8_t *row, int block, float out[BLOCK])
+{
+    uint16_t bits[BLOCK];
+    memcpy(bits, row + (size_t)block * BLOCK * 2, sizeof bits);
+    for (int j = 0; j < BLOCK; j++)
+        out[j] = f16_to_float(bits[j]);
+}
+
+static inline void f32_block_decode(const uint8_t *row, int block, float out[BLOCK])
+{
+    memcpy(out, row + (size_t)block * BLOCK * 4, BLOCK * sizeof(float));
+}
+
+static inline __attribute__((always_inline)) void block_decode(
+    weight_format format, const uint8_t *row, const uint8_t *scales, int block, float out[BLOCK])
+{
+    switch (format) {
+    case WEIGHT_NVFP4:
+        nvfp4_block_decode(row, scales, block, out);
+        break;
+    case WEIGHT_BF16:
+        bf16_block_decode(row, block, out);
+        break;
+    case WEIGHT_F16:
+        f16_block_decode(row, block, out);
+        break;
+    case WEIGHT_F32:
+        f32_block_decode(row, block, out);
+        break;
+    }
+}
+
+/* One element past the last whole block (only non-NVFP4 rows have a tail). */
+static inline float element_decode(const weight_matrix *w, const uint8_t *row, int col)
+{
+    uint16_t bits;
+    float value;
+    switch (w->format) {
+    case WEIGHT_BF16:
+        memcpy(&bits, row + (size_t)col * 2, 2);
+        return bf16_to_float(bits);
+    case WEIGHT_F16:
+        memcpy(&bits, row + (size_t)col * 2, 2);
+        return f16_to_float(bits);
+    case WEIGHT_F32:
+        memcpy(&value, row + (size_t)col * 4, 4);
+        return value;
+    case WEIGHT_NVFP4:
+        break;
+    }
+    return 0.0f;
+}
+
+/* One row against n_tokens (<= LINEAR_TOKEN_TILE) tokens. Inlined with a constant format
+ * and, for the common tiles, a constant n_tokens, so each case gets its own tight loop. */
+static inline __attribute__((always_inline)) void row_times_tokens(
+    const weight_matrix *w, weight_format format, int r, const float *x, size_t x_stride,
+    int n_tokens, float *y, size_t y_stride)
+{
+    const uint8_t *row = w->data + (size_t)r * w->data_stride;
+    const uint8_t *scales = w->format == WEIGHT_NVFP4 ? w->scale + (size_t)r * w->scale_stride : NULL;
+    int blocks = w->cols / BLOCK;
+    float acc[LINEAR_TOKEN_TILE][BLOCK];
+    memset(acc, 0, sizeof acc);
+    for (int b = 0; b < blocks; b++) {
+        float wb[BLOCK];
+        block_decode(format, row, scales, b, wb);
+        for (int t = 0; t < n_tokens; t++) {
+            const float *xb = x + t * x_stride + (size_t)b * BLOCK;
+            for (int j = 0; j < BLOCK; j++)
+                acc[t][j] += wb[j] * xb[j];
+        }
+    }
+    float row_scale = w->format == WEIGHT_NVFP4 ? w->scale_2 : 1.0f;
+    for (int t = 0; t < n_tokens; t++) {
+        float sum = 0.0f;
+        for (int j = 0; j < BLOCK; j++)
+            sum += acc[t][j];
+        for (int k = blocks * BLOCK; k < w->cols; k++)
+            sum += element_decode(w, row, k) * x[t * x_stride + k];
+        y[t * y_stride + r] = sum * row_scale;
+    }
+}
+
+static inline __attribute__((always_inline)) void rows_of_format(
+    const weight_matrix *w, weight_format format, const float *x, size_t x_stride, int n_tokens,
+    float *y, size_t y_stride, int row_begin, int row_end)
+{
+    for (int t0 = 0; t0 < n_tokens; t0 += LINEAR_TOKEN_TILE) {
+        int tile = n_tokens - t0 < LINEAR_TOKEN_TILE ? n_tokens - t0 : LINEAR_TOKEN_TILE;
+        const float *xt = x + t0 * x_stride;
+        float *yt = y + t0 * y_stride;
+        if (tile == 1) {
+            for (int r = row_begin; r < row_end; r++)
+                row_times_tokens(w, format, r, xt, x_stride, 1, yt, y_stride);
+        } else if (tile == LINEAR_TOKEN_TILE) {
+            for (int r = row_begin; r < row_end; r++)
+                row_times_tokens(w, format, r, xt, x_stride, LINEAR_TOKEN_TILE, yt, y_stride);
+        } else {
+            for (int r = row_begin; r < row_end; r++)
+                row_times_tokens(w, format, r, xt, x_stride, tile, yt, y_stride);
+        }
+    }
+}
+
+void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_tokens,
+                 float *y, size_t y_stride, int row_begin, int row_end)
+{
+    pthread_once(&tables_once, tables_fill);
+    switch (w->format) {
+    case WEIGHT_NVFP4:
+        rows_of_format(w, WEIGHT_NVFP4, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+        break;
+    case WEIGHT_BF16:
+        rows_of_format(w, WEIGHT_BF16, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+        break;
+    case WEIGHT_F16:
+        rows_of_format(w, WEIGHT_F16, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+        break;
+    case WEIGHT_F32:
+        rows_of_format(w, WEIGHT_F32, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+        break;
+    }
+}
+
+void linear_transposed_accumulate(const weight_matrix *w, const float *x, float *y)
+{
+    pthread_once(&tables_once, tables_fill);
+    int blocks = w->cols / BLOCK;
+    float row_scale = w->format == WEIGHT_NVFP4 ? w->scale_2 : 1.0f;
+    for (int r = 0; r < w->rows; r++) {
+        const uint8_t *row = w->data + (size_t)r * w->data_stride;
+        const uint8_t *scales = w->format == WEIGHT_NVFP4 ? w->scale + (size_t)r * w->scale_stride : NULL;
+        float coefficient = x[r] * row_scale;
+        for (int b = 0; b < blocks; b++) {
+            float wb[BLOCK];
+            block_decode(w->format, row, scales, b, wb);
+            float *yb = y + (size_t)b * BLOCK;
+            for (int j = 0; j < BLOCK; j++)
+                yb[j] += coefficient * wb[j];
+        }
+        for (int k = blocks * BLOCK; k < w->cols; k++)
+            y[k] += coefficient * element_decode(w, row, k);
+    }
+}
+
+weight_matrix linear_row_view(const weight_matrix *w, int begin, int end)
+{
+    weight_matrix view = *w;
+    view.rows = end - begin;
+    view.data = w->data + (size_t)begin * w->data_stride;
+    if (w->scale)
+        view.scale = w->scale + (size_t)begin * w->scale_stride;
+    return view;
+}

@@ -1,0 +1,162 @@
+/* mla_attention: both kernels walk the cache in chunks of CHUNK positions, converting each
+ * chunk from fp16 once, and keep a running (online) softmax per query: running max m, sum of
+ * exponentials l and the weighted sum, rescaled by e^(m_old - m_new) when the max grows. */
+#include "kernels/cpu/mla_attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/linear.h"
+
+enum { CHUNK = 64 };
+
+typedef struct {
+    float max;      /* running max of the scores seen */
+    float sum;      /* sum of e^(score - max) */
+} softmax_state;
+
+static float dot(const float *a, const float *b, int n)
+{
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++)
+        sum += a[i] * b[i];
+    return sum;
+}
+
+/* Fold scores[0..n) into (state, acc [width]) with rows values[j * width]. */
+static void online_softmax_update(softmax_state *state, float *acc, int width, float *scores,
+                                  int n, const float *values)
+{
+    float chunk_max = -INFINITY;
+    for (int j = 0; j < n; j++)
+        chunk_max = scores[j] > chunk_max ? scores[j] : chunk_max;
+    float new_max = chunk_max > state->max ? chunk_max : state->max;
+    float rescale = expf(state->max - new_max);
+    state->sum *= rescale;
+    for (int i = 0; i < width; i++)
+        acc[i] *= rescale;
+    for (int j = 0; j < n; j++) {
+        float p = expf(scores[j] - new_max);
+        state->sum += p;
+        const float *row = values + (size_t)j * width;
+        for (int i = 0; i < width; i++)
+            acc[i] += p * row[i];
+    }
+    state->max = new_max;
+}
+
+/* Cache rows [first, first + n) -> latent [n][kv_lora] and k_pe [n][rope] as float. */
+static void chunk_to_float(const mla_shape *s, const uint16_t *cache, long first, int n,
+                           float *latent, float *k_pe)
+{
+    size_t row = (size_t)s->kv_lora + s->rope;
+    for (int j = 0; j < n; j++) {
+        const uint16_t *entry = cache + (size_t)(first + j) * row;
+        f16_row_to_float(entry, s->kv_lora, latent + (size_t)j * s->kv_lora);
+        f16_row_to_float(entry + s->kv_lora, s->rope, k_pe + (size_t)j * s->rope);
+    }
+}
+
+size_t mla_decode_scratch_floats(const mla_shape *s, int head_count)
+{
+    return (size_t)CHUNK * (s->kv_lora + s->rope + 1) + (size_t)head_count * (2 * s->kv_lora + 2);
+}
+
+void mla_decode(const mla_shape *s, const weight_matrix *kv_b, int head_begin, int head_end,
+                const float *q, const uint16_t *cache, long n_pos, float *scratch, float *out)
+{
+    int head_count = head_end - head_begin;
+    int q_width = s->nope + s->rope, kv_b_rows = s->nope + s->v;
+    float *latent = scratch;                                    /* [CHUNK][kv_lora] */
+    float *k_pe = latent + (size_t)CHUNK * s->kv_lora;          /* [CHUNK][rope] */
+    float *scores = k_pe + (size_t)CHUNK * s->rope;             /* [CHUNK] */
+    float *q_latent = scores + CHUNK;                           /* [head_count][kv_lora] */
+    float *o_latent = q_latent + (size_t)head_count * s->kv_lora; /* [head_count][kv_lora] */
+    softmax_state *state = (softmax_state *)(o_latent + (size_t)head_count * s->kv_lora); /* [head_count] */
+
+    /* Absorb W_UK: q_latent = W_UK^T q_nope, so q_nope . (W_UK c) = q_latent . c. */
+    memset(q_latent, 0, (size_t)head_count * 2 * s->kv_lora * sizeof(float));
+    for (int h = 0; h < head_count; h++) {
+        int head = head_begin + h;
+        weight_matrix w_uk = linear_row_view(kv_b, head * kv_b_rows, head * kv_b_rows + s->nope);
+        linear_transposed_accumulate(&w_uk, q + (size_t)head * q_width, q_latent + (size_t)h * s->kv_lora);
+        state[h] = (softmax_state){-INFINITY, 0.0f};
+    }
+    for (long first = 0; first < n_pos; first += CHUNK) {
+        int n = n_pos - first < CHUNK ? (int)(n_pos - first) : CHUNK;
+        chunk_to_float(s, cache, first, n, latent, k_pe);
+        for (int h = 0; h < head_count; h++) {
+            const float *q_pe = q + (size_t)(head_begin + h) * q_width + s->nope;
+            const float *q_lat = q_latent + (size_t)h * s->kv_lora;
+            for (int j = 0; j < n; j++)
+                scores[j] = (dot(q_lat, latent + (size_t)j * s->kv_lora, s->kv_lora) +
+                             dot(q_pe, k_pe + (size_t)j * s->rope, s->rope)) * s->softmax_scale;
+            online_softmax_update(&state[h], o_latent + (size_t)h * s->kv_lora, s->kv_lora, scores, n, latent);
+        }
+    }
+    /* Apply W_UV after the weighted sum over the latent. */
+    for (int h = 0; h < head_count; h++) {
+        int head = head_begin + h;
+        float *o_lat = o_latent + (size_t)h * s->kv_lora;
+        float inverse = 1.0f / state[h].sum;
+        for (int i = 0; i < s->kv_lora; i++)
+            o_lat[i] *= inverse;
+        weight_matrix w_uv = linear_row_view(kv_b, head * kv_b_rows + s->nope, (head + 1) * kv_b_rows);
+        linear_rows(&w_uv, o_lat, 0, 1, out + (size_t)head * s->v, 0, 0, s->v);
+    }
+}
+
+size_t mla_prefill_scratch_floats(const mla_shape *s, int n_tokens)
+{
+    return (size_t)CHUNK * (s->kv_lora + s->rope + s->nope + s->v + 1) +
+           (size_t)n_tokens * (s->v + 2);
+}
+
+void mla_prefill(const mla_shape *s, const weight_matrix *kv_b, int head_begin, int head_end,
+                 const float *q, int n_tokens, long start_pos, const uint16_t *cache,
+                 float *scratch, float *out)
+{
+    int kv_b_rows = s->nope + s->v, n_heads = kv_b->rows / kv_b_rows;
+    size_t q_row = (size_t)n_heads * (s->nope + s->rope), out_row = (size_t)n_heads * s->v;
+    long n_pos = start_pos + n_tokens;
+    float *latent = scratch;                                    /* [CHUNK][kv_lora] */
+    float *k_pe = latent + (size_t)CHUNK * s->kv_lora;          /* [CHUNK][rope] */
+    float *k_nope = k_pe + (size_t)CHUNK * s->rope;             /* [CHUNK][nope] */
+    float *values = k_nope + (size_t)CHUNK * s->nope;           /* [CHUNK][v] */
+    float *scores = values + (size_t)CHUNK * s->v;              /* [CHUNK] */
+    float *acc = scores + CHUNK;                                /* [n_tokens][v] */
+    softmax_state *state = (softmax_state *)(acc + (size_t)n_tokens * s->v); /* [n_tokens] */
+
+    for (int head = head_begin; head < head_end; head++) {
+        weight_matrix w_uk = linear_row_view(kv_b, head * kv_b_rows, head * kv_b_rows + s->nope);
+        weight_matrix w_uv = linear_row_view(kv_b, head * kv_b_rows + s->nope, (head + 1) * kv_b_rows);
+        memset(acc, 0, (size_t)n_tokens * s->v * sizeof(float));
+        for (int t = 0; t < n_tokens; t++)
+            state[t] = (softmax_state){-INFINITY, 0.0f};
+        for (long first = 0; first < n_pos; first += CHUNK) {
+            int n = n_pos - first < CHUNK ? (int)(n_pos - first) : CHUNK;
+            chunk_to_float(s, cache, first, n, latent, k_pe);
+            linear_rows(&w_uk, latent, s->kv_lora, n, k_nope, s->nope, 0, s->nope);
+            linear_rows(&w_uv, latent, s->kv_lora, n, values, s->v, 0, s->v);
+            for (int t = 0; t < n_tokens; t++) {
+                long visible = start_pos + t + 1 - first; /* causal: positions <= start_pos + t */
+                if (visible <= 0)
+                    continue;
+                int m = visible < n ? (int)visible : n;
+                const float *q_nope = q + t * q_row + (size_t)head * (s->nope + s->rope);
+                const float *q_pe = q_nope + s->nope;
+                for (int j = 0; j < m; j++)
+                    scores[j] = (dot(q_nope, k_nope + (size_t)j * s->nope, s->nope) +
+                                 dot(q_pe, k_pe + (size_t)j * s->rope, s->rope)) * s->softmax_scale;
+                online_softmax_update(&state[t], acc + (size_t)t * s->v, s->v, scores, m, values);
+            }
+        }
+        for (int t = 0; t < n_tokens; t++) {
+            float inverse = 1.0f / state[t].sum;
+            float *o = out + t * out_row + (size_t)head * s->v;
+            for (int i = 0; i < s->v; i++)
+                o[i] = acc[(size_t)t * s->v + i] * inverse;
+        }
+    }
+}

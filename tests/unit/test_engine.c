@@ -1,0 +1,386 @@
+/* test_engine: the engine on the tiny-k25 checkpoint and the CPU backend, against the
+ * independent reference (tests/golden/reference/tiny-k25/model_cases.json): greedy ids and
+ * first-step logits, prefix reuse (reused count and logits of the second turn), cancel
+ * mid-decode, the context limit, stop ids, the poll() descriptor, back-pressure, and API
+ * misuse as clear errors. */
+#include <jansson.h>
+#include <poll.h>
+#include <stdlib.h>
+
+#include "engine/engine.h"
+#include "tests/unit/check.h"
+
+#define MODEL "tests/golden/fixtures/tiny-k25"
+#define REFERENCE "tests/golden/reference/tiny-k25"
+#define VOCAB 2304
+/* docs/CONVENTIONS.md: CPU logits against the reference. */
+#define LOGIT_MAX_ERR 1e-2
+#define LOGIT_MEAN_ERR 1e-3
+
+typedef struct {
+    int32_t *ids;
+    int n;
+} id_list;
+
+static json_t *cases;
+
+static json_t *find_case(const char *name)
+{
+    json_t *list = json_object_get(cases, "cases"), *c;
+    size_t i;
+    json_array_foreach(list, i, c)
+        if (!strcmp(json_string_value(json_object_get(c, "name")), name))
+            return c;
+    fprintf(stderr, "reference case %s missing\n", name);
+    exit(1);
+}
+
+static id_list case_ids(const char *name, const char *field)
+{
+    json_t *a = json_object_get(find_case(name), field);
+    id_list l = {malloc(json_array_size(a) * sizeof(int32_t) + 1), (int)json_array_size(a)};
+    for (int i = 0; i < l.n; i++)
+        l.ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return l;
+}
+
+static float *read_f32(const char *file, size_t count)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", REFERENCE, file);
+    FILE *f = fopen(path, "rb");
+    float *v = malloc(count * sizeof *v);
+    if (!f || fread(v, sizeof *v, count, f) != count) {
+        fprintf(stderr, "cannot read %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+    return v;
+}
+
+static void check_logits(const char *what, const float *got, const float *want)
+{
+    double max_err = 0, sum_err = 0;
+    for (int i = 0; i < VOCAB; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        max_err = d > max_err ? d : max_err;
+        sum_err += d;
+    }
+    CHECK_MSG(max_err <= LOGIT_MAX_ERR && sum_err / VOCAB <= LOGIT_MEAN_ERR, "%s: logits max err %.3g mean %.3g",
+              what, max_err, sum_err / VOCAB);
+}
+
+static engine *open_engine(int tp, long max_context, int event_capacity)
+{
+    engine_options opt = {.model_dir = MODEL, .backend = BACKEND_CPU, .tp = tp, .threads_per_rank = 1,
+                          .max_context = max_context, .event_capacity = event_capacity};
+    engine *e = NULL;
+    kimi_err err = {0};
+    if (engine_open(&e, &opt, &err)) {
+        fprintf(stderr, "engine_open: %s\n", err.msg);
+        exit(1);
+    }
+    return e;
+}
+
+typedef struct {
+    int32_t tokens[1024];
+    int n_tokens;
+    int indices_in_order;
+    int n_errors;
+    char error[512];
+    engine_stats stats;
+} outcome;
+
+/* Read events until the DONE of request id; events of other requests fail the test. */
+static void collect(engine *e, uint64_t id, outcome *o)
+{
+    memset(o, 0, sizeof *o);
+    o->indices_in_order = 1;
+    engine_event ev;
+    for (;;) {
+        if (!engine_next_event(e, &ev, 60000)) {
+            CHECK_MSG(0, "no event for 60 s");
+            return;
+        }
+        CHECK_INT(ev.request, id);
+        if (ev.kind == ENGINE_EVENT_TOKEN) {
+            o->indices_in_order &= ev.index == o->n_tokens;
+            if (o->n_tokens < 1024)
+                o->tokens[o->n_tokens++] = ev.token;
+        } else if (ev.kind == ENGINE_EVENT_ERROR) {
+            o->n_errors++;
+            snprintf(o->error, sizeof o->error, "%s", ev.message);
+        } else {
+            o->stats = ev.stats;
+            return;
+        }
+    }
+}
+
+static uint64_t submit(engine *e, const int32_t *tokens, int n, int max_new, const int32_t *stop, int n_stop,
+                       float *first_logits)
+{
+    engine_request req = {.tokens = tokens, .n_tokens = n, .sampling = {0, 0, 1, 0}, .max_new_tokens = max_new,
+                          .stop_ids = stop, .n_stop_ids = n_stop, .first_logits = first_logits};
+    uint64_t id = 0;
+    kimi_err err = {0};
+    CHECK_MSG(engine_submit(e, &req, &id, &err) == 0, "engine_submit: %s", err.msg);
+    return id;
+}
+
+static int fd_readable(engine *e)
+{
+    struct pollfd p = {.fd = engine_event_fd(e), .events = POLLIN};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+/* Greedy on the reference's prompt gives its 32 ids, the first logits match, then the second
+ * turn reuses the common prefix the reference names and its logits match too; a fresh
+ * prefill of the same prompt gives the same logits. */
+static void test_greedy_and_prefix_reuse(int tp)
+{
+    engine *e = open_engine(tp, 512, 0);
+    const engine_info *info = engine_get_info(e);
+    CHECK_INT(info->max_context, 512);
+    CHECK_INT(info->vocab, VOCAB);
+    CHECK_MSG(strstr(info->summary, "context 512") != NULL, "summary: %s", info->summary);
+
+    id_list prompt = case_ids("greedy_sys_user", "tokens"), want = case_ids("greedy_sys_user", "generated");
+    float *want_steps = read_f32("greedy_sys_user.f32", (size_t)want.n * VOCAB);
+    float first_logits[VOCAB];
+    CHECK(!fd_readable(e));
+    outcome o;
+    uint64_t id = submit(e, prompt.ids, prompt.n, want.n, NULL, 0, first_logits);
+    collect(e, id, &o);
+    CHECK(!fd_readable(e));
+    CHECK_INT(o.n_tokens, want.n);
+    CHECK(o.indices_in_order);
+    int same = o.n_tokens == want.n;
+    for (int i = 0; same && i < want.n; i++)
+        same = o.tokens[i] == want.ids[i];
+    CHECK_MSG(same, "tp %d: greedy ids differ from the reference", tp);
+    check_logits("greedy first step", first_logits, want_steps);
+    CHECK_INT(o.stats.prompt_tokens, prompt.n);
+    CHECK_INT(o.stats.reused_tokens, 0);
+    CHECK_INT(o.stats.prefilled_tokens, prompt.n);
+    CHECK_INT(o.stats.generated_tokens, want.n);
+    CHECK_INT(o.stats.decode_steps, want.n - 1);
+    CHECK_INT(o.stats.stop_reason, ENGINE_STOP_MAX_TOKENS);
+    CHECK(o.stats.prefill_tok_s > 0 && o.stats.decode_tok_s > 0);
+
+    id_list second = case_ids("turns_second_prompt", "tokens");
+    long common = json_integer_value(json_object_get(find_case("turns_second_prompt"), "common_prefix"));
+    float *want_second = read_f32("turns_second_prompt.f32", VOCAB), reused_logits[VOCAB], fresh_logits[VOCAB];
+    id = submit(e, second.ids, second.n, 1, NULL, 0, reused_logits);
+    collect(e, id, &o);
+    CHECK_INT(o.stats.reused_tokens, common);
+    CHECK_INT(o.stats.prefilled_tokens, second.n - common);
+    check_logits("second turn with prefix reuse", reused_logits, want_second);
+
+    /* The whole prompt is cached now: only its last token runs again. */
+    float again[VOCAB];
+    id = submit(e, second.ids, second.n, 1, NULL, 0, again);
+    collect(e, id, &o);
+    CHECK_INT(o.stats.reused_tokens, second.n - 1);
+    check_logits("second turn fully cached", again, want_second);
+
+    /* A prompt that differs at its first token reuses nothing; then the second prompt is a
+     * fresh prefill, and its logits must agree with the reused run's. */
+    int32_t other[3] = {second.ids[0] + 1, 5, 6};
+    collect(e, submit(e, other, 3, 1, NULL, 0, NULL), &o);
+    CHECK_INT(o.stats.reused_tokens, 0);
+    collect(e, submit(e, second.ids, second.n, 1, NULL, 0, fresh_logits), &o);
+    CHECK_INT(o.stats.reused_tokens, 0);
+    check_logits("second turn fresh prefill", fresh_logits, want_second);
+    double max_diff = 0;
+    for (int i = 0; i < VOCAB; i++)
+        max_diff = fmax(max_diff, fabs(fresh_logits[i] - reused_logits[i]));
+    CHECK_MSG(max_diff <= LOGIT_MAX_ERR, "fresh vs reused prefill differ by %.3g", max_diff);
+
+    free(prompt.ids);
+    free(want.ids);
+    free(second.ids);
+    free(want_steps);
+    free(want_second);
+    engine_close(e);
+}
+
+/* A tiny event queue makes the scheduler wait for the reader (nothing dropped), so the
+ * number of tokens after the cancel bounds how many steps it took to stop. */
+static void test_cancel_and_backpressure(void)
+{
+    enum { queue = 2 };
+    engine *e = open_engine(1, 512, queue);
+    id_list prompt = case_ids("greedy_sys_user", "tokens");
+    uint64_t id = submit(e, prompt.ids, prompt.n, 300, NULL, 0, NULL);
+    engine_event ev;
+    int seen = 0;
+    while (seen < 5 && engine_next_event(e, &ev, 60000) && ev.kind == ENGINE_EVENT_TOKEN)
+        seen++;
+    CHECK_INT(seen, 5);
+    kimi_err err = {0};
+    CHECK_INT(engine_cancel(e, id, &err), 0);
+    int after = 0, done = 0, index_ok = 1;
+    engine_stats st = {0};
+    while (!done && engine_next_event(e, &ev, 60000)) {
+        if (ev.kind == ENGINE_EVENT_TOKEN) {
+            index_ok &= ev.index == seen + after;
+            after++;
+        } else if (ev.kind == ENGINE_EVENT_DONE) {
+            st = ev.stats;
+            done = 1;
+        }
+    }
+    CHECK(done);
+    CHECK(index_ok);
+    CHECK_INT(st.stop_reason, ENGINE_STOP_CANCELLED);
+    CHECK_STR(engine_stop_reason_name(st.stop_reason), "cancelled");
+    CHECK_INT(st.generated_tokens, seen + after);
+    /* At most the queue's worth plus the token in hand plus one step in flight. */
+    CHECK_MSG(after <= queue + 2, "%d tokens came after the cancel", after);
+    CHECK(st.generated_tokens < 300);
+
+    /* The generated tokens stay in the cache: resubmitting prompt + them reuses all but the
+     * last (it was sampled, never run). */
+    CHECK_INT(engine_cancel(e, id, &err), 0);
+    int32_t *all = malloc((size_t)(prompt.n + st.generated_tokens) * sizeof *all);
+    memcpy(all, prompt.ids, (size_t)prompt.n * sizeof *all);
+    id_list want = case_ids("greedy_sys_user", "generated");
+    for (int i = 0; i < st.generated_tokens && i < want.n; i++)
+        all[prompt.n + i] = want.ids[i];
+    outcome o;
+    int n_all = prompt.n + (st.generated_tokens < want.n ? st.generated_tokens : want.n);
+    collect(e, submit(e, all, n_all, 1, NULL, 0, NULL), &o);
+    CHECK_INT(o.stats.reused_tokens, n_all - 1);
+
+    /* A request cancelled before it starts still ends with one DONE, "cancelled". */
+    uint64_t a = submit(e, prompt.ids, prompt.n, 200, NULL, 0, NULL);
+    uint64_t b = submit(e, prompt.ids, prompt.n, 5, NULL, 0, NULL);
+    CHECK_INT(engine_cancel(e, b, &err), 0);
+    CHECK_INT(engine_cancel(e, a, &err), 0);
+    int done_a = 0, done_b = 0;
+    while ((!done_a || !done_b) && engine_next_event(e, &ev, 60000)) {
+        if (ev.kind != ENGINE_EVENT_DONE)
+            continue;
+        CHECK_INT(ev.stats.stop_reason, ENGINE_STOP_CANCELLED);
+        if (ev.request == a)
+            done_a = 1;
+        if (ev.request == b) {
+            done_b = 1;
+            CHECK(done_a);
+            CHECK_INT(ev.stats.generated_tokens, 0);
+        }
+    }
+    CHECK(done_a && done_b);
+    free(all);
+    free(want.ids);
+    free(prompt.ids);
+    engine_close(e);
+}
+
+static void test_stop_ids_and_context_full(void)
+{
+    engine *e = open_engine(1, 64, 0);
+    id_list prompt = case_ids("greedy_sys_user", "tokens"), want = case_ids("greedy_sys_user", "generated");
+    outcome o;
+
+    /* Stop at the reference's 6th id: emitted, then done with that id. */
+    int32_t stop[2] = {VOCAB - 1, want.ids[5]};
+    int first = 0;
+    while (want.ids[first] != stop[1])
+        first++;
+    collect(e, submit(e, prompt.ids, prompt.n, 16, stop, 2, NULL), &o);
+    CHECK_INT(o.n_tokens, first + 1);
+    CHECK_INT(o.tokens[o.n_tokens - 1], stop[1]);
+    CHECK_INT(o.stats.stop_reason, ENGINE_STOP_TOKEN);
+    CHECK_INT(o.stats.stop_id, stop[1]);
+    CHECK_STR(engine_stop_reason_name(o.stats.stop_reason), "stop_token");
+
+    /* 46 + 32 positions do not fit in 64: refused up front, naming the numbers. */
+    kimi_err err = {0};
+    uint64_t id;
+    engine_request req = {.tokens = prompt.ids, .n_tokens = prompt.n, .sampling = {0, 0, 1, 0}, .max_new_tokens = 32};
+    CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_STATE);
+    CHECK_MSG(strstr(err.msg, "context full") && strstr(err.msg, "64") && strstr(err.msg, "78"), "%s", err.msg);
+
+    /* max_new_tokens 0: generate until the cache is full. The prompt fills 46 positions, each
+     * further step one more, and the last sampled id needs no position: 64 - 46 + 1 ids. */
+    collect(e, submit(e, prompt.ids, prompt.n, 0, NULL, 0, NULL), &o);
+    CHECK_INT(o.stats.stop_reason, ENGINE_STOP_CONTEXT_FULL);
+    CHECK_STR(engine_stop_reason_name(o.stats.stop_reason), "context_full");
+    CHECK_INT(o.n_tokens, 64 - prompt.n + 1);
+    int same = 1;
+    for (int i = 0; i < o.n_tokens && i < want.n; i++)
+        same &= o.tokens[i] == want.ids[i];
+    CHECK(same);
+    free(prompt.ids);
+    free(want.ids);
+    engine_close(e);
+}
+
+static void test_misuse(void)
+{
+    kimi_err err = {0};
+    engine *e = NULL;
+    engine_options opt = {.model_dir = MODEL, .backend = BACKEND_CPU, .tp = 3, .threads_per_rank = 1, .max_context = 64};
+    CHECK(engine_open(&e, &opt, &err) != 0);
+    CHECK(e == NULL);
+    CHECK_MSG(strstr(err.msg, "--tp 3") != NULL, "%s", err.msg);
+    opt.tp = 9;
+    CHECK_INT(engine_open(&e, &opt, &err), KIMI_ERR_USAGE);
+    opt.tp = 1;
+    opt.model_dir = "tests/golden/fixtures/no-such-model";
+    CHECK(engine_open(&e, &opt, &err) != 0);
+    CHECK(strstr(err.msg, "no-such-model") != NULL);
+
+    e = open_engine(1, 64, 0);
+    CHECK_INT(engine_cancel(e, 999, &err), KIMI_ERR_STATE);
+    CHECK_MSG(strstr(err.msg, "unknown request id 999") != NULL, "%s", err.msg);
+    CHECK_INT(engine_cancel(e, 0, &err), KIMI_ERR_STATE);
+
+    uint64_t id;
+    int32_t tokens[3] = {1, 2, VOCAB};
+    engine_request req = {.tokens = tokens, .n_tokens = 3, .sampling = {0, 0, 1, 0}, .max_new_tokens = 4};
+    CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_INPUT);
+    CHECK_MSG(strstr(err.msg, "2304") != NULL, "%s", err.msg);
+    tokens[2] = 3;
+    req.n_tokens = 0;
+    CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_INPUT);
+    req.n_tokens = 3;
+    req.sampling.top_p = 2;
+    CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_INPUT);
+    CHECK(strstr(err.msg, "top_p") != NULL);
+    req.sampling.top_p = 1;
+    req.max_new_tokens = -1;
+    CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_INPUT);
+    req.max_new_tokens = 2;
+
+    /* A finished request can be cancelled harmlessly; then shut down: no new requests. */
+    outcome o;
+    CHECK_INT(engine_submit(e, &req, &id, &err), 0);
+    collect(e, id, &o);
+    CHECK_INT(o.n_tokens, 2);
+    CHECK_INT(engine_cancel(e, id, &err), 0);
+    engine_shutdown(e);
+    CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_STATE);
+    CHECK_MSG(strstr(err.msg, "shut down") != NULL, "%s", err.msg);
+    engine_close(e);
+}
+
+int main(void)
+{
+    json_error_t jerr;
+    cases = json_load_file(REFERENCE "/model_cases.json", 0, &jerr);
+    if (!cases) {
+        fprintf(stderr, "%s: %s\n", REFERENCE "/model_cases.json", jerr.text);
+        return 1;
+    }
+    test_greedy_and_prefix_reuse(1);
+    test_greedy_and_prefix_reuse(2);
+    test_cancel_and_backpressure();
+    test_stop_ids_and_context_full();
+    test_misuse();
+    json_decref(cases);
+    return check_finish();
+}

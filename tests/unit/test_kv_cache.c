@@ -1,0 +1,108 @@
+/* test_kv_cache: prefix matching (with the keep-one-token rule), the id bookkeeping, and the
+ * context plan against numbers derived from the spec (docs/ARCHITECTURE.md: 70,272 B per
+ * position for Kimi-K2.5). */
+#include <stdlib.h>
+
+#include "engine/kv_cache.h"
+#include "tests/unit/check.h"
+
+static void test_prefix(void)
+{
+    kv_cache c;
+    kimi_err err = {0};
+    CHECK_INT(kv_cache_init(&c, 8, &err), 0);
+    int32_t first[5] = {10, 11, 12, 13, 14};
+    CHECK_INT(kv_cache_reusable(&c, first, 5), 0);
+    CHECK_INT(kv_cache_append(&c, first, 5, &err), 0);
+    CHECK_INT(c.n, 5);
+
+    int32_t longer[7] = {10, 11, 12, 13, 14, 15, 16};
+    CHECK_INT(kv_cache_reusable(&c, longer, 7), 5);
+    int32_t diverges[4] = {10, 11, 99, 13};
+    CHECK_INT(kv_cache_reusable(&c, diverges, 4), 2);
+    /* The whole prompt is cached: the last token is run again so its logits exist. */
+    CHECK_INT(kv_cache_reusable(&c, first, 5), 4);
+    int32_t shorter[3] = {10, 11, 12};
+    CHECK_INT(kv_cache_reusable(&c, shorter, 3), 2);
+    int32_t one[1] = {10};
+    CHECK_INT(kv_cache_reusable(&c, one, 1), 0);
+    int32_t other[2] = {7, 10};
+    CHECK_INT(kv_cache_reusable(&c, other, 2), 0);
+
+    kv_cache_truncate(&c, 2);
+    CHECK_INT(c.n, 2);
+    CHECK_INT(kv_cache_reusable(&c, longer, 7), 2);
+    kv_cache_truncate(&c, 6);
+    CHECK_INT(c.n, 2);
+    CHECK_INT(kv_cache_append(&c, longer + 2, 5, &err), 0);
+    CHECK_INT(kv_cache_reusable(&c, longer, 7), 6);
+
+    CHECK_INT(kv_cache_append(&c, longer, 2, &err), KIMI_ERR_STATE);
+    CHECK(strstr(err.msg, "context full") != NULL);
+    CHECK_INT(c.n, 7);
+    kv_cache_free(&c);
+    CHECK_INT(kv_cache_init(&c, 0, &err), KIMI_ERR_USAGE);
+}
+
+/* Kimi-K2.5's text config as far as the plan reads it. */
+static model_config kimi_config(void)
+{
+    model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.layers = 61;
+    cfg.kv_lora_rank = 512;
+    cfg.qk_rope_dim = 64;
+    cfg.max_position = 262144;
+    return cfg;
+}
+
+static void test_plan(void)
+{
+    model_config cfg = kimi_config();
+    kimi_err err = {0};
+    kv_cache_plan plan;
+    const size_t per_token = 70272, gib = 1024ull * 1024 * 1024;
+    size_t weights = 75 * gib;
+
+    /* A rank budget that holds the rank's weights plus exactly 1000 positions. */
+    size_t budget = weights + per_token * 1000;
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.kv_bytes_per_token, per_token);
+    CHECK_INT(plan.max_fit, 1000);
+    CHECK_INT(plan.max_context, 1000);
+    CHECK_MSG(strstr(plan.summary, "context 1000") && strstr(plan.summary, "the test budget"), "%s", plan.summary);
+
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget, 8, 800, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.max_context, 800);
+    CHECK(strstr(plan.summary, "--max-context") != NULL);
+
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget, 8, 1001, "the test budget", &plan, &err), KIMI_ERR_NOMEM);
+    CHECK_MSG(strstr(err.msg, "1001") && strstr(err.msg, "at most 1000"), "%s", err.msg);
+
+    /* Plenty of memory: the model's own limit caps the context. */
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.max_context, 262144);
+    CHECK(strstr(plan.summary, "max_position_embeddings") != NULL);
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 300000, "the test budget", &plan, &err),
+              KIMI_ERR_USAGE);
+    CHECK(strstr(err.msg, "262144") != NULL);
+
+    /* The weights alone do not fit. */
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 70 * gib, 8, 0, "the test budget", &plan, &err), KIMI_ERR_NOMEM);
+    CHECK(strstr(err.msg, "does not hold the weights") != NULL);
+
+    /* No budget known (a GPU backend without a budget): only an explicit context works. */
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 8, 0, "none", &plan, &err), KIMI_ERR_USAGE);
+    CHECK(strstr(err.msg, "--max-context") != NULL);
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 8, 4096, "none", &plan, &err), 0);
+    CHECK_INT(plan.max_context, 4096);
+    CHECK_INT(plan.max_fit, -1);
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 0, 4096, "none", &plan, &err), KIMI_ERR_USAGE);
+}
+
+int main(void)
+{
+    test_prefix();
+    test_plan();
+    return check_finish();
+}

@@ -1,0 +1,200 @@
+/* test_linear: linear_rows / linear_transposed_accumulate for NVFP4, BF16, F16 and F32 views
+ * (whole matrices, row ranges, K ranges inside a wider tensor, padded strides, token counts
+ * below, at and above the token tile) against a float64 product of the rows decoded by
+ * numeric's weight_matrix_decode_row. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/numeric.h"
+#include "tests/unit/check.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float uniform(void)
+{
+    return (float)(rng() % 2000001) / 1000000.0f - 1.0f;
+}
+
+/* A full tensor [rows][cols] of the given format, random. */
+typedef struct {
+    weight_matrix w;
+    uint8_t *data, *scale;
+} tensor;
+
+static tensor make_tensor(weight_format format, int rows, int cols)
+{
+    tensor t = {0};
+    size_t row_bytes = format == WEIGHT_NVFP4 ? (size_t)cols / 2
+                       : format == WEIGHT_F32 ? (size_t)cols * 4 : (size_t)cols * 2;
+    t.data = malloc((size_t)rows * row_bytes);
+    for (size_t i = 0; i < (size_t)rows * row_bytes; i++)
+        t.data[i] = (uint8_t)rng();
+    if (format == WEIGHT_BF16 || format == WEIGHT_F16) {
+        /* random values of a sane magnitude (no inf/NaN) */
+        for (size_t i = 0; i < (size_t)rows * cols; i++) {
+            float v = uniform();
+            uint32_t wide;
+            memcpy(&wide, &v, 4);
+            uint16_t bits = format == WEIGHT_F16 ? float_to_f16(v) : (uint16_t)(wide >> 16);
+            memcpy(t.data + 2 * i, &bits, 2);
+        }
+    } else if (format == WEIGHT_F32) {
+        for (size_t i = 0; i < (size_t)rows * cols; i++) {
+            float v = uniform();
+            memcpy(t.data + 4 * i, &v, 4);
+        }
+    }
+    if (format == WEIGHT_NVFP4) {
+        t.scale = malloc((size_t)rows * cols / 16);
+        for (size_t i = 0; i < (size_t)rows * cols / 16; i++)
+            t.scale[i] = (uint8_t)(rng() % 0x50 + 0x08) | (rng() % 8 == 0 ? 0x80 : 0); /* finite, some negative */
+    }
+    t.w = (weight_matrix){format, rows, cols, t.data, row_bytes, t.scale, (size_t)cols / 16,
+                          format == WEIGHT_NVFP4 ? 0.0123f : 1.0f};
+    return t;
+}
+
+/* y[t][r] = sum_k W[r][k] x[t][k] in float64, with a bound on the float32 summation error. */
+static void reference(const weight_matrix *w, const float *x, size_t x_stride, int n_tokens, double *y, double *bound)
+{
+    float *row = malloc((size_t)w->cols * sizeof *row);
+    for (int r = 0; r < w->rows; r++) {
+        weight_matrix_decode_row(w, r, row);
+        for (int t = 0; t < n_tokens; t++) {
+            double sum = 0, magnitude = 0;
+            for (int k = 0; k < w->cols; k++) {
+                sum += (double)row[k] * x[t * x_stride + k];
+                magnitude += fabs((double)row[k] * x[t * x_stride + k]);
+            }
+            y[(size_t)t * w->rows + r] = sum;
+            bound[(size_t)t * w->rows + r] = 1e-5 * magnitude + 1e-30;
+        }
+    }
+    free(row);
+}
+
+static void check_view(const char *what, const weight_matrix *w, int n_tokens, int row_begin, int row_end)
+{
+    size_t x_stride = (size_t)w->cols + 3, y_stride = (size_t)w->rows + 5;
+    float *x = malloc((size_t)n_tokens * x_stride * sizeof *x);
+    float *y = malloc((size_t)n_tokens * y_stride * sizeof *y);
+    double *want = malloc((size_t)n_tokens * w->rows * sizeof *want);
+    double *bound = malloc((size_t)n_tokens * w->rows * sizeof *bound);
+    for (size_t i = 0; i < (size_t)n_tokens * x_stride; i++)
+        x[i] = uniform();
+    for (size_t i = 0; i < (size_t)n_tokens * y_stride; i++)
+        y[i] = 12345.0f; /* rows outside the range must stay untouched */
+    reference(w, x, x_stride, n_tokens, want, bound);
+    linear_rows(w, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+    int bad = 0, untouched = 1;
+    for (int t = 0; t < n_tokens; t++)
+        for (int r = 0; r < (int)y_stride; r++) {
+            float got = y[t * y_stride + r];
+            if (r < row_begin || r >= row_end) {
+                untouched &= got == 12345.0f;
+                continue;
+            }
+            double err = fabs(got - want[(size_t)t * w->rows + r]);
+            if (!(err <= bound[(size_t)t * w->rows + r])) {
+                if (!bad)
+                    fprintf(stderr, "%s: token %d row %d: %.9g vs %.9g\n", what, t, r, got, want[(size_t)t * w->rows + r]);
+                bad++;
+            }
+        }
+    CHECK_MSG(bad == 0, "%s (%d tokens, rows %d..%d): %d wrong", what, n_tokens, row_begin, row_end, bad);
+    CHECK_MSG(untouched, "%s: rows outside [%d, %d) were written", what, row_begin, row_end);
+    free(x);
+    free(y);
+    free(want);
+    free(bound);
+}
+
+static void check_transposed(const char *what, const weight_matrix *w)
+{
+    float *x = malloc((size_t)w->rows * sizeof *x), *y = malloc((size_t)w->cols * sizeof *y);
+    float *row = malloc((size_t)w->cols * sizeof *row);
+    double *want = calloc((size_t)w->cols, sizeof *want), *magnitude = calloc((size_t)w->cols, sizeof *magnitude);
+    for (int r = 0; r < w->rows; r++)
+        x[r] = uniform();
+    for (int k = 0; k < w->cols; k++)
+        y[k] = 0.5f; /* accumulates onto what is there */
+    for (int r = 0; r < w->rows; r++) {
+        weight_matrix_decode_row(w, r, row);
+        for (int k = 0; k < w->cols; k++) {
+            want[k] += (double)row[k] * x[r];
+            magnitude[k] += fabs((double)row[k] * x[r]);
+        }
+    }
+    linear_transposed_accumulate(w, x, y);
+    int bad = 0;
+    for (int k = 0; k < w->cols; k++)
+        bad += !(fabs(y[k] - (want[k] + 0.5)) <= 1e-5 * (magnitude[k] + 0.5));
+    CHECK_MSG(bad == 0, "%s transposed: %d of %d columns wrong", what, bad, w->cols);
+    free(x);
+    free(y);
+    free(row);
+    free(want);
+    free(magnitude);
+}
+
+static void check_format(const char *what, weight_format format, int rows, int cols)
+{
+    tensor t = make_tensor(format, rows, cols);
+    static const int token_counts[] = {1, 3, LINEAR_TOKEN_TILE, LINEAR_TOKEN_TILE + 5};
+    for (size_t i = 0; i < sizeof token_counts / sizeof *token_counts; i++)
+        check_view(what, &t.w, token_counts[i], 0, rows);
+    check_view(what, &t.w, 2, rows / 3, rows - 2);
+
+    /* A view of rows [3, rows - 1) and K columns [16, cols - 16): the tensor-parallel shapes. */
+    weight_matrix view = linear_row_view(&t.w, 3, rows - 1);
+    size_t element = format == WEIGHT_F32 ? 4 : 2;
+    view.cols = cols - 32;
+    if (format == WEIGHT_NVFP4) {
+        view.data += 16 / 2;
+        view.scale += 1;
+    } else {
+        view.data += 16 * element;
+    }
+    check_view(what, &view, 1, 0, view.rows);
+    check_view(what, &view, LINEAR_TOKEN_TILE + 1, 1, view.rows);
+    check_transposed(what, &t.w);
+    check_transposed(what, &view);
+    free(t.data);
+    free(t.scale);
+}
+
+/* Exact small cases, worked out by hand from the NVFP4 definition. */
+static void check_nvfp4_by_hand(void)
+{
+    /* One row of 16: bytes 0x21 (1 -> 0.5, 2 -> 1.0) and 0xF7 (7 -> 6, 15 -> -6), the rest 0;
+     * block scale 0x38 = 1.0 (exponent 7), scale_2 = 0.25. */
+    uint8_t data[8] = {0x21, 0xF7, 0, 0, 0, 0, 0, 0}, scale[1] = {0x38};
+    weight_matrix w = {WEIGHT_NVFP4, 1, 16, data, 8, scale, 1, 0.25f};
+    float x[16] = {2, 4, 1, 3}, y = 0;
+    linear_rows(&w, x, 16, 1, &y, 1, 0, 1);
+    /* (0.5*2 + 1*4 + 6*1 - 6*3) * 1.0 * 0.25 = -7 * 0.25 */
+    CHECK_NEAR(y, -1.75, 0);
+    scale[0] = 0x40; /* exponent 8: 2.0 */
+    linear_rows(&w, x, 16, 1, &y, 1, 0, 1);
+    CHECK_NEAR(y, -3.5, 0);
+}
+
+int main(void)
+{
+    check_nvfp4_by_hand();
+    check_format("nvfp4", WEIGHT_NVFP4, 37, 96);
+    check_format("bf16", WEIGHT_BF16, 29, 72);  /* 72: a tail of 8 past the last 16-block */
+    check_format("f16", WEIGHT_F16, 21, 53);
+    check_format("f32", WEIGHT_F32, 17, 40);
+    return check_finish();
+}

@@ -1,0 +1,147 @@
+/* test_mla_attention: absorbed decode and expanded prefill attention over an fp16 latent cache
+ * against a float64 evaluation of the unabsorbed definition (k_nope and v expanded per head
+ * from the fp16 latent, causal softmax), for BF16 and NVFP4 kv_b, over several cache chunks,
+ * with a prefix already cached; and the two kernels against each other. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/mla_attention.h"
+#include "kernels/cpu/numeric.h"
+#include "tests/unit/check.h"
+
+enum { KV_LORA = 32, ROPE = 8, NOPE = 16, V = 12, HEADS = 3, POSITIONS = 150, PREFILL = 70 };
+enum { Q_WIDTH = NOPE + ROPE, KV_B_ROWS = HEADS * (NOPE + V), ROW = KV_LORA + ROPE };
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static float uniform(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) % 2000001) / 1000000.0f - 1.0f;
+}
+
+/* out [V] of head h for a query q [HEADS][Q_WIDTH] at position pos. */
+static void reference(const weight_matrix *kv_b, const uint16_t *cache, const float *q, int h, long pos, float scale,
+                      double *out)
+{
+    float w[KV_B_ROWS][KV_LORA], c[KV_LORA];
+    for (int r = 0; r < KV_B_ROWS; r++)
+        weight_matrix_decode_row(kv_b, r, w[r]);
+    double *scores = malloc((size_t)(pos + 1) * sizeof *scores), max = -INFINITY, sum = 0;
+    const float *q_h = q + h * Q_WIDTH;
+    for (long p = 0; p <= pos; p++) {
+        for (int i = 0; i < KV_LORA; i++)
+            c[i] = f16_to_float(cache[p * ROW + i]);
+        double score = 0;
+        for (int d = 0; d < NOPE; d++) {
+            double k = 0;
+            for (int i = 0; i < KV_LORA; i++)
+                k += (double)w[h * (NOPE + V) + d][i] * c[i];
+            score += q_h[d] * k;
+        }
+        for (int d = 0; d < ROPE; d++)
+            score += (double)q_h[NOPE + d] * f16_to_float(cache[p * ROW + KV_LORA + d]);
+        scores[p] = score * scale;
+        max = fmax(max, scores[p]);
+    }
+    for (int d = 0; d < V; d++)
+        out[d] = 0;
+    for (long p = 0; p <= pos; p++) {
+        double weight = exp(scores[p] - max);
+        sum += weight;
+        for (int i = 0; i < KV_LORA; i++)
+            c[i] = f16_to_float(cache[p * ROW + i]);
+        for (int d = 0; d < V; d++) {
+            double v = 0;
+            for (int i = 0; i < KV_LORA; i++)
+                v += (double)w[h * (NOPE + V) + NOPE + d][i] * c[i];
+            out[d] += weight * v;
+        }
+    }
+    for (int d = 0; d < V; d++)
+        out[d] /= sum;
+    free(scores);
+}
+
+static void check_kv_b(const char *what, const weight_matrix *kv_b, const uint16_t *cache)
+{
+    mla_shape s = {KV_LORA, ROPE, NOPE, V, 0.3f};
+    float q[PREFILL][HEADS][Q_WIDTH], out[PREFILL][HEADS][V], decoded[HEADS][V];
+    for (int t = 0; t < PREFILL; t++)
+        for (int h = 0; h < HEADS; h++)
+            for (int d = 0; d < Q_WIDTH; d++)
+                q[t][h][d] = uniform();
+    float *scratch = malloc(mla_prefill_scratch_floats(&s, PREFILL) * sizeof *scratch);
+    long start = POSITIONS - PREFILL;
+    memset(out, 0xFF, sizeof out); /* NaN: heads outside the range must stay so */
+    mla_prefill(&s, kv_b, 1, HEADS, &q[0][0][0], PREFILL, start, cache, scratch, &out[0][0][0]);
+    mla_prefill(&s, kv_b, 0, 1, &q[0][0][0], PREFILL, start, cache, scratch, &out[0][0][0]);
+    double worst = 0;
+    for (int t = 0; t < PREFILL; t += 23)
+        for (int h = 0; h < HEADS; h++) {
+            double want[V];
+            reference(kv_b, cache, &q[t][0][0], h, start + t, s.softmax_scale, want);
+            for (int d = 0; d < V; d++)
+                worst = fmax(worst, isnan(out[t][h][d]) ? INFINITY : fabs(out[t][h][d] - want[d]));
+        }
+    CHECK_MSG(worst < 2e-5, "%s prefill: max error %g", what, worst);
+
+    /* Decode of the last prefill token, heads split in two calls like two workers. */
+    free(scratch);
+    scratch = malloc(mla_decode_scratch_floats(&s, HEADS) * sizeof *scratch);
+    memset(decoded, 0xFF, sizeof decoded);
+    mla_decode(&s, kv_b, 0, 2, &q[PREFILL - 1][0][0], cache, POSITIONS, scratch, &decoded[0][0]);
+    CHECK(isnan(decoded[2][0]));
+    mla_decode(&s, kv_b, 2, 3, &q[PREFILL - 1][0][0], cache, POSITIONS, scratch, &decoded[0][0]);
+    worst = 0;
+    double agree = 0;
+    for (int h = 0; h < HEADS; h++) {
+        double want[V];
+        reference(kv_b, cache, &q[PREFILL - 1][0][0], h, POSITIONS - 1, s.softmax_scale, want);
+        for (int d = 0; d < V; d++) {
+            worst = fmax(worst, isnan(decoded[h][d]) ? INFINITY : fabs(decoded[h][d] - want[d]));
+            agree = fmax(agree, fabs(decoded[h][d] - out[PREFILL - 1][h][d]));
+        }
+    }
+    CHECK_MSG(worst < 2e-5, "%s decode: max error %g", what, worst);
+    CHECK_MSG(agree < 2e-5, "%s: decode and prefill differ by %g", what, agree);
+
+    /* A single cached position: the output is that position's value. */
+    mla_decode(&s, kv_b, 0, HEADS, &q[0][0][0], cache, 1, scratch, &decoded[0][0]);
+    double want[V];
+    reference(kv_b, cache, &q[0][0][0], 1, 0, s.softmax_scale, want);
+    worst = 0;
+    for (int d = 0; d < V; d++)
+        worst = fmax(worst, fabs(decoded[1][d] - want[d]));
+    CHECK_MSG(worst < 2e-5, "%s decode at position 0: error %g", what, worst);
+    free(scratch);
+}
+
+int main(void)
+{
+    static uint16_t cache[POSITIONS * ROW];
+    for (int i = 0; i < POSITIONS * ROW; i++)
+        cache[i] = float_to_f16(uniform() * 2.0f);
+
+    static uint16_t bf16[KV_B_ROWS * KV_LORA];
+    for (int i = 0; i < KV_B_ROWS * KV_LORA; i++) {
+        float v = uniform() * 0.5f;
+        uint32_t bits;
+        memcpy(&bits, &v, 4);
+        bf16[i] = (uint16_t)(bits >> 16);
+    }
+    weight_matrix w = {WEIGHT_BF16, KV_B_ROWS, KV_LORA, (const uint8_t *)bf16, KV_LORA * 2, NULL, 0, 1.0f};
+    check_kv_b("bf16", &w, cache);
+
+    static uint8_t packed[KV_B_ROWS * KV_LORA / 2], scales[KV_B_ROWS * KV_LORA / 16];
+    for (int i = 0; i < KV_B_ROWS * KV_LORA / 2; i++)
+        packed[i] = (uint8_t)(uniform() * 127 + 128);
+    for (int i = 0; i < KV_B_ROWS * KV_LORA / 16; i++)
+        scales[i] = (uint8_t)(0x30 + i % 16);
+    weight_matrix nv = {WEIGHT_NVFP4, KV_B_ROWS, KV_LORA, packed, KV_LORA / 2, scales, KV_LORA / 16, 0.05f};
+    check_kv_b("nvfp4", &nv, cache);
+    return check_finish();
+}

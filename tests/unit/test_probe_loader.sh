@@ -1,0 +1,57 @@
+#!/bin/sh
+# test_probe_loader: kimi-probe info / weights on tiny-k25 (the numbers of issue 2) and on broken
+# copies of it: each failure is one stderr line naming the file or flag, exit 3 (checkpoint) or
+# 2 (usage). Usage: test_probe_loader.sh PATH-TO-kimi-probe (run from the repository root).
+probe=$1
+model=tests/golden/fixtures/tiny-k25
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+
+# expect CODE NEEDLE COMMAND...: exit status CODE, exactly one stderr line containing NEEDLE.
+expect() {
+    code=$1 needle=$2
+    shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" -ne "$code" ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -qF -- "$needle" "$tmp/err"; then
+        echo "FAIL (exit $rc, want $code, '$needle'): $*"
+        cat "$tmp/err"
+        failed=1
+    else
+        echo "ok   $code $(cat "$tmp/err")"
+    fi
+}
+
+"$probe" info --model "$model" --json >"$tmp/info.json" || { echo "FAIL info --json"; failed=1; }
+for field in '"layers":4' '"dense_layers":1' '"experts":16' '"nvfp4":156' '"kv_bytes_per_token":640' '"tp":1'; do
+    grep -qF "$field" "$tmp/info.json" || { echo "FAIL info --json lacks $field"; failed=1; }
+done
+"$probe" info --model "$model" --tp 8 --mem-gib 1 >"$tmp/info.txt" || { echo "FAIL info --tp 8"; failed=1; }
+grep -q "1.0 GiB per rank" "$tmp/info.txt" || { echo "FAIL info does not state the budget"; failed=1; }
+
+fresh() { rm -rf "$tmp/m"; cp -r "$model" "$tmp/m"; }
+
+fresh
+head -c 1000000 "$model/model-00003-of-00003.safetensors" >"$tmp/m/model-00003-of-00003.safetensors"
+expect 3 "model-00003-of-00003.safetensors" "$probe" info --model "$tmp/m"
+fresh
+printf '\377\377\377\377\377\000\000\000{}' >"$tmp/m/model-00001-of-00003.safetensors"
+expect 3 "runs past the end" "$probe" info --model "$tmp/m"
+fresh
+sed 's/"num_attention_heads": 8/"num_attention_heads": "8"/' "$model/config.json" >"$tmp/m/config.json"
+expect 3 "text_config.num_attention_heads must be an integer" "$probe" info --model "$tmp/m"
+fresh
+sed 's/model-00002-of-00003/model-00007-of-00003/' "$model/model.safetensors.index.json" >"$tmp/m/model.safetensors.index.json"
+expect 3 "model-00007-of-00003.safetensors" "$probe" weights --model "$tmp/m" --linear x --rows 0 --out "$tmp/w"
+expect 3 "config.json" "$probe" info --model "$tmp/nowhere"
+
+expect 2 "num_attention_heads" "$probe" info --model "$model" --tp 3
+expect 2 "--bogus" "$probe" info --model "$model" --bogus
+expect 2 "--mem-gib" "$probe" info --model "$model" --mem-gib -4
+expect 2 "no linear named" "$probe" weights --model "$model" --linear language_model.model.layers.9.mlp.gate_proj --rows 0 --out "$tmp/w"
+expect 2 "outside [0, 512)" "$probe" weights --model "$model" --linear language_model.model.layers.0.mlp.gate_proj --rows 0,512 --out "$tmp/w"
+expect 2 "--rows" "$probe" weights --model "$model" --linear language_model.model.layers.0.mlp.gate_proj --rows 1,x --out "$tmp/w"
+[ ! -e "$tmp/w" ] || { echo "FAIL a refused weights command wrote its output"; failed=1; }
+
+exit $failed
