@@ -71,7 +71,8 @@ static void tb_add(stream_parser *p, textbuf *b, const char *s, size_t n)
         b->data = grown;
         b->cap = cap;
     }
-    memcpy(b->data + b->len, s, n);
+    if (n)
+        memcpy(b->data + b->len, s, n);
     b->len += n;
     b->data[b->len] = 0;
 }

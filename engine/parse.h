@@ -54,7 +54,9 @@ typedef enum {
 
 typedef struct stream_parser stream_parser;
 
-/* Special ids are looked up by name in tok. Events go to on_event(user, ev) as they happen. */
+/* Special ids are looked up by name in tok. Events go to on_event(user, ev) as they happen.
+ * A <think> as the very first id is swallowed (after a thinking-off prompt it starts the
+ * reasoning: the model chose to think). */
 int parse_create(stream_parser **out, const tokenizer *tok, parse_start start,
                  parse_event_fn on_event, void *user, kimi_err *err);
 void parse_free(stream_parser *p);

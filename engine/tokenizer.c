@@ -45,11 +45,13 @@ enum {
 /* [^\s\p{L}\p{N}]: punctuation and symbols */
 #define CL_NOT_PUNCT (CL_SPACE | CL_LETTER | CL_NUMBER)
 
-enum { BMP = 0x10000 };
+enum { BMP = 0x10000, FILTER_BITS = 1 << 21 };
 
 typedef struct {
+    uint64_t head;              /* load_short of the key: tokens of up to 8 bytes are compared
+                                 * here, without touching the blob */
     int32_t id;                 /* -1: empty slot */
-    uint32_t hash;              /* high bits of the key's hash, to skip most byte compares */
+    uint32_t check;             /* high hash bits, low 8 bits the key length (255: longer) */
 } rank_slot;
 
 struct tokenizer {
@@ -63,6 +65,9 @@ struct tokenizer {
     size_t max_len;             /* longest token including specials, in bytes */
     rank_slot *table;           /* [table_mask + 1] open addressing: base token bytes -> rank */
     uint32_t table_mask;
+    uint64_t *filter;           /* [FILTER_BITS / 64] one bit per hash value of a base token: most
+                                 * byte strings that are no token are rejected here, in cache */
+    int32_t *pair_rank;         /* [65536] rank of each two-byte token by (first << 8 | second), or -1 */
     int32_t *specials;          /* [n_specials] special ids sorted by their bytes */
     int n_specials;
     uint8_t special_first[256]; /* whether a byte starts some special's text */
@@ -354,22 +359,52 @@ static size_t next_piece(const tokenizer *t, const uint8_t *s, size_t n, size_t 
 
 /* ---- rank table --------------------------------------------------------------------------- */
 
-static uint64_t hash_bytes(const uint8_t *s, size_t n)
+/* The bytes of a key of up to 8 bytes as one word, distinct for distinct keys of one length,
+ * read with whole-word loads (a byte loop into a word stalls store forwarding); for a
+ * longer key, its first 8 bytes. */
+static inline uint64_t load_short(const uint8_t *s, size_t n)
+{
+    uint64_t v;
+    uint32_t a, b;
+    if (n >= 8) {
+        memcpy(&v, s, 8);
+        return v;
+    }
+    if (n >= 4) {
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        return (uint64_t)a << 32 | b;
+    }
+    return n ? (uint64_t)s[0] << 16 | (uint64_t)s[n / 2] << 8 | s[n - 1] : 0;
+}
+
+static inline uint64_t hash_bytes(const uint8_t *s, size_t n)
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xFF51AFD7ED558CCDull), v;
-    while (n >= 8) {
+    while (n > 8) {
         memcpy(&v, s, 8);
         h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
         h ^= h >> 31;
         s += 8;
         n -= 8;
     }
-    v = 0;
-    memcpy(&v, s, n);
-    h = (h ^ v) * 0x94D049BB133111EBull;
+    h = (h ^ load_short(s, n)) * 0x94D049BB133111EBull;
     h ^= h >> 29;
     h *= 0xBF58476D1CE4E5B9ull;
     return h ^ (h >> 32);
+}
+
+static inline uint32_t slot_check(uint64_t h, size_t n)
+{
+    return ((uint32_t)(h >> 32) & ~0xFFu) | (uint32_t)(n < 255 ? n : 255);
+}
+
+static inline int slot_matches(const tokenizer *t, rank_slot slot, uint32_t check, uint64_t head,
+                               const uint8_t *s, size_t n)
+{
+    if (slot.check != check || slot.head != head)
+        return 0;
+    return n <= 8 || (t->tok_len[slot.id] == n && !memcmp(t->blob + t->tok_off[slot.id], s, n));
 }
 
 /* Rank of a base token by its bytes, or -1. */
@@ -377,13 +412,16 @@ static int32_t rank_of(const tokenizer *t, const uint8_t *s, size_t n)
 {
     if (n > t->max_base_len)
         return -1;
-    uint64_t h = hash_bytes(s, n);
-    uint32_t tag = (uint32_t)(h >> 32);
+    uint64_t h = hash_bytes(s, n), head = load_short(s, n);
+    uint32_t bit = (uint32_t)(h >> 40) & (FILTER_BITS - 1);
+    if (!(t->filter[bit / 64] >> (bit % 64) & 1))
+        return -1;
+    uint32_t check = slot_check(h, n);
     for (uint32_t i = (uint32_t)h & t->table_mask;; i = (i + 1) & t->table_mask) {
         rank_slot slot = t->table[i];
         if (slot.id < 0)
             return -1;
-        if (slot.hash == tag && t->tok_len[slot.id] == n && !memcmp(t->blob + t->tok_off[slot.id], s, n))
+        if (slot_matches(t, slot, check, head, s, n))
             return slot.id;
     }
 }
@@ -393,15 +431,17 @@ static int32_t rank_insert(tokenizer *t, int32_t id)
 {
     const uint8_t *s = (const uint8_t *)t->blob + t->tok_off[id];
     size_t n = t->tok_len[id];
-    uint64_t h = hash_bytes(s, n);
-    uint32_t tag = (uint32_t)(h >> 32);
+    uint64_t h = hash_bytes(s, n), head = load_short(s, n);
+    uint32_t check = slot_check(h, n);
     for (uint32_t i = (uint32_t)h & t->table_mask;; i = (i + 1) & t->table_mask) {
         rank_slot slot = t->table[i];
         if (slot.id < 0) {
-            t->table[i] = (rank_slot){id, tag};
+            uint32_t bit = (uint32_t)(h >> 40) & (FILTER_BITS - 1);
+            t->table[i] = (rank_slot){head, id, check};
+            t->filter[bit / 64] |= 1ull << (bit % 64);
             return -1;
         }
-        if (slot.hash == tag && t->tok_len[slot.id] == n && !memcmp(t->blob + t->tok_off[slot.id], s, n))
+        if (slot_matches(t, slot, check, head, s, n))
             return slot.id;
     }
 }
@@ -519,11 +559,12 @@ static int load_ranks(tokenizer *t, const char *path, const char *data, size_t s
     t->tok_len = calloc(n_ids, sizeof *t->tok_len);
     t->blob = malloc(blob_bytes);
     t->table = malloc((size_t)table_size * sizeof *t->table);
-    if (!t->tok_off || !t->tok_len || !t->blob || !t->table)
+    t->filter = calloc(FILTER_BITS / 64, sizeof *t->filter);
+    if (!t->tok_off || !t->tok_len || !t->blob || !t->table || !t->filter)
         return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", path);
     t->table_mask = table_size - 1;
     for (uint32_t i = 0; i < table_size; i++)
-        t->table[i] = (rank_slot){-1, 0};
+        t->table[i] = (rank_slot){0, -1, 0};
 
     size_t line_no = 0;
     for (size_t i = 0; i < size;) {
@@ -572,6 +613,13 @@ static int load_ranks(tokenizer *t, const char *path, const char *data, size_t s
         uint8_t byte = (uint8_t)b;
         if (rank_of(t, &byte, 1) < 0)
             return kimi_fail(err, KIMI_ERR_MODEL, "%s: no token for the single byte 0x%02X", path, b);
+    }
+    t->pair_rank = malloc(65536 * sizeof *t->pair_rank);
+    if (!t->pair_rank)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", path);
+    for (int pair = 0; pair < 65536; pair++) {
+        uint8_t bytes[2] = {(uint8_t)(pair >> 8), (uint8_t)pair};
+        t->pair_rank[pair] = rank_of(t, bytes, 2);
     }
     t->max_len = t->max_base_len;
     return 0;
@@ -701,6 +749,8 @@ void tokenizer_free(tokenizer *tok)
     free(tok->tok_off);
     free(tok->tok_len);
     free(tok->table);
+    free(tok->pair_rank);
+    free(tok->filter);
     free(tok->specials);
     free(tok->bmp_class);
     free(tok);
@@ -836,8 +886,11 @@ static int byte_pair_merge(const tokenizer *t, const uint8_t *s, size_t n, bpe_s
         part_prev[i] = i - 1;
         part_rank[i] = rank_of(t, s + i, 1);
     }
-    for (int32_t i = 0; i + 1 < len; i++)
-        push_candidate(t, s, b->heap, &n_heap, i, i + 2);
+    for (int32_t i = 0; i + 1 < len; i++) {
+        int32_t rank = t->pair_rank[s[i] << 8 | s[i + 1]];
+        if (rank >= 0)
+            heap_push(b->heap, &n_heap, (merge_candidate){rank, i, i + 2});
+    }
     while (n_heap) {
         merge_candidate c = heap_pop(b->heap, &n_heap);
         int32_t mid = part_end[c.left];

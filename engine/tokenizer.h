@@ -9,18 +9,22 @@
 #include "engine/config.h"
 #include "engine/error.h"
 
+/* A loaded tokenizer is read-only: encode and decode may run on several threads at once. */
 typedef struct tokenizer tokenizer;
 
-/* Load model_dir/tiktoken.model; specials come from cfg (tokenizer_config.json). */
+/* Load model_dir/tiktoken.model (ranks exactly 0..n-1, distinct byte strings, every single byte
+ * present); the specials come from cfg (tokenizer_config.json) and must follow the n ranks; an
+ * unnamed id among them is "<|reserved_token_{id}|>". Fails when there are more ids than
+ * cfg->vocab (when that is set). */
 int tokenizer_load(tokenizer **out, const char *model_dir, const model_config *cfg, kimi_err *err);
 void tokenizer_free(tokenizer *tok);
 
 /* Number of ids (base vocabulary + specials). */
 int tokenizer_vocab_size(const tokenizer *tok);
 
-/* Encode len bytes of text. allow_special: special-token strings become their ids; otherwise
- * they are encoded as plain text. Invalid UTF-8 becomes U+FFFD. *ids is malloc'ed (caller
- * frees), *n_ids its length. */
+/* Encode len bytes of text. allow_special: special-token strings (the longest one at the
+ * leftmost place) become their ids; otherwise they are encoded as plain text. Invalid UTF-8
+ * becomes U+FFFD. *ids is malloc'ed (caller frees), *n_ids its length. */
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int allow_special,
                      int32_t **ids, size_t *n_ids, kimi_err *err);
 

@@ -40,22 +40,25 @@ static inline void nvfp4_block_decode(const uint8_t *row, const uint8_t *scales,
     }
 }
 
+/* Rows are 2-byte aligned (the loader checks every tensor's alignment), so BF16 and F16 are
+ * read as uint16_t; the union is C11's sanctioned bit cast and vectorises. */
+typedef union {
+    uint32_t bits;
+    float value;
+} float_bits;
+
 static inline void bf16_block_decode(const uint8_t *row, int block, float out[BLOCK])
 {
-    uint16_t bits[BLOCK];
-    memcpy(bits, row + (size_t)block * BLOCK * 2, sizeof bits);
-    for (int j = 0; j < BLOCK; j++) {
-        uint32_t wide = (uint32_t)bits[j] << 16;
-        memcpy(&out[j], &wide, sizeof wide);
-    }
+    const uint16_t *halves = (const uint16_t *)row + (size_t)block * BLOCK;
+    for (int j = 0; j < BLOCK; j++)
+        out[j] = ((float_bits){.bits = (uint32_t)halves[j] << 16}).value;
 }
 
 static inline void f16_block_decode(const uint8_t *row, int block, float out[BLOCK])
 {
-    uint16_t bits[BLOCK];
-    memcpy(bits, row + (size_t)block * BLOCK * 2, sizeof bits);
+    const uint16_t *halves = (const uint16_t *)row + (size_t)block * BLOCK;
     for (int j = 0; j < BLOCK; j++)
-        out[j] = f16_to_float(bits[j]);
+        out[j] = f16_to_float(halves[j]);
 }
 
 static inline void f32_block_decode(const uint8_t *row, int block, float out[BLOCK])
@@ -77,6 +80,7 @@ static inline __attribute__((always_inline)) void block_decode(
         f16_block_decode(row, block, out);
         break;
     case WEIGHT_F32:
+    default:
         f32_block_decode(row, block, out);
         break;
     }

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config.h"
 #include "engine/parse.h"
 #include "engine/tokenizer.h"
+#include "tests/fuzz/fuzz_support.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -27,47 +27,8 @@ static const char *const specials[] = {
 };
 enum { N_SPECIALS = sizeof specials / sizeof specials[0] };
 
-static tokenizer *tok;
+static const tokenizer *tok;
 static int32_t special_ids[N_SPECIALS];
-
-/* The tiny checkpoint, found from this file's own path (the sources are compiled by absolute
- * path), so the target runs from any directory. */
-static void load_tokenizer(void)
-{
-    static const char self[] = "tests/fuzz/fuzz_parse.c";
-    char dir[4096];
-    const char *file = __FILE__;
-    size_t len = strlen(file), self_len = strlen(self);
-    REQUIRE(len >= self_len && len - self_len + 64 < sizeof dir);
-    memcpy(dir, file, len - self_len);
-    strcpy(dir + len - self_len, "tests/golden/fixtures/tiny-k25");
-    model_config cfg;
-    kimi_err err;
-    REQUIRE(config_load(&cfg, dir, &err) == 0);
-    REQUIRE(tokenizer_load(&tok, dir, &cfg, &err) == 0);
-    config_free(&cfg);
-    for (int i = 0; i < N_SPECIALS; i++)
-        special_ids[i] = tokenizer_special_id(tok, specials[i]);
-}
-
-static int valid_utf8(const unsigned char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        unsigned char c = s[i];
-        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                   : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-        if (!len || i + len > n)
-            return 0;
-        for (size_t k = 1; k < len; k++)
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-        if ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] > 0x9f) ||
-            (c == 0xf0 && s[i + 1] < 0x90) || (c == 0xf4 && s[i + 1] > 0x8f))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
 
 typedef struct {
     int open_call;          /* index of the open call, -1 when none */
@@ -79,7 +40,7 @@ static void on_event(void *user, const parse_event *ev)
 {
     observed *o = user;
     REQUIRE(o->stops == 0);
-    REQUIRE(ev->text && valid_utf8((const unsigned char *)ev->text, ev->len));
+    REQUIRE(ev->text && fuzz_valid_utf8((const uint8_t *)ev->text, ev->len));
     switch (ev->kind) {
     case PARSE_REASONING_TEXT: o->reasoning_len += ev->len; break;
     case PARSE_CONTENT_TEXT: o->content_len += ev->len; break;
@@ -102,8 +63,11 @@ static void on_event(void *user, const parse_event *ev)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!tok)
-        load_tokenizer();
+    if (!tok) {
+        tok = fuzz_tiny_tokenizer();
+        for (int i = 0; i < N_SPECIALS; i++)
+            special_ids[i] = tokenizer_special_id(tok, specials[i]);
+    }
     if (size == 0)
         return 0;
     observed o = {.open_call = -1};

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "engine/chat.h"
-#include "engine/config.h"
 #include "engine/tokenizer.h"
+#include "tests/fuzz/fuzz_support.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -18,30 +18,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
             __builtin_trap();      \
     } while (0)
 
-static tokenizer *tok;
 
-/* The tiny checkpoint, found from this file's own path (CMake compiles sources by absolute
- * path), so the target runs from any directory. */
-static void load_tokenizer(void)
-{
-    static const char self[] = "tests/fuzz/fuzz_render.c";
-    char dir[4096];
-    const char *file = __FILE__;
-    size_t len = strlen(file), self_len = strlen(self);
-    REQUIRE(len >= self_len && len - self_len + 64 < sizeof dir);
-    memcpy(dir, file, len - self_len);
-    strcpy(dir + len - self_len, "tests/golden/fixtures/tiny-k25");
-    model_config cfg;
-    kimi_err err;
-    REQUIRE(config_load(&cfg, dir, &err) == 0);
-    REQUIRE(tokenizer_load(&tok, dir, &cfg, &err) == 0);
-    config_free(&cfg);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!tok)
-        load_tokenizer();
+    const tokenizer *tok = fuzz_tiny_tokenizer();
     json_t *req = json_loadb((const char *)data, size, 0, NULL);
     if (!req)
         return 0;

@@ -37,4 +37,3 @@ for (const section of [cfg, cfg.text_config || {}]) {
   if ("vocab_size" in section) section.vocab_size = nBase + ids.length;
 }
 fs.writeFileSync(path.join(outDir, "config.json"), JSON.stringify(cfg, null, 1));
-console.error(`${outDir}: ${nBase} ranks from ${encoding}, ${ids.length} special tokens`);

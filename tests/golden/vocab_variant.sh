@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Golden chat conformance on a checkpoint with another vocabulary size: copies tiny-k25 with
-# SHIFT extra base tokens (byte pairs from 0xF8-0xFF, which valid UTF-8 never contains, so no
-# text encodes differently) and every special id moved up by SHIFT, derives the expected ids of
-# chat_cases.jsonl by the same shift, and runs `kimi-probe golden --only chat` on it.
-#   chat_vocab_variant.sh KIMI_PROBE WORK_DIR SHIFT
+# Golden tokenizer and chat conformance on a checkpoint with another vocabulary size: copies
+# tiny-k25's files with SHIFT extra base tokens (byte pairs from 0xF8-0xFF, which valid UTF-8
+# never contains, so no text encodes differently) and every special id moved up by SHIFT,
+# derives the expected ids of tokenizer_cases.jsonl and chat_cases.jsonl by the same shift, and
+# runs `kimi-probe golden --only tokenizer,chat` on it: special ids must be found by name.
+#   vocab_variant.sh KIMI_PROBE WORK_DIR SHIFT
 set -euo pipefail
 
 if [[ $# -ne 3 ]]; then
@@ -18,18 +19,19 @@ mkdir -p "$work/model" "$work/reference"
 python3 - "$here/fixtures/tiny-k25" "$here/reference/tiny-k25" "$work" "$shift_by" <<'PY'
 import base64, json, shutil, sys
 fixture, reference, work, shift = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-lines = open(f"{fixture}/tiktoken.model").read().splitlines()
-n_base = len(lines)
 if not 0 < shift <= 64:
     sys.exit("SHIFT must be in 1..64")
-extra = [bytes([0xF8 + i // 8, 0xF8 + i % 8]) for i in range(shift)]
+lines = open(f"{fixture}/tiktoken.model").read().splitlines()
+n_base = len(lines)
 with open(f"{work}/model/tiktoken.model", "w") as f:
-    for line in lines:
-        f.write(line + "\n")
-    for i, token in enumerate(extra):
+    f.write("".join(line + "\n" for line in lines))
+    for i in range(shift):
+        token = bytes([0xF8 + i // 8, 0xF8 + i % 8])
         f.write(f"{base64.b64encode(token).decode()} {n_base + i}\n")
+
 def moved(i):
     return i + shift if isinstance(i, int) and i >= n_base else i
+
 cfg = json.load(open(f"{fixture}/config.json"))
 for section in (cfg, cfg["text_config"]):
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "media_placeholder_token_id"):
@@ -45,12 +47,13 @@ tok["added_tokens_decoder"] = {str(moved(int(k))): v for k, v in tok["added_toke
 json.dump(tok, open(f"{work}/model/tokenizer_config.json", "w"), indent=2)
 for name in ("hf_quant_config.json", "chat_template.jinja"):
     shutil.copy(f"{fixture}/{name}", f"{work}/model/{name}")
-with open(f"{work}/reference/chat_cases.jsonl", "w") as out:
-    for line in open(f"{reference}/chat_cases.jsonl"):
-        case = json.loads(line)
-        case["ids"] = [moved(i) for i in case["ids"]]
-        case["ids_literal"] = [moved(i) for i in case["ids_literal"]]
-        out.write(json.dumps(case, ensure_ascii=False) + "\n")
+for name, keys in (("tokenizer_cases.jsonl", ("ids",)), ("chat_cases.jsonl", ("ids", "ids_literal"))):
+    with open(f"{work}/reference/{name}", "w") as out:
+        for line in open(f"{reference}/{name}", encoding="utf-8"):
+            case = json.loads(line)
+            for key in keys:
+                case[key] = [moved(i) for i in case[key]]
+            out.write(json.dumps(case, ensure_ascii=False) + "\n")
 PY
 
-"$probe" golden --model "$work/model" --reference "$work/reference" --only chat
+"$probe" golden --model "$work/model" --reference "$work/reference" --only tokenizer,chat
