@@ -109,8 +109,9 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
     be->capacity = opt->max_context;
     be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank
                                                  : (cores / opt->tp > 1 ? (int)(cores / opt->tp) : 1);
-    /* Spinning only pays when every thread has a core of its own. */
-    be->spin = (long)be->tp * be->threads_per_rank < cores;
+    /* Spinning only pays when every worker has a core of its own (the calling thread mostly
+     * sleeps in the step barrier while the ranks work). */
+    be->spin = (long)be->tp * be->threads_per_rank <= cores;
     spin_barrier_init(&be->step_start, be->tp + 1, be->spin);
     spin_barrier_init(&be->step_done, be->tp + 1, be->spin);
     if (tp_comm_open(&be->comm, be->tp, (size_t)CHUNK_TOKENS * (size_t)c->hidden, be->spin, err)) {

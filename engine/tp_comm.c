@@ -73,8 +73,3 @@ void tp_comm_gather_columns(tp_comm *c, int rank, const float *part, int rows, i
         memcpy(c->gather_out[i] + col_offset, part + (size_t)i * part_cols, (size_t)part_cols * sizeof *part);
     spin_barrier_wait(&c->barrier);
 }
-
-void tp_comm_barrier(tp_comm *c)
-{
-    spin_barrier_wait(&c->barrier);
-}

@@ -24,7 +24,4 @@ void tp_comm_allreduce_sum(tp_comm *c, int rank, float *buf, size_t n);
 void tp_comm_gather_columns(tp_comm *c, int rank, const float *part, int rows, int part_cols,
                             int col_offset, float *const *out_rows);
 
-/* All ranks meet. */
-void tp_comm_barrier(tp_comm *c);
-
 #endif

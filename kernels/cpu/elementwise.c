@@ -1,4 +1,4 @@
-/* elementwise: RMSNorm, SiLU gate, softmax, scaled accumulation. Sums of squares are taken in
+/* elementwise: RMSNorm, SiLU gate, scaled accumulation. Sums of squares are taken in
  * double: it costs nothing at these sizes and keeps the norm independent of summation order. */
 #include "kernels/cpu/elementwise.h"
 
@@ -40,21 +40,6 @@ void silu_gate(float *out, const float *gate, const float *up, int n)
 {
     for (int i = 0; i < n; i++)
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
-}
-
-void softmax(float *x, int n)
-{
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++)
-        max = x[i] > max ? x[i] : max;
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
-    float inverse = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++)
-        x[i] *= inverse;
 }
 
 void accumulate_scaled(float *y, const float *x, float scale, int n)

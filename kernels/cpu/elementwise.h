@@ -1,5 +1,6 @@
 /* elementwise: the per-token vector operations of the forward pass (RMSNorm, SiLU gate,
- * softmax, scaled accumulation), float32 in and out. */
+ * scaled accumulation), float32 in and out. (The attention softmax is fused into
+ * mla_attention.) */
 #ifndef KIMI_KERNELS_CPU_ELEMENTWISE_H
 #define KIMI_KERNELS_CPU_ELEMENTWISE_H
 
@@ -10,9 +11,6 @@ void rmsnorm(float *out, const float *x, const weight_vector *weight, float eps)
 
 /* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) (out may alias gate or up). */
 void silu_gate(float *out, const float *gate, const float *up, int n);
-
-/* x[0..n) <- softmax(x) in place (max-subtracted). */
-void softmax(float *x, int n);
 
 /* y[i] += scale * x[i]. */
 void accumulate_scaled(float *y, const float *x, float scale, int n);

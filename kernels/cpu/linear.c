@@ -159,6 +159,16 @@ static inline __attribute__((always_inline)) void rows_of_format(
     }
 }
 
+/* On x86-64 GCC also builds an x86-64-v3 (AVX2) copy of the products, picked at load time
+ * when the CPU has it: the same C vectorises twice as wide. In ISO C mode GCC fuses no
+ * multiply-adds (-ffp-contract=off), so both copies give the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define WIDE_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define WIDE_VECTOR_CLONES
+#endif
+
+WIDE_VECTOR_CLONES
 void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_tokens,
                  float *y, size_t y_stride, int row_begin, int row_end)
 {

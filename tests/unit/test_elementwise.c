@@ -1,5 +1,5 @@
-/* test_elementwise: RMSNorm (BF16, F16, F32 weights), SiLU gate, softmax and scaled
- * accumulation against float64 evaluations of their definitions. */
+/* test_elementwise: RMSNorm (BF16, F16, F32 weights), SiLU gate and scaled accumulation
+ * against float64 evaluations of their definitions. */
 #include <math.h>
 #include <string.h>
 
@@ -52,21 +52,6 @@ int main(void)
         worst = fmax(worst, fabs(out[i] - gate[i] / (1.0 + exp(-(double)gate[i])) * up[i]));
     CHECK_MSG(worst < 1e-5, "silu_gate error %g", worst);
     CHECK_NEAR(out[N / 2], 0.0, 0);
-
-    float p[N];
-    memcpy(p, x, sizeof x);
-    p[3] = 80.0f; /* large values must not overflow */
-    softmax(p, N);
-    double total = 0, denominator = 0;
-    for (int i = 0; i < N; i++)
-        denominator += exp((double)(i == 3 ? 80.0f : x[i]) - 80.0);
-    worst = 0;
-    for (int i = 0; i < N; i++) {
-        total += p[i];
-        worst = fmax(worst, fabs(p[i] - exp((double)(i == 3 ? 80.0f : x[i]) - 80.0) / denominator));
-    }
-    CHECK_NEAR(total, 1.0, 1e-6);
-    CHECK_MSG(worst < 1e-7, "softmax error %g", worst);
 
     float y[4] = {1, 2, 3, 4}, d[4] = {1, -1, 0.5f, 2};
     accumulate_scaled(y, d, 2.0f, 4);
