@@ -1,6 +1,7 @@
 /* chat: the conversation model, its OpenAI-style JSON form, and the renderer that reproduces the
  * checkpoint's chat_template.jinja (with K2.5's TypeScript tool declaration) as token ids. */
 #include "engine/chat.h"
+#include "engine/array.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,22 +26,9 @@ static void sb_add(strbuf *b, const char *s, size_t n)
         b->failed = 1;
         return;
     }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1) {
-            if (cap > SIZE_MAX / 2) {
-                b->failed = 1;
-                return;
-            }
-            cap *= 2;
-        }
-        char *grown = realloc(b->data, cap);
-        if (!grown) {
-            b->failed = 1;
-            return;
-        }
-        b->data = grown;
-        b->cap = cap;
+    if (array_reserve(&b->data, &b->cap, b->len + n + 1, 1)) {
+        b->failed = 1;
+        return;
     }
     if (n)
         memcpy(b->data + b->len, s, n);
@@ -1380,16 +1368,8 @@ static int push_ids(renderer *r, const int32_t *ids, size_t n)
 {
     if (n > SIZE_MAX / sizeof *r->ids - r->n_ids)
         return r->rc = kimi_fail(r->err, KIMI_ERR_NOMEM, "render: too many tokens");
-    if (r->n_ids + n > r->cap_ids) {
-        size_t cap = r->cap_ids ? r->cap_ids : 256;
-        while (cap < r->n_ids + n)
-            cap *= 2;
-        int32_t *grown = cap <= SIZE_MAX / sizeof *grown ? realloc(r->ids, cap * sizeof *grown) : NULL;
-        if (!grown)
-            return r->rc = kimi_fail(r->err, KIMI_ERR_NOMEM, "render: out of memory");
-        r->ids = grown;
-        r->cap_ids = cap;
-    }
+    if (array_reserve(&r->ids, &r->cap_ids, r->n_ids + n, sizeof *r->ids))
+        return r->rc = kimi_fail(r->err, KIMI_ERR_NOMEM, "render: out of memory");
     memcpy(r->ids + r->n_ids, ids, n * sizeof *ids);
     r->n_ids += n;
     return 0;

@@ -1,6 +1,7 @@
 /* parse: a state machine over the output ids (reasoning, answer, tool-call section, call id,
  * call arguments) that emits events, holds back incomplete UTF-8 and assembles the message. */
 #include "engine/parse.h"
+#include "engine/array.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,17 +60,9 @@ static void tb_add(stream_parser *p, textbuf *b, const char *s, size_t n)
         p->oom = 1;
     if (p->oom)
         return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *grown = realloc(b->data, cap);
-        if (!grown) {
-            p->oom = 1;
-            return;
-        }
-        b->data = grown;
-        b->cap = cap;
+    if (array_reserve(&b->data, &b->cap, b->len + n + 1, 1)) {
+        p->oom = 1;
+        return;
     }
     if (n)
         memcpy(b->data + b->len, s, n);
@@ -312,14 +305,8 @@ static void on_special(stream_parser *p, int which)
 
 static int record_id(stream_parser *p, int32_t id)
 {
-    if (p->n_ids == p->cap_ids) {
-        size_t cap = p->cap_ids ? p->cap_ids * 2 : 256;
-        int32_t *grown = cap <= SIZE_MAX / sizeof *grown ? realloc(p->ids, cap * sizeof *grown) : NULL;
-        if (!grown)
-            return -1;
-        p->ids = grown;
-        p->cap_ids = cap;
-    }
+    if (array_reserve(&p->ids, &p->cap_ids, p->n_ids + 1, sizeof *p->ids))
+        return -1;
     p->ids[p->n_ids++] = id;
     return 0;
 }

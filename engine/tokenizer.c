@@ -2,6 +2,7 @@
  * a hand-written matcher for Kimi's pre-tokenizer regex, merges each piece with a heap-driven
  * byte-pair merge (O(n log n) in the piece length), decodes, and streams complete UTF-8. */
 #include "engine/tokenizer.h"
+#include "engine/array.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -784,14 +785,8 @@ typedef struct {
 
 static int push_id(id_vec *v, int32_t id, kimi_err *err)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        int32_t *grown = cap <= SIZE_MAX / sizeof *grown ? realloc(v->ids, cap * sizeof *grown) : NULL;
-        if (!grown)
-            return kimi_fail(err, KIMI_ERR_NOMEM, "tokenizer: out of memory for %zu ids", cap);
-        v->ids = grown;
-        v->cap = cap;
-    }
+    if (array_reserve(&v->ids, &v->cap, v->n + 1, sizeof *v->ids))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "tokenizer: out of memory for %zu ids", v->n + 1);
     v->ids[v->n++] = id;
     return 0;
 }

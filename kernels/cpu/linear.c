@@ -13,11 +13,27 @@
 
 enum { BLOCK = 16 };
 
+/* On x86-64 an AVX-512 path decodes NVFP4 with one in-register table lookup per 16 weights
+ * (vpermps) instead of a table load per byte: the portable loop is bound by those loads, not by
+ * memory. It runs the same multiplications and additions in the same order as the portable
+ * loop (lane j of a block in lane j of the accumulator, products then sums, no fused
+ * multiply-add), so both give the same bits; test_linear checks that. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KIMI_AVX512_NVFP4 1
+#include <immintrin.h>
+#else
+#define KIMI_AVX512_NVFP4 0
+#endif
+
 /* byte -> {e2m1(low nibble), e2m1(high nibble)}, and every E4M3 code -> float; both filled
  * from nvfp4_math.h so the CPU and CUDA kernels share one definition of the formats. */
 static float nvfp4_pair_table[256][2];
 static float e4m3_table[256];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static float e2m1_table[16];
+static int simd_nvfp4_available;     /* the CPU can run nvfp4_rows_avx512 */
+static int simd_nvfp4_enabled = 1;   /* linear_use_simd() */
 
 static void tables_fill(void)
 {
@@ -26,6 +42,12 @@ static void tables_fill(void)
         nvfp4_pair_table[byte][1] = nvfp4_e2m1_to_float((uint8_t)(byte >> 4));
         e4m3_table[byte] = nvfp4_e4m3_to_float((uint8_t)byte);
     }
+    for (int nibble = 0; nibble < 16; nibble++)
+        e2m1_table[nibble] = nvfp4_e2m1_to_float((uint8_t)nibble);
+#if KIMI_AVX512_NVFP4
+    __builtin_cpu_init();
+    simd_nvfp4_available = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#endif
 }
 
 /* Columns [16 * block, 16 * block + 16) of one row, times the block scale (no scale_2). */
@@ -159,6 +181,54 @@ static inline __attribute__((always_inline)) void rows_of_format(
     }
 }
 
+#if KIMI_AVX512_NVFP4
+/* row_times_tokens for NVFP4 over rows [row_begin, row_end), 16 lanes per block. */
+__attribute__((target("avx512f,avx512bw"))) static void nvfp4_rows_avx512(
+    const weight_matrix *w, const float *x, size_t x_stride, int n_tokens, float *y,
+    size_t y_stride, int row_begin, int row_end)
+{
+    const __m512 e2m1 = _mm512_loadu_ps(e2m1_table);
+    const __m128i low_nibbles = _mm_set1_epi8(0x0F);
+    int blocks = w->cols / BLOCK;
+    for (int t0 = 0; t0 < n_tokens; t0 += LINEAR_TOKEN_TILE) {
+        int tile = n_tokens - t0 < LINEAR_TOKEN_TILE ? n_tokens - t0 : LINEAR_TOKEN_TILE;
+        const float *xt = x + t0 * x_stride;
+        for (int r = row_begin; r < row_end; r++) {
+            const uint8_t *row = w->data + (size_t)r * w->data_stride;
+            const uint8_t *scales = w->scale + (size_t)r * w->scale_stride;
+            __m512 acc[LINEAR_TOKEN_TILE];
+            for (int t = 0; t < tile; t++)
+                acc[t] = _mm512_setzero_ps();
+            for (int b = 0; b < blocks; b++) {
+                /* 8 bytes -> 16 nibbles in element order (low nibble first) -> 16 floats */
+                __m128i bytes = _mm_loadl_epi64((const __m128i *)(row + (size_t)b * (BLOCK / 2)));
+                __m128i low = _mm_and_si128(bytes, low_nibbles);
+                __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_nibbles);
+                __m512i nibbles = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(low, high));
+                __m512 wb = _mm512_mul_ps(_mm512_permutexvar_ps(nibbles, e2m1),
+                                          _mm512_set1_ps(e4m3_table[scales[b]]));
+                for (int t = 0; t < tile; t++) {
+                    __m512 xb = _mm512_loadu_ps(xt + t * x_stride + (size_t)b * BLOCK);
+                    acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(wb, xb));
+                }
+            }
+            for (int t = 0; t < tile; t++) {
+                float lanes[BLOCK], sum = 0.0f;
+                _mm512_storeu_ps(lanes, acc[t]);
+                for (int j = 0; j < BLOCK; j++)
+                    sum += lanes[j];
+                y[(t0 + t) * y_stride + r] = sum * w->scale_2;
+            }
+        }
+    }
+}
+#endif
+
+void linear_use_simd(int enabled)
+{
+    simd_nvfp4_enabled = enabled;
+}
+
 /* On x86-64 GCC also builds an x86-64-v3 (AVX2) copy of the products, picked at load time
  * when the CPU has it: the same C vectorises twice as wide. In ISO C mode GCC fuses no
  * multiply-adds (-ffp-contract=off), so both copies give the same bits. */
@@ -175,6 +245,12 @@ void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_
     pthread_once(&tables_once, tables_fill);
     switch (w->format) {
     case WEIGHT_NVFP4:
+#if KIMI_AVX512_NVFP4
+        if (simd_nvfp4_available && simd_nvfp4_enabled) {
+            nvfp4_rows_avx512(w, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+            break;
+        }
+#endif
         rows_of_format(w, WEIGHT_NVFP4, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
         break;
     case WEIGHT_BF16:

@@ -16,6 +16,10 @@ enum { LINEAR_TOKEN_TILE = 8 };
 void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_tokens,
                  float *y, size_t y_stride, int row_begin, int row_end);
 
+/* Turn the x86 AVX-512 NVFP4 path off (0) or back on (1, the default where the CPU has it);
+ * for tests and benchmarks that compare it with the portable loop. */
+void linear_use_simd(int enabled);
+
 /* y[k] += sum_r W[r][k] * x[r] for all rows r and columns k of w: the transposed product the
  * absorbed attention needs (q_nope through W_UK). x: [w->rows], y: [w->cols]. */
 void linear_transposed_accumulate(const weight_matrix *w, const float *x, float *y);

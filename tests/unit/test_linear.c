@@ -189,9 +189,45 @@ static void check_nvfp4_by_hand(void)
     CHECK_NEAR(y, -3.5, 0);
 }
 
+/* The AVX-512 NVFP4 path (where this CPU has it) and the portable loop give the same bits, for
+ * token counts below, at and above the tile and for a K range inside a wider tensor. */
+static void check_nvfp4_simd_matches_portable(void)
+{
+    tensor t = make_tensor(WEIGHT_NVFP4, 23, 160);
+    weight_matrix k_range = t.w;
+    k_range.cols = 96;
+    k_range.data += 16 / 2;
+    k_range.scale += 1;
+    const weight_matrix *views[] = {&t.w, &k_range};
+    int token_counts[] = {1, 3, LINEAR_TOKEN_TILE, 2 * LINEAR_TOKEN_TILE + 3};
+    for (int v = 0; v < 2; v++)
+        for (int c = 0; c < 4; c++) {
+            int n = token_counts[c];
+            size_t x_stride = 161, y_stride = 23;
+            float *x = malloc((size_t)n * x_stride * sizeof *x);
+            float *simd = malloc((size_t)n * y_stride * sizeof *simd);
+            float *portable = malloc((size_t)n * y_stride * sizeof *portable);
+            for (size_t i = 0; i < (size_t)n * x_stride; i++)
+                x[i] = uniform();
+            linear_use_simd(1);
+            linear_rows(views[v], x, x_stride, n, simd, y_stride, 0, 23);
+            linear_use_simd(0);
+            linear_rows(views[v], x, x_stride, n, portable, y_stride, 0, 23);
+            linear_use_simd(1);
+            CHECK_MSG(!memcmp(simd, portable, (size_t)n * y_stride * sizeof *simd),
+                      "view %d, %d tokens: SIMD and portable NVFP4 products differ", v, n);
+            free(x);
+            free(simd);
+            free(portable);
+        }
+    free(t.data);
+    free(t.scale);
+}
+
 int main(void)
 {
     check_nvfp4_by_hand();
+    check_nvfp4_simd_matches_portable();
     check_format("nvfp4", WEIGHT_NVFP4, 37, 96);
     check_format("bf16", WEIGHT_BF16, 29, 72);  /* 72: a tail of 8 past the last 16-block */
     check_format("f16", WEIGHT_F16, 21, 53);
