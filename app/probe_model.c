@@ -20,7 +20,8 @@
 typedef struct {
     size_t *rank_bytes;         /* [tp] weight bytes each rank reads */
     size_t max_rank_bytes;
-    long max_context;           /* positions that fit beside the largest rank's weights */
+    long memory_context;        /* positions that fit beside the largest rank's weights */
+    long max_context;           /* usable: memory_context capped at max_position_embeddings */
 } memory_plan;
 
 static int plan_memory(const model_weights *mw, int tp, double mem_gib, memory_plan *plan, kimi_err *err)
@@ -39,7 +40,8 @@ static int plan_memory(const model_weights *mw, int tp, double mem_gib, memory_p
         if (shard.weight_bytes > plan->max_rank_bytes)
             plan->max_rank_bytes = shard.weight_bytes;
     }
-    plan->max_context = max_context_for_budget(&mw->cfg, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
+    plan->memory_context = max_context_for_budget(&mw->cfg, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
+    plan->max_context = plan->memory_context < mw->cfg.max_position ? plan->memory_context : mw->cfg.max_position;
     return 0;
 }
 
@@ -63,7 +65,8 @@ static void print_json(const model_weights *mw, int tp, double mem_gib, const me
         {"moe_intermediate", c->moe_intermediate}, {"intermediate", c->intermediate}, {"n_group", c->n_group},
         {"topk_group", c->topk_group}, {"vocab", c->vocab}, {"max_position", c->max_position},
         {"weight_bytes", (long long)mw->weight_bytes}, {"kv_bytes_per_token", (long long)kv_bytes_per_token(c)},
-        {"tp", tp}, {"max_context", plan->max_context},
+        {"tp", tp}, {"bytes_per_rank", (long long)plan->max_rank_bytes}, {"max_context", plan->max_context},
+        {"max_context_by_memory", plan->memory_context},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         json_object_set_new(o, ints[i].key, json_integer(ints[i].value));
@@ -72,7 +75,7 @@ static void print_json(const model_weights *mw, int tp, double mem_gib, const me
     json_object_set_new(o, "linears", linears);
     for (int r = 0; r < tp; r++)
         json_array_append_new(ranks, json_integer((json_int_t)plan->rank_bytes[r]));
-    json_object_set_new(o, "bytes_per_rank", ranks);
+    json_object_set_new(o, "bytes_by_rank", ranks);
     json_object_set_new(o, "model_type", json_string(c->model_type));
     json_object_set_new(o, "prefix", json_string(mw->prefix));
     json_object_set_new(o, "quant_algo", json_string(c->quant_algo));
@@ -104,10 +107,14 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
            c->kv_lora_rank, c->qk_rope_dim, c->layers);
     for (int r = 0; r < tp; r++)
         printf("rank %-2d/%-2d    %zu weight bytes (%.3f GiB)\n", r, tp, plan->rank_bytes[r], plan->rank_bytes[r] / GIB);
-    printf("budget        %.1f GiB per rank%s\n", mem_gib,
+    printf("budget        %g GiB per rank%s\n", mem_gib,
            mem_given ? "" : " (assumed: a 96 GB RTX PRO 6000 less ~6 GiB for runtime; set --mem-gib)");
-    printf("max context   %ld positions fit after the largest rank's weights (max_position_embeddings %d)\n",
-           plan->max_context, c->max_position);
+    if (plan->memory_context > c->max_position)
+        printf("max context   %ld positions: max_position_embeddings (memory would fit %ld)\n", plan->max_context,
+               plan->memory_context);
+    else
+        printf("max context   %ld positions fit after the largest rank's weights (max_position_embeddings %d)\n",
+               plan->max_context, c->max_position);
     printf("loaded in     %.3f s\n", mw->load_seconds);
 }
 

@@ -11,3 +11,10 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 cmake --preset asan >/dev/null
 cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit
+# The libFuzzer build (clang): every target builds and runs its regression corpus once.
+cmake --preset fuzz >/dev/null
+targets=(safetensors config encode parse render)
+cmake --build build-fuzz -j"$jobs" --target "${targets[@]/#/fuzz_}"
+for name in "${targets[@]}"; do
+  build-fuzz/tests/fuzz/fuzz_"$name" -runs=0 tests/fuzz/corpus/"$name" 2>&1 | tail -n 1
+done

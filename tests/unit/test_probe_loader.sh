@@ -28,7 +28,14 @@ for field in '"layers":4' '"dense_layers":1' '"experts":16' '"nvfp4":156' '"kv_b
     grep -qF "$field" "$tmp/info.json" || { echo "FAIL info --json lacks $field"; failed=1; }
 done
 "$probe" info --model "$model" --tp 8 --mem-gib 1 >"$tmp/info.txt" || { echo "FAIL info --tp 8"; failed=1; }
-grep -q "1.0 GiB per rank" "$tmp/info.txt" || { echo "FAIL info does not state the budget"; failed=1; }
+grep -q "budget  *1 GiB per rank" "$tmp/info.txt" || { echo "FAIL info does not state the budget"; failed=1; }
+# 1 GiB would fit 1,674,108 positions: capped at max_position_embeddings
+grep -q "max context   262144 positions: max_position_embeddings (memory would fit 1674108)" "$tmp/info.txt" ||
+    { echo "FAIL info --mem-gib 1 max context"; failed=1; }
+# 0.01 GiB = 10,737,418 B beside 2,312,144 B of weights per rank at 640 B per position: 13,164
+"$probe" info --model "$model" --tp 8 --mem-gib 0.01 | grep -q "max context   13164 positions fit" ||
+    { echo "FAIL info --mem-gib 0.01 max context"; failed=1; }
+grep -qF '"max_context":262144' "$tmp/info.json" || { echo "FAIL info --json max_context not capped at max_position"; failed=1; }
 
 fresh() { rm -rf "$tmp/m"; cp -r "$model" "$tmp/m"; }
 
