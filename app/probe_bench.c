@@ -342,13 +342,14 @@ int probe_bench(int argc, char **argv)
     }
     double bytes_per_token = 0, read_gb_s = 0;
     int threads = info->tp * (info->threads_per_rank > 0 ? info->threads_per_rank : 1);
+    /* Peak memory of the model's run, before the bandwidth test's buffer adds to it. */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
     if (!rc)
         rc = decode_bytes_per_token(engine_weights(e), info->tp, &bytes_per_token, &err);
     if (!rc)
         rc = stream_read_gb_s((size_t)read_mib << 20, threads, &read_gb_s, &err);
     if (!rc) {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
         double effective = bytes_per_token * st.decode_tok_s / 1e9;
         json_t *o = json_object();
         json_object_set_new(o, "model", json_string(opt.model_dir));

@@ -15,7 +15,7 @@
  * into text and reasoning/content/tool calls is the app's (tokenizer stream + stream parser).
  *
  * All functions are called from one app thread (the UI thread); none blocks on the scheduler
- * except engine_wait_event (by request) and engine_shutdown / engine_close (one step). */
+ * except engine_next_event (when asked to wait) and engine_shutdown / engine_close (one step). */
 #ifndef KIMI_ENGINE_H
 #define KIMI_ENGINE_H
 
