@@ -105,8 +105,11 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
     printf("weights       %zu bytes (%.3f GiB)\n", mw->weight_bytes, mw->weight_bytes / GIB);
     printf("kv cache      %zu bytes per token (fp16 latent %d + k_pe %d, %d layers)\n", kv_bytes_per_token(c),
            c->kv_lora_rank, c->qk_rope_dim, c->layers);
-    for (int r = 0; r < tp; r++)
-        printf("rank %-2d/%-2d    %zu weight bytes (%.3f GiB)\n", r, tp, plan->rank_bytes[r], plan->rank_bytes[r] / GIB);
+    for (int r = 0; r < tp; r++) {
+        char label[32];
+        snprintf(label, sizeof label, "rank %d/%d", r, tp);
+        printf("%-14s%zu weight bytes (%.3f GiB)\n", label, plan->rank_bytes[r], plan->rank_bytes[r] / GIB);
+    }
     printf("budget        %g GiB per rank%s\n", mem_gib,
            mem_given ? "" : " (assumed: a 96 GB RTX PRO 6000 less ~6 GiB for runtime; set --mem-gib)");
     if (plan->memory_context > c->max_position)
