@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# The README's test command: install the packages, build everything, run every test, then
-# build with AddressSanitizer + UBSan and run the unit tests again.
+# The README's test command: install the packages, build everything and run every test; build
+# the libFuzzer targets (clang) and replay their corpora; then rebuild with AddressSanitizer +
+# UBSan and run the unit tests again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./tests/install-deps.sh
 jobs="$(nproc)"
+
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
-cmake --preset asan >/dev/null
-cmake --build build-asan -j"$jobs"
-ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit
-# The libFuzzer build (clang): every target builds and runs its regression corpus once.
+
 cmake --preset fuzz >/dev/null
 targets=(safetensors config encode parse render)
 cmake --build build-fuzz -j"$jobs" --target "${targets[@]/#/fuzz_}"
 for name in "${targets[@]}"; do
   build-fuzz/tests/fuzz/fuzz_"$name" -runs=0 tests/fuzz/corpus/"$name" 2>&1 | tail -n 1
 done
+
+cmake --preset asan >/dev/null
+cmake --build build-asan -j"$jobs"
+ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit
