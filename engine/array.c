@@ -28,3 +28,14 @@ int array_reserve(void *items_ptr, size_t *cap, size_t need, size_t item_size)
     *cap = new_cap;
     return 0;
 }
+
+int text_append(char **data, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (n > SIZE_MAX - 1 - *len || array_reserve(data, cap, *len + n + 1, 1))
+        return -1;
+    if (n)
+        memcpy(*data + *len, s, n);
+    *len += n;
+    (*data)[*len] = 0;
+    return 0;
+}

@@ -20,20 +20,8 @@ typedef struct {
 
 static void sb_add(strbuf *b, const char *s, size_t n)
 {
-    if (b->failed)
-        return;
-    if (n > SIZE_MAX - 1 - b->len) {
+    if (!b->failed && text_append(&b->data, &b->len, &b->cap, s, n))
         b->failed = 1;
-        return;
-    }
-    if (array_reserve(&b->data, &b->cap, b->len + n + 1, 1)) {
-        b->failed = 1;
-        return;
-    }
-    if (n)
-        memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
 }
 
 static void sb_str(strbuf *b, const char *s) { sb_add(b, s, strlen(s)); }

@@ -56,18 +56,8 @@ struct stream_parser {
 
 static void tb_add(stream_parser *p, textbuf *b, const char *s, size_t n)
 {
-    if (p->oom || n > SIZE_MAX / 2 - b->len)
+    if (!p->oom && text_append(&b->data, &b->len, &b->cap, s, n))
         p->oom = 1;
-    if (p->oom)
-        return;
-    if (array_reserve(&b->data, &b->cap, b->len + n + 1, 1)) {
-        p->oom = 1;
-        return;
-    }
-    if (n)
-        memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
 }
 
 static void tb_clear(textbuf *b)

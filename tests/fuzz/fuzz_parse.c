@@ -14,12 +14,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define REQUIRE(cond)              \
-    do {                           \
-        if (!(cond))               \
-            __builtin_trap();      \
-    } while (0)
-
 static const char *const specials[] = {
     "<|im_end|>", "[EOS]", "<think>", "</think>", "<|tool_calls_section_begin|>",
     "<|tool_calls_section_end|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",

@@ -12,12 +12,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define REQUIRE(cond)              \
-    do {                           \
-        if (!(cond))               \
-            __builtin_trap();      \
-    } while (0)
-
 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

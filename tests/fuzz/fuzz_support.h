@@ -1,4 +1,4 @@
-/* fuzz_support: what several fuzz targets share: the tiny-k25 tokenizer (the checkpoint's path
+/* fuzz_support: what several fuzz targets share: REQUIRE, the tiny-k25 tokenizer (the checkpoint's path
  * comes from the build, KIMI_TINY_MODEL_DIR) and a strict UTF-8 well-formedness check. */
 #ifndef KIMI_FUZZ_SUPPORT_H
 #define KIMI_FUZZ_SUPPORT_H
@@ -9,6 +9,13 @@
 
 #include "engine/config.h"
 #include "engine/tokenizer.h"
+
+/* A failed expectation crashes the target, which is how libFuzzer learns of it. */
+#define REQUIRE(cond)              \
+    do {                           \
+        if (!(cond))               \
+            __builtin_trap();      \
+    } while (0)
 
 /* Loaded once per process; a failure to load the fixture aborts the fuzzer loudly. */
 static tokenizer *fuzz_tiny_tokenizer(void)
