@@ -327,7 +327,7 @@ int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *
     if (need > e->info.max_context) {
         char hint[128] = "";
         if (e->info.max_fit > e->info.max_context)
-            snprintf(hint, sizeof hint, "; up to %ld fit in the memory budget: reopen with a larger --max-context",
+            snprintf(hint, sizeof hint, "; up to %ld fit in the memory budget: reopen with a larger max context",
                      e->info.max_fit);
         else if (e->info.max_fit == e->info.max_context)
             snprintf(hint, sizeof hint, ", the largest context that fits in the memory budget");
@@ -425,7 +425,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if (opt->threads_per_rank < 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "--threads %d: must be 0 (automatic) or positive", opt->threads_per_rank);
     if (opt->max_context < 0)
-        return kimi_fail(err, KIMI_ERR_USAGE, "--max-context %ld: must be 0 (from the memory budget) or positive",
+        return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: must be 0 (from the memory budget) or positive",
                          opt->max_context);
     if (opt->event_capacity < 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "event queue capacity %d: must be 0 (default) or positive",

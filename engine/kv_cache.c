@@ -64,7 +64,7 @@ int kv_cache_plan_context(const model_config *cfg, size_t rank_weight_bytes, siz
     if (tp < 1)
         return kimi_fail(err, KIMI_ERR_USAGE, "tp %d: must be at least 1", tp);
     if (requested < 0)
-        return kimi_fail(err, KIMI_ERR_USAGE, "--max-context %ld: must be 0 (from the memory budget) or positive",
+        return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: must be 0 (from the memory budget) or positive",
                          requested);
     out->tp = tp;
     out->rank_weight_bytes = rank_weight_bytes;
@@ -86,23 +86,23 @@ int kv_cache_plan_context(const model_config *cfg, size_t rank_weight_bytes, siz
     if (requested > 0) {
         if (model_max > 0 && requested > model_max)
             return kimi_fail(err, KIMI_ERR_USAGE,
-                             "--max-context %ld exceeds the model's max_position_embeddings %ld", requested,
+                             "max context %ld exceeds the model's max_position_embeddings %ld", requested,
                              model_max);
         if (out->max_fit >= 0 && requested > out->max_fit)
-            return kimi_fail(err, KIMI_ERR_NOMEM, "--max-context %ld does not fit: at most %ld positions (%s)",
+            return kimi_fail(err, KIMI_ERR_NOMEM, "max context %ld does not fit: at most %ld positions (%s)",
                              requested, out->max_fit, budget_text);
         out->max_context = requested;
         if (out->max_fit >= 0)
-            snprintf(out->summary, sizeof out->summary, "context %ld positions (--max-context; up to %ld fit, %s)",
+            snprintf(out->summary, sizeof out->summary, "context %ld positions (as asked; up to %ld fit, %s)",
                      requested, out->max_fit, budget_text);
         else
-            snprintf(out->summary, sizeof out->summary, "context %ld positions (--max-context)", requested);
+            snprintf(out->summary, sizeof out->summary, "context %ld positions (as asked)", requested);
         return 0;
     }
 
     if (out->max_fit < 0)
         return kimi_fail(err, KIMI_ERR_USAGE,
-                         "no memory budget is known for this backend: give --max-context or a memory budget");
+                         "no memory budget is known for this backend: give a max context or a memory budget");
     if (out->max_fit < 1)
         return kimi_fail(err, KIMI_ERR_NOMEM, "the memory budget does not hold the weights plus one cache position (%s)",
                          budget_text);

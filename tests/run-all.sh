@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: install the packages, build everything and run every test; build
 # the libFuzzer targets (clang) and replay their corpora; then rebuild with AddressSanitizer +
-# UBSan and run the unit tests again.
+# UBSan and run the tests again (all but gpu: that build has no CUDA).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./tests/install-deps.sh
@@ -20,4 +20,4 @@ done
 
 cmake --preset asan >/dev/null
 cmake --build build-asan -j"$jobs"
-ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit
+ctest --test-dir build-asan --output-on-failure -j"$jobs"
