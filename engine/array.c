@@ -1,7 +1,9 @@
-/* array: growth of malloc'ed arrays. */
+/* array: growable arrays and strings. */
 #include "engine/array.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,4 +40,40 @@ int text_append(char **data, size_t *len, size_t *cap, const char *s, size_t n)
     *len += n;
     (*data)[*len] = 0;
     return 0;
+}
+
+void strbuf_add(strbuf *b, const char *s, size_t n)
+{
+    if (!b->failed && text_append(&b->data, &b->len, &b->cap, s, n))
+        b->failed = 1;
+}
+
+void strbuf_str(strbuf *b, const char *s)
+{
+    strbuf_add(b, s, strlen(s));
+}
+
+void strbuf_printf(strbuf *b, const char *fmt, ...)
+{
+    char small[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->failed = 1;
+        return;
+    }
+    strbuf_add(b, small, (size_t)n < sizeof small ? (size_t)n : sizeof small - 1);
+}
+
+char *strbuf_take(strbuf *b)
+{
+    if (!b->failed && !b->data)
+        strbuf_add(b, "", 0);
+    if (b->failed) {
+        free(b->data);
+        return NULL;
+    }
+    return b->data;
 }

@@ -105,10 +105,4 @@ int chat_render(const tokenizer *tok, const chat_conversation *c, const chat_ren
                 chat_rendering *out, kimi_err *err);
 void chat_rendering_free(chat_rendering *r);
 
-/* The tool declaration in K2.5's TypeScript style ("# Tools\n\n## functions\nnamespace
- * functions {\n...}\n"). When a schema cannot be expressed that way the template declares the
- * tools as compact JSON instead: *text is that JSON and note says why (note may be NULL). */
-int chat_tools_declaration(const json_t *tools, char **text, char *note, size_t note_cap,
-                           kimi_err *err);
-
 #endif

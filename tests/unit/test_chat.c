@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/chat.h"
+#include "engine/tool_declaration.h"
 #include "engine/config.h"
 #include "engine/tokenizer.h"
 #include "tests/unit/check.h"
@@ -254,14 +255,14 @@ static void test_tools_fallback_note(void)
                                "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": [\"string\", \"date\"]}}}}}]");
     char *text = NULL, note[256];
     kimi_err err = {0};
-    CHECK(chat_tools_declaration(tools, &text, note, sizeof note, &err) == 0);
+    CHECK(tool_declaration_render(tools, &text, note, sizeof note, &err) == 0);
     /* json.dumps(deep_sort_dict(tools), separators=(',', ':')) in python3 */
     CHECK_STR(text, "[{\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{\"a\":{\"type\":[\"string\",\"date\"]}},\"type\":\"object\"}},\"type\":\"function\"}]");
     CHECK_MSG(strstr(note, "JSON") != NULL, "note: %s", note);
     free(text);
     json_decref(tools);
     json_t *not_list = parse_json("{\"type\": \"function\"}");
-    CHECK(chat_tools_declaration(not_list, &text, note, sizeof note, &err) == KIMI_ERR_INPUT);
+    CHECK(tool_declaration_render(not_list, &text, note, sizeof note, &err) == KIMI_ERR_INPUT);
     json_decref(not_list);
 }
 
