@@ -18,7 +18,7 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 typedef struct {
-    size_t *rank_bytes;         /* [tp] weight bytes each rank reads */
+    tp_shard *shards;           /* [tp] each rank's slices and the weight bytes it reads */
     size_t max_rank_bytes;
     long memory_context;        /* positions that fit beside the largest rank's weights */
     long max_context;           /* usable: memory_context capped at max_position_embeddings */
@@ -26,19 +26,17 @@ typedef struct {
 
 static int plan_memory(const model_weights *mw, int tp, double mem_gib, memory_plan *plan, kimi_err *err)
 {
-    plan->rank_bytes = calloc((size_t)tp, sizeof *plan->rank_bytes);
-    if (!plan->rank_bytes)
+    plan->shards = calloc((size_t)tp, sizeof *plan->shards);
+    if (!plan->shards)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
     plan->max_rank_bytes = 0;
     for (int r = 0; r < tp; r++) {
-        tp_shard shard;
-        if (tp_shard_plan(mw, tp, r, &shard, err)) {
-            free(plan->rank_bytes);
+        if (tp_shard_plan(mw, tp, r, &plan->shards[r], err)) {
+            free(plan->shards);
             return err->code;
         }
-        plan->rank_bytes[r] = shard.weight_bytes;
-        if (shard.weight_bytes > plan->max_rank_bytes)
-            plan->max_rank_bytes = shard.weight_bytes;
+        if (plan->shards[r].weight_bytes > plan->max_rank_bytes)
+            plan->max_rank_bytes = plan->shards[r].weight_bytes;
     }
     plan->memory_context = max_context_for_budget(&mw->cfg, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
     plan->max_context = plan->memory_context < mw->cfg.max_position ? plan->memory_context : mw->cfg.max_position;
@@ -51,6 +49,26 @@ static int dense_layer_count(const model_config *c)
     for (int l = 0; l < c->layers; l++)
         n += !config_layer_is_moe(c, l);
     return n;
+}
+
+/* [{"heads": [b, e], "dense_inter": …, "moe_inter": …, "shared_inter": …, "vocab": …, "bytes": n}]:
+ * the half-open ranges each rank slices. */
+static json_t *shards_json(const tp_shard *shards, int tp)
+{
+    json_t *list = json_array();
+    for (int r = 0; r < tp; r++) {
+        const tp_shard *sh = &shards[r];
+        const struct { const char *key; index_range range; } ranges[] = {
+            {"heads", sh->heads}, {"dense_inter", sh->dense_inter}, {"moe_inter", sh->moe_inter},
+            {"shared_inter", sh->shared_inter}, {"vocab", sh->vocab},
+        };
+        json_t *o = json_object();
+        for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+            json_object_set_new(o, ranges[i].key, json_pack("[i, i]", ranges[i].range.begin, ranges[i].range.end));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)sh->weight_bytes));
+        json_array_append_new(list, o);
+    }
+    return list;
 }
 
 static void print_json(const model_weights *mw, int tp, double mem_gib, const memory_plan *plan)
@@ -74,8 +92,9 @@ static void print_json(const model_weights *mw, int tp, double mem_gib, const me
     json_object_set_new(linears, "bf16", json_integer(mw->n_dense_linears));
     json_object_set_new(o, "linears", linears);
     for (int r = 0; r < tp; r++)
-        json_array_append_new(ranks, json_integer((json_int_t)plan->rank_bytes[r]));
+        json_array_append_new(ranks, json_integer((json_int_t)plan->shards[r].weight_bytes));
     json_object_set_new(o, "bytes_by_rank", ranks);
+    json_object_set_new(o, "shards", shards_json(plan->shards, tp));
     json_object_set_new(o, "model_type", json_string(c->model_type));
     json_object_set_new(o, "prefix", json_string(mw->prefix));
     json_object_set_new(o, "quant_algo", json_string(c->quant_algo));
@@ -107,8 +126,12 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
            c->kv_lora_rank, c->qk_rope_dim, c->layers);
     for (int r = 0; r < tp; r++) {
         char label[32];
+        const tp_shard *sh = &plan->shards[r];
         snprintf(label, sizeof label, "rank %d/%d", r, tp);
-        printf("%-14s%zu weight bytes (%.3f GiB)\n", label, plan->rank_bytes[r], plan->rank_bytes[r] / GIB);
+        printf("%-14s%zu weight bytes (%.3f GiB): heads [%d,%d), dense [%d,%d), expert [%d,%d), shared [%d,%d), "
+               "vocab [%d,%d)\n", label, sh->weight_bytes, sh->weight_bytes / GIB, sh->heads.begin, sh->heads.end,
+               sh->dense_inter.begin, sh->dense_inter.end, sh->moe_inter.begin, sh->moe_inter.end,
+               sh->shared_inter.begin, sh->shared_inter.end, sh->vocab.begin, sh->vocab.end);
     }
     printf("budget        %g GiB per rank%s\n", mem_gib,
            mem_given ? "" : " (assumed: a 96 GB RTX PRO 6000 less ~6 GiB for runtime; set --mem-gib)");
@@ -153,7 +176,7 @@ int probe_info(int argc, char **argv)
         print_json(&mw, (int)tp, mem_gib, &plan);
     else
         print_human(dir, &mw, (int)tp, mem_gib, probe_arg(&a, "mem-gib") != NULL, &plan);
-    free(plan.rank_bytes);
+    free(plan.shards);
     weights_free(&mw);
     return 0;
 }

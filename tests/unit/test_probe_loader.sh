@@ -27,6 +27,11 @@ expect() {
 for field in '"layers":4' '"dense_layers":1' '"experts":16' '"nvfp4":156' '"kv_bytes_per_token":640' '"tp":1'; do
     grep -qF "$field" "$tmp/info.json" || { echo "FAIL info --json lacks $field"; failed=1; }
 done
+# tp 2 halves 8 heads, the 512-wide dense MLP, the 128-wide experts and shared expert, 2304 vocab rows
+"$probe" info --model "$model" --tp 2 --json >"$tmp/info2.json" || { echo "FAIL info --tp 2 --json"; failed=1; }
+grep -qF '"shards":[{"heads":[0,4],"dense_inter":[0,256],"moe_inter":[0,64],"shared_inter":[0,64],"vocab":[0,1152]' "$tmp/info2.json" &&
+    grep -qF '{"heads":[4,8],"dense_inter":[256,512],"moe_inter":[64,128],"shared_inter":[64,128],"vocab":[1152,2304]' "$tmp/info2.json" ||
+    { echo "FAIL info --tp 2 shard ranges"; failed=1; }
 "$probe" info --model "$model" --tp 8 --mem-gib 1 >"$tmp/info.txt" || { echo "FAIL info --tp 8"; failed=1; }
 grep -q "budget  *1 GiB per rank" "$tmp/info.txt" || { echo "FAIL info does not state the budget"; failed=1; }
 # 1 GiB would fit 1,674,108 positions: capped at max_position_embeddings
