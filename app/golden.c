@@ -7,6 +7,7 @@
 
 #include "app/probe.h"
 #include "app/probe_args.h"
+#include "engine/file_io.h"
 
 typedef struct {
     const char *name;
@@ -38,29 +39,10 @@ int golden_read_file(const golden_run *g, const char *name, void **data, size_t 
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", g->reference_dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kimi_fail(err, KIMI_ERR_IO, "%s: cannot open", path);
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return kimi_fail(err, KIMI_ERR_IO, "%s: cannot seek", path);
-    }
-    long size = ftell(f);
-    rewind(f);
-    char *buf = size >= 0 ? malloc((size_t)size + 1) : NULL;
-    if (!buf) {
-        fclose(f);
-        return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", path);
-    }
-    size_t got = fread(buf, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) {
-        free(buf);
-        return kimi_fail(err, KIMI_ERR_IO, "%s: short read", path);
-    }
-    buf[size] = 0;
-    *data = buf;
-    *bytes = (size_t)size;
+    char *text;
+    if (file_read_all(path, &text, bytes, err))
+        return err->code;
+    *data = text;
     return 0;
 }
 

@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "engine/file_io.h"
 
 /* Where a field is read from, for messages: "config.json: text_config.hidden_size ...". */
 typedef struct {
@@ -442,43 +445,6 @@ int config_validate(const model_config *cfg, kimi_err *err)
     return 0;
 }
 
-/* Reads model_dir/name into a NUL-terminated buffer; absent optional files give *text NULL. */
-static int read_text_file(const char *path, int required, char **text, size_t *len, kimi_err *err)
-{
-    *text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT && !required)
-            return 0;
-        return kimi_fail(err, errno == ENOENT ? KIMI_ERR_MODEL : KIMI_ERR_IO, "%s: cannot open: %s", path,
-                         strerror(errno));
-    }
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap + 1);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *bigger = cap > (SIZE_MAX - 1) / 2 ? NULL : realloc(buf, cap * 2 + 1);
-            if (!bigger)
-                free(buf);
-            buf = bigger;
-            cap *= 2;
-        }
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (!buf)
-        return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", path);
-    if (failed) {
-        free(buf);
-        return kimi_fail(err, KIMI_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = 0;
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
 int config_load(model_config *cfg, const char *model_dir, kimi_err *err)
 {
     static const struct { const char *name; int required; } files[] = {
@@ -493,12 +459,12 @@ int config_load(model_config *cfg, const char *model_dir, kimi_err *err)
         char *text;
         size_t len = 0;
         snprintf(path, sizeof path, "%s/%s", model_dir, files[i].name);
-        if (read_text_file(path, files[i].required, &text, &len, err)) {
+        if (!files[i].required && access(path, F_OK) != 0 && errno == ENOENT)
+            continue;
+        if (file_read_all(path, &text, &len, err)) {
             config_free(cfg);
             return err->code;
         }
-        if (!text)
-            continue;
         int rc = config_parse_text(cfg, path, text, len, err);
         free(text);
         if (rc) {

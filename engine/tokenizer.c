@@ -3,6 +3,7 @@
  * length), decodes, and streams complete UTF-8. */
 #include "engine/tokenizer.h"
 #include "engine/array.h"
+#include "engine/file_io.h"
 #include "engine/pretokenizer.h"
 #include "engine/utf8.h"
 
@@ -130,41 +131,6 @@ static int32_t rank_insert(tokenizer *t, int32_t id)
 }
 
 /* ---- loading ------------------------------------------------------------------------------ */
-
-static int read_whole_file(const char *path, char **data, size_t *size, kimi_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kimi_fail(err, KIMI_ERR_MODEL, "%s: cannot open", path);
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            size_t bigger = cap ? cap * 2 : 1 << 20;
-            char *grown = bigger > cap ? realloc(buf, bigger) : NULL;
-            if (!grown) {
-                free(buf);
-                fclose(f);
-                return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", path);
-            }
-            buf = grown;
-            cap = bigger;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return kimi_fail(err, KIMI_ERR_IO, "%s: read error", path);
-    }
-    *data = buf;
-    *size = n;
-    return 0;
-}
 
 static int base64_value(uint8_t c)
 {
@@ -386,7 +352,7 @@ int tokenizer_load(tokenizer **out, const char *model_dir, const model_config *c
     *out = NULL;
     if ((size_t)snprintf(path, sizeof path, "%s/tiktoken.model", model_dir) >= sizeof path)
         return kimi_fail(err, KIMI_ERR_USAGE, "%s: model path too long", model_dir);
-    int rc = read_whole_file(path, &data, &size, err);
+    int rc = file_read_all(path, &data, &size, err);
     if (rc)
         return rc;
     int max_special = -1;

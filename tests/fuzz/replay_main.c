@@ -6,36 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/file_io.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int replay_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "replay: cannot open %s\n", path);
+    char *data;
+    size_t size;
+    kimi_err err = {0};
+    if (file_read_all(path, &data, &size, &err)) {
+        fprintf(stderr, "replay: %s\n", err.msg);
         return 1;
     }
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            uint8_t *bigger = realloc(buf, cap *= 2);
-            if (!bigger) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = bigger;
-        }
-    }
-    fclose(f);
-    if (!buf) {
-        fprintf(stderr, "replay: out of memory reading %s\n", path);
-        return 1;
-    }
-    LLVMFuzzerTestOneInput(buf, n);
-    free(buf);
+    LLVMFuzzerTestOneInput((const uint8_t *)data, size);
+    free(data);
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "engine/config.h"
 #include "engine/tokenizer.h"
 #include "tests/unit/check.h"
+#include "tests/unit/utf8_encode.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"
 
@@ -262,30 +263,6 @@ static uint32_t rng_next(void)
     return (uint32_t)(rng_state >> 16);
 }
 
-static size_t put_utf8(char *out, uint32_t cp)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | cp >> 6);
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | cp >> 12);
-        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | cp >> 18);
-    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* A random code point: mostly from the kinds the regex treats differently, sometimes any
  * scalar value at all. */
 static uint32_t random_code_point(void)
@@ -312,7 +289,7 @@ static void test_random_round_trips(const tokenizer *tok)
     for (int iter = 0; iter < 3000; iter++) {
         size_t len = 0, chars = rng_next() % 200;
         for (size_t i = 0; i < chars; i++)
-            len += put_utf8(text + len, random_code_point());
+            len += utf8_encode(random_code_point(), (uint8_t *)text + len);
         for (int allow = 0; allow <= 1; allow++) {
             int32_t *ids = NULL;
             size_t n = 0, back_len = 0;

@@ -7,40 +7,16 @@
 
 #include "engine/utf8.h"
 #include "tests/unit/check.h"
+#include "tests/unit/utf8_encode.h"
 
 #define R UTF8_REPLACEMENT
-
-/* Reference encoder of one scalar value into out (4 bytes); returns its length. */
-static size_t encode(uint32_t cp, uint8_t *out)
-{
-    if (cp < 0x80) {
-        out[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (uint8_t)(0xC0 | cp >> 6);
-        out[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (uint8_t)(0xE0 | cp >> 12);
-        out[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
-        out[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (uint8_t)(0xF0 | cp >> 18);
-    out[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
-    out[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
 
 static void test_every_scalar_value(void)
 {
     int bad = 0;
     for (uint32_t cp = 0; cp <= 0x10FFFF; cp++) {
         uint8_t b[4];
-        size_t n = encode(cp, b), len = 0, next = 0;
+        size_t n = utf8_encode(cp, b), len = 0, next = 0;
         int kind = utf8_sequence(b, n, &len);
         int surrogate = cp >= 0xD800 && cp <= 0xDFFF;
         if (surrogate) {
