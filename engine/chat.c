@@ -29,12 +29,12 @@ void chat_message_free(chat_message *m)
 {
     free(m->other_role);
     free(m->name);
-    free(m->content);
-    free(m->reasoning);
+    chat_text_free(&m->content);
+    chat_text_free(&m->reasoning);
     for (int i = 0; i < m->n_tool_calls; i++) {
         free(m->tool_calls[i].id);
         free(m->tool_calls[i].name);
-        free(m->tool_calls[i].arguments);
+        chat_text_free(&m->tool_calls[i].arguments);
     }
     free(m->tool_calls);
     free(m->tool_call_id);
@@ -87,13 +87,49 @@ int chat_set_text(char **field, const char *text, kimi_err *err)
     return 0;
 }
 
-chat_message *chat_append(chat_conversation *c, chat_role role, const char *content, kimi_err *err)
+int chat_text_set(chat_text *t, const char *s, size_t len, kimi_err *err)
+{
+    chat_text copy = {0};
+    if (s) {
+        if (len == SIZE_MAX || !(copy.s = malloc(len + 1)))
+            return kimi_fail(err, KIMI_ERR_NOMEM, "conversation: out of memory");
+        memcpy(copy.s, s, len);
+        copy.s[len] = 0;
+        copy.len = len;
+    }
+    chat_text_free(t);
+    *t = copy;
+    return 0;
+}
+
+int chat_text_append(chat_text *t, const char *s, size_t len, kimi_err *err)
+{
+    if (len > SIZE_MAX - 1 - t->len)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "conversation: text too long");
+    char *grown = realloc(t->s, t->len + len + 1);
+    if (!grown)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "conversation: out of memory");
+    memcpy(grown + t->len, s, len);
+    t->s = grown;
+    t->len += len;
+    t->s[t->len] = 0;
+    return 0;
+}
+
+void chat_text_free(chat_text *t)
+{
+    free(t->s);
+    *t = (chat_text){0};
+}
+
+chat_message *chat_append(chat_conversation *c, chat_role role, const char *content,
+                          size_t content_len, kimi_err *err)
 {
     chat_message *m = append_slot(c, err);
     if (!m)
         return NULL;
     m->role = role;
-    if (chat_set_text(&m->content, content, err)) {
+    if (chat_text_set(&m->content, content, content_len, err)) {
         c->n_messages--;
         return NULL;
     }
@@ -101,7 +137,7 @@ chat_message *chat_append(chat_conversation *c, chat_role role, const char *cont
 }
 
 int chat_add_tool_call(chat_message *m, const char *id, const char *name, const char *arguments,
-                       kimi_err *err)
+                       size_t arguments_len, kimi_err *err)
 {
     if (m->n_tool_calls >= (1 << 20))
         return kimi_fail(err, KIMI_ERR_INPUT, "conversation: too many tool calls in one message");
@@ -112,7 +148,7 @@ int chat_add_tool_call(chat_message *m, const char *id, const char *name, const 
     chat_tool_call *call = &m->tool_calls[m->n_tool_calls];
     *call = (chat_tool_call){0};
     if (chat_set_text(&call->id, id, err) || chat_set_text(&call->name, name, err) ||
-        chat_set_text(&call->arguments, arguments, err)) {
+        chat_text_set(&call->arguments, arguments, arguments_len, err)) {
         free(call->id);
         free(call->name);
         return err ? err->code : KIMI_ERR_NOMEM;
@@ -123,16 +159,16 @@ int chat_add_tool_call(chat_message *m, const char *id, const char *name, const 
 
 int chat_append_copy(chat_conversation *c, const chat_message *src, kimi_err *err)
 {
-    chat_message *m = chat_append(c, src->role, src->content, err);
+    chat_message *m = chat_append(c, src->role, src->content.s, src->content.len, err);
     if (!m)
         return err ? err->code : KIMI_ERR_NOMEM;
     int rc = chat_set_text(&m->other_role, src->other_role, err) ||
              chat_set_text(&m->name, src->name, err) ||
-             chat_set_text(&m->reasoning, src->reasoning, err) ||
+             chat_text_set(&m->reasoning, src->reasoning.s, src->reasoning.len, err) ||
              chat_set_text(&m->tool_call_id, src->tool_call_id, err);
     for (int i = 0; !rc && i < src->n_tool_calls; i++)
         rc = chat_add_tool_call(m, src->tool_calls[i].id, src->tool_calls[i].name,
-                                src->tool_calls[i].arguments, err);
+                                src->tool_calls[i].arguments.s, src->tool_calls[i].arguments.len, err);
     if (rc) {
         chat_message_free(m);
         c->n_messages--;
@@ -194,12 +230,24 @@ static int json_text_field(const json_t *obj, const char *key, char **out, const
     return chat_set_text(out, json_string_value(v), err);
 }
 
+/* The same for a text that may hold NULs (JSON's \u0000 survives). */
+static int json_long_text_field(const json_t *obj, const char *key, chat_text *out,
+                                const char *where, kimi_err *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return kimi_fail(err, KIMI_ERR_INPUT, "%s.%s: not a string", where, key);
+    return chat_text_set(out, json_string_value(v), json_string_length(v), err);
+}
+
 /* content: a string, null, or a list of text parts (concatenated, as the template prints them). */
-static int json_content(const json_t *obj, char **out, const char *where, kimi_err *err)
+static int json_content(const json_t *obj, chat_text *out, const char *where, kimi_err *err)
 {
     const json_t *v = json_object_get(obj, "content");
     if (!json_is_array(v))
-        return json_text_field(obj, "content", out, where, err);
+        return json_long_text_field(obj, "content", out, where, err);
     strbuf b = {0};
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *part = json_array_get(v, i);
@@ -217,11 +265,12 @@ static int json_content(const json_t *obj, char **out, const char *where, kimi_e
         if (text)
             strbuf_add(&b, json_string_value(text), json_string_length(text));
     }
+    size_t len = b.len;
     char *joined = strbuf_take(&b);
     if (!joined)
         return kimi_fail(err, KIMI_ERR_NOMEM, "%s.content: out of memory", where);
-    free(*out);
-    *out = joined;
+    chat_text_free(out);
+    *out = (chat_text){joined, len};
     return 0;
 }
 
@@ -247,12 +296,13 @@ static int json_tool_calls(chat_message *m, const json_t *calls, const char *whe
             strbuf_add(&b, json_string_value(args), json_string_length(args));
         else
             pyformat_json_dump(&b, args, ", ", ": ", 0);
+        size_t len = b.len;
         char *text = strbuf_take(&b);
         if (!text)
             return kimi_fail(err, KIMI_ERR_NOMEM, "%s.tool_calls[%zu]: out of memory", where, i);
         char *derived = json_string_value(name) ? NULL : chat_tool_name_from_id(json_string_value(id));
         int rc = chat_add_tool_call(m, json_string_value(id),
-                                    derived ? derived : json_string_value(name), text, err);
+                                    derived ? derived : json_string_value(name), text, len, err);
         free(derived);
         free(text);
         if (rc)
@@ -285,7 +335,7 @@ int chat_message_from_json(chat_message *m, const json_t *obj, const char *where
     int rc = (m->role == CHAT_ROLE_OTHER && chat_set_text(&m->other_role, role, err)) ||
              json_text_field(obj, "name", &m->name, where, err) ||
              json_content(obj, &m->content, where, err) ||
-             json_text_field(obj, "reasoning_content", &m->reasoning, where, err) ||
+             json_long_text_field(obj, "reasoning_content", &m->reasoning, where, err) ||
              json_text_field(obj, "tool_call_id", &m->tool_call_id, where, err) ||
              json_tool_calls(m, json_object_get(obj, "tool_calls"), where, err);
     if (rc) {
@@ -351,14 +401,21 @@ static int set_text(json_t *obj, const char *key, const char *text, int keep_nul
     return json_object_set_new(obj, key, text ? json_string(text) : json_null());
 }
 
+static int set_long_text(json_t *obj, const char *key, const chat_text *t, int keep_null)
+{
+    if (!t->s && !keep_null)
+        return 0;
+    return json_object_set_new(obj, key, t->s ? json_stringn(t->s, t->len) : json_null());
+}
+
 json_t *chat_message_to_json(const chat_message *m)
 {
     json_t *obj = json_object();
     if (!obj)
         return NULL;
-    int bad = set_text(obj, "role", chat_role_text(m), 0) || set_text(obj, "content", m->content, 1) ||
+    int bad = set_text(obj, "role", chat_role_text(m), 0) || set_long_text(obj, "content", &m->content, 1) ||
               set_text(obj, "name", m->name, 0) ||
-              set_text(obj, "reasoning_content", m->reasoning, 0) ||
+              set_long_text(obj, "reasoning_content", &m->reasoning, 0) ||
               set_text(obj, "tool_call_id", m->tool_call_id, 0);
     if (!bad && m->n_tool_calls) {
         json_t *calls = json_array();
@@ -369,7 +426,7 @@ json_t *chat_message_to_json(const chat_message *m)
             bad = !call || !function || set_text(call, "id", tc->id ? tc->id : "", 0) ||
                   set_text(call, "type", "function", 0) ||
                   set_text(function, "name", tc->name ? tc->name : "", 0) ||
-                  set_text(function, "arguments", tc->arguments ? tc->arguments : "", 0);
+                  json_object_set_new(function, "arguments", json_stringn(tc->arguments.s ? tc->arguments.s : "", tc->arguments.len));
             if (bad) {
                 json_decref(call);
                 json_decref(function);
@@ -464,6 +521,11 @@ static void emit_text(renderer *r, const char *text)
         strbuf_str(&r->text, text);
 }
 
+static void emit_long_text(renderer *r, const chat_text *t)
+{
+    strbuf_add(&r->text, t->s ? t->s : "", t->len);
+}
+
 static void render_tool_calls(renderer *r, const chat_message *m)
 {
     emit_special(r, SP_SECTION_BEGIN);
@@ -471,7 +533,7 @@ static void render_tool_calls(renderer *r, const chat_message *m)
         emit_special(r, SP_CALL_BEGIN);
         emit_text(r, m->tool_calls[i].id);
         emit_special(r, SP_CALL_ARGUMENT_BEGIN);
-        emit_text(r, m->tool_calls[i].arguments);
+        emit_long_text(r, &m->tool_calls[i].arguments);
         emit_special(r, SP_CALL_END);
     }
     emit_special(r, SP_SECTION_END);
@@ -489,18 +551,18 @@ static void render_message(renderer *r, const chat_message *m, int keep_reasonin
     if (m->role == CHAT_ROLE_ASSISTANT) {
         emit_special(r, SP_THINK);
         if (keep_reasoning)
-            emit_text(r, m->reasoning);
+            emit_long_text(r, &m->reasoning);
         emit_special(r, SP_THINK_END);
-        emit_text(r, m->content);
+        emit_long_text(r, &m->content);
         if (m->n_tool_calls)
             render_tool_calls(r, m);
     } else if (m->role == CHAT_ROLE_TOOL) {
         emit_text(r, "## Return of ");
         emit_text(r, m->tool_call_id);
         emit_text(r, "\n");
-        emit_text(r, m->content);
+        emit_long_text(r, &m->content);
     } else {
-        emit_text(r, m->content);
+        emit_long_text(r, &m->content);
     }
     emit_special(r, SP_IM_END);
 }

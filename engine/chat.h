@@ -19,10 +19,17 @@ typedef enum {
     CHAT_ROLE_OTHER,       /* any other role string: rendered like system, under its own name */
 } chat_role;
 
+/* Text that may hold NUL bytes (the model can emit byte 0, a user can paste it): s[len] is
+ * always 0, so it also reads as a C string up to its first NUL; s == NULL when absent. */
+typedef struct {
+    char *s;               /* [len + 1], owned */
+    size_t len;
+} chat_text;
+
 typedef struct {
     char *id;              /* "functions.get_weather:0", sent back as the tool message's tool_call_id */
     char *name;            /* "get_weather" */
-    char *arguments;       /* the JSON text of the arguments, exactly as rendered */
+    chat_text arguments;   /* the JSON text of the arguments, exactly as rendered */
 } chat_tool_call;
 
 /* Every string is owned (malloc'ed) and NULL when absent. */
@@ -30,8 +37,8 @@ typedef struct {
     chat_role role;
     char *other_role;      /* the role as written, for CHAT_ROLE_OTHER only */
     char *name;            /* replaces the role in the message header when set */
-    char *content;
-    char *reasoning;       /* reasoning_content of an assistant message */
+    chat_text content;
+    chat_text reasoning;   /* reasoning_content of an assistant message */
     chat_tool_call *tool_calls;  /* [n_tool_calls] */
     int n_tool_calls;
     char *tool_call_id;    /* for CHAT_ROLE_TOOL: the id of the call this message answers */
@@ -48,16 +55,21 @@ void chat_conversation_free(chat_conversation *c);
 /* Drop messages n.. (undo, retry). */
 void chat_conversation_truncate(chat_conversation *c, int n);
 
-/* Append an empty message of role with content (may be NULL); returns it, or NULL with err set.
- * The pointer stays valid until the next append. */
-chat_message *chat_append(chat_conversation *c, chat_role role, const char *content, kimi_err *err);
+/* Append a message of role with content[0..content_len) (content may be NULL: absent); returns
+ * it, or NULL with err set. The pointer stays valid until the next append. */
+chat_message *chat_append(chat_conversation *c, chat_role role, const char *content,
+                          size_t content_len, kimi_err *err);
 /* Append a deep copy of m. */
 int chat_append_copy(chat_conversation *c, const chat_message *m, kimi_err *err);
 
 /* Replace an owned string field of a message (text may be NULL). */
 int chat_set_text(char **field, const char *text, kimi_err *err);
+/* Replace t with a copy of s[0..len) (s NULL: absent), or append s[0..len) to it. */
+int chat_text_set(chat_text *t, const char *s, size_t len, kimi_err *err);
+int chat_text_append(chat_text *t, const char *s, size_t len, kimi_err *err);
+void chat_text_free(chat_text *t);
 int chat_add_tool_call(chat_message *m, const char *id, const char *name, const char *arguments,
-                       kimi_err *err);
+                       size_t arguments_len, kimi_err *err);
 void chat_message_free(chat_message *m);
 
 /* The function a tool-call id names: "functions.get_weather:0" -> "get_weather" (the part

@@ -181,7 +181,7 @@ static void end_call(stream_parser *p, const char *problem)
     char *name = chat_tool_name_from_id(p->call_id.data ? p->call_id.data : "");
     kimi_err err = {0};
     if (!name || chat_add_tool_call(&p->message, p->call_id.data ? p->call_id.data : "", name,
-                                    p->call_args.data ? p->call_args.data : "", &err))
+                                    p->call_args.data ? p->call_args.data : "", p->call_args.len, &err))
         p->oom = 1;
     free(name);
     tb_clear(&p->call_id);
@@ -385,7 +385,7 @@ void parse_free(stream_parser *p)
     free(p->stray.data);
     free(p->reasoning.data);
     free(p->content.data);
-    p->message.reasoning = p->message.content = NULL;
+    p->message.reasoning = p->message.content = (chat_text){0};
     chat_message_free(&p->message);
     free(p);
 }
@@ -403,8 +403,8 @@ const int32_t *parse_ids(const stream_parser *p, size_t *n_ids)
 const chat_message *parse_message(stream_parser *p)
 {
     /* the text fields alias the parser's buffers */
-    p->message.reasoning = p->reasoning.len ? p->reasoning.data : NULL;
-    p->message.content = p->content.len ? p->content.data : NULL;
+    p->message.reasoning = p->reasoning.len ? (chat_text){p->reasoning.data, p->reasoning.len} : (chat_text){0};
+    p->message.content = p->content.len ? (chat_text){p->content.data, p->content.len} : (chat_text){0};
     return &p->message;
 }
 

@@ -87,8 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     REQUIRE(n_ids <= pushed);
     const chat_message *m = parse_message(p);
     REQUIRE(m->n_tool_calls == o.calls_ended);
-    REQUIRE((m->reasoning ? strlen(m->reasoning) : 0) <= o.reasoning_len);
-    REQUIRE((m->content ? strlen(m->content) : 0) <= o.content_len);
+    REQUIRE(m->reasoning.len == o.reasoning_len);
+    REQUIRE(m->content.len == o.content_len);
     parse_free(p);
     return 0;
 }

@@ -155,13 +155,13 @@ static void test_message_json(void)
     if (c.n_messages == 3) {
         CHECK_INT(c.messages[0].role, CHAT_ROLE_OTHER);
         CHECK_STR(chat_role_text(&c.messages[0]), "developer");
-        CHECK_STR(c.messages[0].content, "ab");
-        CHECK(c.messages[1].content == NULL);
-        CHECK_STR(c.messages[1].reasoning, "why");
+        CHECK_STR(c.messages[0].content.s, "ab");
+        CHECK(c.messages[1].content.s == NULL);
+        CHECK_STR(c.messages[1].reasoning.s, "why");
         CHECK_INT(c.messages[1].n_tool_calls, 1);
         /* arguments given as a value print as Python's json.dumps does (key order kept,
          * ", " and ": ", non-ASCII as is, 1.0 stays a float): the template's tojson. */
-        CHECK_STR(c.messages[1].tool_calls[0].arguments, "{\"b\": 1.0, \"a\": [\"\xc3\xa9\", null]}");
+        CHECK_STR(c.messages[1].tool_calls[0].arguments.s, "{\"b\": 1.0, \"a\": [\"\xc3\xa9\", null]}");
         CHECK_STR(c.messages[1].tool_calls[0].name, "get_weather");  /* from the id */
         CHECK_INT(c.messages[2].role, CHAT_ROLE_TOOL);
         CHECK_STR(c.messages[2].tool_call_id, "functions.get_weather:0");
@@ -230,21 +230,21 @@ static void test_conversation_edits(void)
     chat_conversation c;
     kimi_err err = {0};
     chat_conversation_init(&c);
-    CHECK(chat_append(&c, CHAT_ROLE_USER, "q", &err) != NULL);
-    chat_message *m = chat_append(&c, CHAT_ROLE_ASSISTANT, NULL, &err);
+    CHECK(chat_append(&c, CHAT_ROLE_USER, "q", 1, &err) != NULL);
+    chat_message *m = chat_append(&c, CHAT_ROLE_ASSISTANT, NULL, 0, &err);
     CHECK(m != NULL);
     if (m) {
-        CHECK(chat_set_text(&m->reasoning, "think", &err) == 0);
-        CHECK(chat_add_tool_call(m, "functions.f:0", "f", "{}", &err) == 0);
+        CHECK(chat_text_set(&m->reasoning, "think", 5, &err) == 0);
+        CHECK(chat_add_tool_call(m, "functions.f:0", "f", "{}", 2, &err) == 0);
     }
     CHECK(chat_append_copy(&c, &c.messages[1], &err) == 0);
     CHECK_INT(c.n_messages, 3);
-    CHECK_STR(c.messages[2].reasoning, "think");
+    CHECK_STR(c.messages[2].reasoning.s, "think");
     CHECK_INT(c.messages[2].n_tool_calls, 1);
-    CHECK(c.messages[2].tool_calls[0].arguments != c.messages[1].tool_calls[0].arguments);
+    CHECK(c.messages[2].tool_calls[0].arguments.s != c.messages[1].tool_calls[0].arguments.s);
     chat_conversation_truncate(&c, 1);
     CHECK_INT(c.n_messages, 1);
-    CHECK_STR(c.messages[0].content, "q");
+    CHECK_STR(c.messages[0].content.s, "q");
     chat_conversation_free(&c);
 }
 

@@ -253,13 +253,13 @@ static void test_tool_calls(void)
     feed(&sc, &s, NULL, 0, &r, &p);
     const chat_message *m = parse_message(p);
     CHECK_INT(m->role, CHAT_ROLE_ASSISTANT);
-    CHECK_STR(m->reasoning, "I should call the weather tool.");
-    CHECK_STR(m->content, "Checking.");
+    CHECK_STR(m->reasoning.s, "I should call the weather tool.");
+    CHECK_STR(m->content.s, "Checking.");
     CHECK_INT(m->n_tool_calls, 2);
     if (m->n_tool_calls == 2) {
         CHECK_STR(m->tool_calls[0].id, "functions.get_weather:0");
         CHECK_STR(m->tool_calls[0].name, "get_weather");
-        CHECK_STR(m->tool_calls[0].arguments, "{\"city\": \"Paris\", \"days\": 2}");
+        CHECK_STR(m->tool_calls[0].arguments.s, "{\"city\": \"Paris\", \"days\": 2}");
         CHECK_STR(m->tool_calls[1].name, "now");
     }
     CHECK_INT(parse_stop(p), PARSE_STOP_END_OF_TURN);
@@ -460,7 +460,83 @@ static void test_utf8(void)
     kimi_err err = {0};
     CHECK(parse_create(&p, tok, PARSE_START_CONTENT, silent, NULL, &err) == 0);
     CHECK(parse_push_ids(p, c.ids, c.n, &err) == 0);
-    CHECK(parse_message(p)->content && !strcmp(parse_message(p)->content, "\xe4\xbd\xa0\xe5\xa5\xbd"));
+    CHECK(parse_message(p)->content.s && !strcmp(parse_message(p)->content.s, "\xe4\xbd\xa0\xe5\xa5\xbd"));
+    parse_free(p);
+}
+
+/* Text holding NUL bytes (the model can emit byte 0) survives the whole round trip: parser ->
+ * history -> render (the generated ids reappear exactly) -> JSON -> load -> render (same ids). */
+static void add_raw(stream *s, const char *bytes, size_t len)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    kimi_err err = {0};
+    CHECK(tokenizer_encode(tok, bytes, len, 0, &ids, &n, &err) == 0);
+    for (size_t i = 0; i < n; i++)
+        add_id(s, ids[i]);
+    free(ids);
+}
+
+static int contains_run(const int32_t *hay, size_t n_hay, const int32_t *needle, size_t n_needle)
+{
+    for (size_t i = 0; i + n_needle <= n_hay; i++)
+        if (!memcmp(hay + i, needle, n_needle * sizeof *needle))
+            return 1;
+    return 0;
+}
+
+static void test_nul_round_trip(void)
+{
+    static const char reasoning[] = "think\0hard", content[] = "a\0b\0", args[] = "{\"p\": \"x\"}";
+    stream s = {0};
+    add_raw(&s, reasoning, sizeof reasoning - 1);
+    add_special(&s, "</think>");
+    add_raw(&s, content, sizeof content - 1);
+    add_special(&s, "<|tool_calls_section_begin|>");
+    add_special(&s, "<|tool_call_begin|>");
+    add_text(&s, "functions.f:0");
+    add_special(&s, "<|tool_call_argument_begin|>");
+    add_text(&s, args);
+    add_special(&s, "<|tool_call_end|>");
+    add_special(&s, "<|tool_calls_section_end|>");
+    add_special(&s, "<|im_end|>");
+
+    stream_parser *p = NULL;
+    kimi_err err = {0};
+    CHECK(parse_create(&p, tok, PARSE_START_REASONING, silent, NULL, &err) == 0);
+    CHECK(parse_push_ids(p, s.ids, s.n, &err) == 0);
+    const chat_message *m = parse_message(p);
+    CHECK(m->reasoning.len == sizeof reasoning - 1 && !memcmp(m->reasoning.s, reasoning, m->reasoning.len));
+    CHECK(m->content.len == sizeof content - 1 && !memcmp(m->content.s, content, m->content.len));
+
+    chat_conversation c;
+    chat_conversation_init(&c);
+    CHECK(chat_append(&c, CHAT_ROLE_USER, "q\0r", 3, &err) != NULL);
+    CHECK(chat_append_copy(&c, m, &err) == 0);
+    chat_message *result = chat_append(&c, CHAT_ROLE_TOOL, "out\0put", 7, &err);
+    CHECK(result && chat_set_text(&result->tool_call_id, "functions.f:0", &err) == 0);
+    chat_render_options opt = {.thinking = 1, .add_generation_prompt = 1};
+    chat_rendering first, second;
+    CHECK(chat_render(tok, &c, &opt, &first, &err) == 0);
+    CHECK(contains_run(first.ids, first.n_ids, s.ids, s.n));
+
+    json_t *exported = chat_conversation_to_json(&c);
+    char *text = json_dumps(exported, JSON_COMPACT);
+    json_error_t jerr;
+    json_t *loaded = text ? json_loads(text, JSON_ALLOW_NUL, &jerr) : NULL;
+    chat_conversation back;
+    chat_conversation_init(&back);
+    CHECK(loaded && chat_conversation_from_json(&back, loaded, &err) == 0);
+    CHECK(back.n_messages == 3 && back.messages[0].content.len == 3 && back.messages[2].content.len == 7);
+    CHECK(chat_render(tok, &back, &opt, &second, &err) == 0);
+    CHECK(first.n_ids == second.n_ids && !memcmp(first.ids, second.ids, first.n_ids * sizeof *first.ids));
+    chat_rendering_free(&first);
+    chat_rendering_free(&second);
+    json_decref(loaded);
+    free(text);
+    json_decref(exported);
+    chat_conversation_free(&back);
+    chat_conversation_free(&c);
     parse_free(p);
 }
 
@@ -479,6 +555,7 @@ int main(void)
     test_malformed();
     test_engine_stops();
     test_utf8();
+    test_nul_round_trip();
     CHECK_STR(parse_stop_text(PARSE_STOP_MAX_TOKENS_WHILE_THINKING), "stopped while thinking (max tokens)");
     tokenizer_free(t);
     config_free(&cfg);
