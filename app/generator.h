@@ -44,6 +44,7 @@ typedef enum { GENERATOR_EVENT_PARSE, GENERATOR_EVENT_PROGRESS } generator_event
 typedef struct {
     generator_event_kind kind;
     parse_event parse;              /* PARSE: valid during the callback only */
+    int tokens;                     /* PARSE: tokens generated so far in this answer */
     generator_progress progress;    /* PROGRESS */
 } generator_event;
 

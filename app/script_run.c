@@ -1,0 +1,111 @@
+/* script_run: the script loop, /expect checks and exit codes. */
+#include "app/script_run.h"
+
+#include <regex.h>
+#include <stdio.h>
+#include <string.h>
+
+static void line_error(const script *s, const script_item *it, const char *what)
+{
+    fprintf(stderr, "%s:%d: %s\n", s->name, it->line, what);
+}
+
+/* 0 when the last answer meets the expectation, else 1 with the reason printed. */
+static int check_expect(const script *s, const script_item *it, app *a)
+{
+    const chat_message *m = app_last_answer(a);
+    const char *content = m && m->content.s ? m->content.s : "";
+    size_t len = m ? m->content.len : 0;
+    char why[700];
+    switch (it->expect) {
+    case SCRIPT_EXPECT_CONTAINS:
+        if (it->len <= len && memmem(content, len, it->text, it->len))
+            return 0;
+        snprintf(why, sizeof why, "/expect contains \"%s\": the last answer does not contain it", it->text);
+        break;
+    case SCRIPT_EXPECT_MATCHES: {
+        regex_t re;
+        if (regcomp(&re, it->text, REG_EXTENDED | REG_NOSUB)) {
+            snprintf(why, sizeof why, "/expect matches: bad regular expression '%s'", it->text);
+            break;
+        }
+        int rc = regexec(&re, content, 0, NULL, 0);
+        regfree(&re);
+        if (rc == 0)
+            return 0;
+        snprintf(why, sizeof why, "/expect matches '%s': the last answer does not match", it->text);
+        break;
+    }
+    case SCRIPT_EXPECT_TOOL:
+        if (app_last_turn_called(a, it->text))
+            return 0;
+        snprintf(why, sizeof why, "/expect tool %s: the last turn did not run it", it->text);
+        break;
+    }
+    line_error(s, it, why);
+    if (m)
+        fprintf(stderr, "  the last answer was: %.300s%s\n", content, len > 300 ? "…" : "");
+    return 1;
+}
+
+int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
+{
+    for (int i = 0; i < s->n_items; i++) {
+        const script_item *it = &s->items[i];
+        kimi_err err = {0};
+        if (it->kind == SCRIPT_COMMAND && app_command_check(it->text, &err)) {
+            line_error(s, it, err.msg);
+            return 1;
+        }
+    }
+    int failed = 0;
+    for (int i = 0; i < s->n_items && !app_quit_requested(a); i++) {
+        const script_item *it = &s->items[i];
+        kimi_err err = {0};
+        int line_failed = 0;
+        switch (it->kind) {
+        case SCRIPT_EXPECT:
+            line_failed = check_expect(s, it, a);
+            break;
+        case SCRIPT_COMMAND:
+            fprintf(stdout, "%s\n", it->text);
+            fflush(stdout);
+            if (app_command(a, it->text, &err)) {
+                line_failed = 1;
+                break;
+            }
+            /* fall through: /retry starts a turn */
+        case SCRIPT_TURN: {
+            if (it->kind == SCRIPT_TURN) {
+                plain_ui_echo_turn(ui, it->text, it->len);
+                if (app_send(a, it->text, it->len, &err)) {
+                    line_failed = 1;
+                    break;
+                }
+            }
+            app_turn_outcome outcome = APP_TURN_DONE;
+            switch (plain_ui_wait(ui, a, &outcome, &err)) {
+            case PLAIN_WAIT_IDLE: break;
+            case PLAIN_WAIT_INTERRUPTED:
+            case PLAIN_WAIT_TERMINATED:
+                app_save(a, &err);
+                return 130;
+            case PLAIN_WAIT_BROKEN:
+                fprintf(stderr, "kimi-chat: %s\n", err.msg);
+                return 3;
+            }
+            if (outcome == APP_TURN_FAILED) {
+                line_error(s, it, plain_ui_last_message(ui));
+                return 3;
+            }
+            break;
+        }
+        }
+        if (line_failed) {
+            failed = 1;
+            if (!keep_going)
+                return 1;
+        }
+    }
+    return failed;
+}

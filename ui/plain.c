@@ -1,0 +1,501 @@
+/* plain: text front end on stdout/stderr, the readline REPL and the signal self-pipe. */
+#include "ui/plain.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <readline/history.h>
+#include <readline/readline.h>
+
+#include "app/paths.h"
+#include "engine/array.h"
+
+#define DIM "\033[2m"
+#define BOLD "\033[1m"
+#define RESET "\033[0m"
+
+struct plain_ui {
+    const app_options *opt;
+    int ask_tools;
+    int color_err;              /* stderr is a terminal and colours are allowed */
+    int progress_line;          /* stderr is a terminal: progress on one updating line */
+    int show_reasoning;
+    /* the answer on screen */
+    int in_reasoning;           /* reasoning printed and not yet closed with a newline */
+    int content_open;           /* content printed without a final newline */
+    int progress_shown;
+    int pending_approval;       /* index of the call waiting for y/a/n, or -1 */
+    char pending_name[128];
+    char last_message[512];
+    app_turn_outcome outcome;
+    int turn_over;
+    app *a;                     /* set while waiting */
+};
+
+/* ---- signals: a self-pipe read by every poll loop ---- */
+
+static int signal_pipe[2] = {-1, -1};
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    char byte = (char)sig;
+    ssize_t ignored = write(signal_pipe[1], &byte, 1);
+    (void)ignored;
+    errno = saved;
+}
+
+static void install_signals(void)
+{
+    if (signal_pipe[0] >= 0 || pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK))
+        return;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* The next signal caught, or 0. */
+static int take_signal(void)
+{
+    char byte;
+    return read(signal_pipe[0], &byte, 1) == 1 ? byte : 0;
+}
+
+/* ---- printing ---- */
+
+static void err_text(plain_ui *ui, const char *style, const char *text, size_t len)
+{
+    if (ui->color_err && style)
+        fputs(style, stderr);
+    fwrite(text, 1, len, stderr);
+    if (ui->color_err && style)
+        fputs(RESET, stderr);
+}
+
+static void clear_progress(plain_ui *ui)
+{
+    if (ui->progress_shown) {
+        fputs("\r\033[K", stderr);
+        ui->progress_shown = 0;
+    }
+}
+
+static void close_reasoning(plain_ui *ui)
+{
+    if (ui->in_reasoning) {
+        fputc('\n', stderr);
+        ui->in_reasoning = 0;
+    }
+}
+
+static void close_content(plain_ui *ui)
+{
+    if (ui->content_open) {
+        fputc('\n', stdout);
+        fflush(stdout);
+        ui->content_open = 0;
+    }
+}
+
+static void on_stream(void *user, const parse_event *ev)
+{
+    plain_ui *ui = user;
+    clear_progress(ui);
+    switch (ev->kind) {
+    case PARSE_REASONING_TEXT:
+        if (!ui->show_reasoning)
+            break;
+        ui->in_reasoning = 1;
+        err_text(ui, DIM, ev->text, ev->len);
+        fflush(stderr);
+        break;
+    case PARSE_CONTENT_TEXT:
+        close_reasoning(ui);
+        fwrite(ev->text, 1, ev->len, stdout);
+        fflush(stdout);
+        if (ev->len)
+            ui->content_open = ev->text[ev->len - 1] != '\n';
+        break;
+    case PARSE_TOOL_CALL_BEGIN:
+        close_reasoning(ui);
+        close_content(ui);
+        break;
+    case PARSE_TOOL_CALL_END:
+        if (!ev->valid) {
+            char line[400];
+            int n = snprintf(line, sizeof line, "[tool call %d: %s]\n", ev->call, ev->text);
+            err_text(ui, NULL, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        }
+        break;
+    case PARSE_NOTE: {
+        char line[600];
+        int n = snprintf(line, sizeof line, "[note: %s]\n", ev->text);
+        close_reasoning(ui);
+        err_text(ui, DIM, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        break;
+    }
+    case PARSE_STOP:
+        close_reasoning(ui);
+        close_content(ui);
+        if (ev->stop != PARSE_STOP_END_OF_TURN && ev->stop != PARSE_STOP_EOS &&
+            ev->stop != PARSE_STOP_CANCELLED && ev->stop != PARSE_STOP_ERROR)
+            fprintf(stderr, "[%s]\n", parse_stop_text(ev->stop));
+        break;
+    case PARSE_TOOL_CALL_ID:
+    case PARSE_TOOL_CALL_ARGS:
+        break;
+    }
+}
+
+static void on_progress(void *user, const generator_progress *p)
+{
+    plain_ui *ui = user;
+    if (!ui->progress_line)
+        return;
+    if (p->kind == GENERATOR_PROGRESS_LOAD)
+        fprintf(stderr, "\r\033[Kloading %.2f of %.2f GB · %.2f GB/s", p->done / 1e9, p->total / 1e9, p->rate / 1e9);
+    else if (p->kind == GENERATOR_PROGRESS_PREFILL)
+        fprintf(stderr, "\r\033[Kreading the prompt: %.0f of %.0f tokens · %.0f tok/s", p->done, p->total, p->rate);
+    else
+        fprintf(stderr, "\r\033[Kwaiting for the server · %.1f s", p->seconds);
+    ui->progress_shown = p->total <= 0 || p->done < p->total;
+    if (!ui->progress_shown)
+        fputs("\r\033[K", stderr);
+    fflush(stderr);
+}
+
+/* The first lines of a tool's result, the rest counted. */
+static void print_result_head(plain_ui *ui, const char *text, size_t len)
+{
+    size_t shown = 0;
+    int lines = 0;
+    while (shown < len && lines < 3) {
+        const char *nl = memchr(text + shown, '\n', len - shown);
+        size_t end = nl ? (size_t)(nl - text) + 1 : len;
+        err_text(ui, DIM, "  │ ", 6);
+        err_text(ui, DIM, text + shown, end - shown);
+        if (!nl)
+            fputc('\n', stderr);
+        shown = end;
+        lines++;
+    }
+    int more = 0;
+    for (size_t i = shown; i < len; i++)
+        more += text[i] == '\n' || i == len - 1;
+    if (more)
+        fprintf(stderr, "  │ … +%d lines\n", more);
+}
+
+static void on_tool_update(void *user, const app_tool_call *c)
+{
+    plain_ui *ui = user;
+    clear_progress(ui);
+    if (!strcmp(c->state, "running")) {
+        fprintf(stderr, "→ %s %.*s  (%s)\n", c->name, (int)c->arguments_len, c->arguments, c->id);
+        return;
+    }
+    char head[256];
+    if (!strcmp(c->state, "done"))
+        snprintf(head, sizeof head, "← %s: done in %.2f s, exit %d\n", c->name, c->seconds, c->exit_status);
+    else
+        snprintf(head, sizeof head, "← %s: %s\n", c->name, c->state);
+    err_text(ui, NULL, head, strlen(head));
+    print_result_head(ui, c->result, c->result_len);
+}
+
+static void on_tool_approval(void *user, const app_tool_call *c)
+{
+    plain_ui *ui = user;
+    clear_progress(ui);
+    fprintf(stderr, "→ %s %.*s  (%s)\n", c->name, (int)c->arguments_len, c->arguments, c->id);
+    ui->pending_approval = c->index;
+    snprintf(ui->pending_name, sizeof ui->pending_name, "%s", c->name);
+}
+
+static void on_turn_done(void *user, app_turn_outcome outcome, const char *message)
+{
+    plain_ui *ui = user;
+    clear_progress(ui);
+    close_reasoning(ui);
+    close_content(ui);
+    ui->outcome = outcome;
+    ui->turn_over = 1;
+    snprintf(ui->last_message, sizeof ui->last_message, "%s", message ? message : "");
+    if (outcome != APP_TURN_DONE && message)
+        fprintf(stderr, "[%s]\n", message);
+}
+
+static void on_info(void *user, const char *text)
+{
+    plain_ui *ui = user;
+    clear_progress(ui);
+    fprintf(stderr, "%s\n", text);
+}
+
+static void on_error(void *user, const char *line)
+{
+    plain_ui *ui = user;
+    clear_progress(ui);
+    close_reasoning(ui);
+    close_content(ui);
+    fprintf(stderr, "kimi-chat: %s\n", line);
+}
+
+static int on_view_command(void *user, const char *name, const char *arg, kimi_err *err)
+{
+    plain_ui *ui = user;
+    (void)err;
+    if (!strcmp(name, "reasoning"))
+        ui->show_reasoning = strcmp(arg, "hidden") != 0 && !ui->opt->hide_reasoning;
+    else if (!strcmp(name, "edit") && isatty(0)) {
+        /* the next prompt starts with the dropped message */
+        rl_insert_text(arg);
+    } else if (!strcmp(name, "theme") || (!strcmp(name, "tools") && arg[0]))
+        fprintf(stderr, "(/%s %s applies to the full-screen view)\n", name, arg);
+    return 0;
+}
+
+plain_ui *plain_ui_new(const app_options *opt, int ask_tools)
+{
+    plain_ui *ui = calloc(1, sizeof *ui);
+    if (!ui)
+        return NULL;
+    ui->opt = opt;
+    ui->ask_tools = ask_tools;
+    ui->color_err = isatty(2) && !opt->no_color;
+    ui->progress_line = isatty(2);
+    ui->show_reasoning = !opt->hide_reasoning && opt->reasoning != REASONING_HIDDEN;
+    ui->pending_approval = -1;
+    install_signals();
+    return ui;
+}
+
+void plain_ui_free(plain_ui *ui) { free(ui); }
+
+app_frontend plain_ui_frontend(plain_ui *ui)
+{
+    return (app_frontend){
+        .user = ui, .stream = on_stream, .progress = on_progress,
+        .tool_approval = ui->ask_tools ? on_tool_approval : NULL, .tool_update = on_tool_update,
+        .turn_done = on_turn_done, .info = on_info, .error = on_error,
+        .view_command = on_view_command,
+    };
+}
+
+const char *plain_ui_last_message(const plain_ui *ui) { return ui->last_message; }
+
+void plain_ui_echo_turn(plain_ui *ui, const char *text, size_t len)
+{
+    (void)ui;
+    fputs("you> ", stdout);
+    fwrite(text, 1, len, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+/* y/a/n on the terminal; anything else asks again, end of input or a signal denies. */
+static tool_approval ask_approval(plain_ui *ui, int *signalled)
+{
+    for (;;) {
+        fprintf(stderr, "run %s? [y]es once, [a]lways for this tool, [n]o: ", ui->pending_name);
+        fflush(stderr);
+        char answer[64];
+        size_t n = 0;
+        for (;;) {
+            char ch;
+            ssize_t got = read(0, &ch, 1);
+            if (got < 0 && errno == EINTR) {
+                *signalled = take_signal();
+                if (*signalled)
+                    return TOOL_DENY;
+                continue;
+            }
+            if (got <= 0) {
+                fputc('\n', stderr);
+                return TOOL_DENY;
+            }
+            if (ch == '\n')
+                break;
+            if (n < sizeof answer - 1)
+                answer[n++] = ch;
+        }
+        answer[n] = 0;
+        if (!strcmp(answer, "y") || !strcmp(answer, "yes"))
+            return TOOL_APPROVE_ONCE;
+        if (!strcmp(answer, "a") || !strcmp(answer, "always"))
+            return TOOL_APPROVE_ALWAYS;
+        if (!strcmp(answer, "n") || !strcmp(answer, "no"))
+            return TOOL_DENY;
+    }
+}
+
+plain_wait_result plain_ui_wait(plain_ui *ui, app *a, app_turn_outcome *outcome, kimi_err *err)
+{
+    int interrupted = 0;
+    ui->turn_over = 0;
+    while (app_busy(a)) {
+        if (ui->pending_approval >= 0) {
+            int sig = 0;
+            int index = ui->pending_approval;
+            ui->pending_approval = -1;
+            tool_approval decision = ask_approval(ui, &sig);
+            if (sig) {
+                app_stop(a);
+                if (sig == SIGINT)
+                    interrupted = 1;
+                else
+                    return PLAIN_WAIT_TERMINATED;
+            } else {
+                app_approve(a, index, decision);
+            }
+            continue;
+        }
+        struct pollfd fds[APP_MAX_POLL_FDS + 1];
+        int n = app_poll_fds(a, fds);
+        fds[n++] = (struct pollfd){.fd = signal_pipe[0], .events = POLLIN};
+        if (poll(fds, (nfds_t)n, -1) < 0 && errno != EINTR)
+            return kimi_fail(err, KIMI_ERR_IO, "poll: %s", strerror(errno)), PLAIN_WAIT_BROKEN;
+        int sig;
+        while ((sig = take_signal())) {
+            app_stop(a);
+            if (sig == SIGINT)
+                interrupted = 1;
+            else
+                return PLAIN_WAIT_TERMINATED;
+        }
+        if (app_dispatch(a, err))
+            return PLAIN_WAIT_BROKEN;
+    }
+    *outcome = ui->turn_over ? ui->outcome : APP_TURN_DONE;
+    return interrupted ? PLAIN_WAIT_INTERRUPTED : PLAIN_WAIT_IDLE;
+}
+
+/* ---- the REPL ---- */
+
+static char *repl_line;         /* the line readline handed over, or NULL */
+static int repl_eof;
+
+static void on_readline_line(char *line)
+{
+    if (!line)
+        repl_eof = 1;
+    repl_line = line;
+    rl_callback_handler_remove();
+}
+
+/* One line from a terminal through readline, polled with the signal pipe; NULL at Ctrl-D. */
+static char *read_line_tty(int *terminated)
+{
+    repl_line = NULL;
+    repl_eof = 0;
+    rl_callback_handler_install("you> ", on_readline_line);
+    while (!repl_line && !repl_eof) {
+        struct pollfd fds[2] = {{.fd = 0, .events = POLLIN}, {.fd = signal_pipe[0], .events = POLLIN}};
+        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+            break;
+        int sig;
+        while ((sig = take_signal())) {
+            if (sig != SIGINT) {
+                *terminated = 1;
+                rl_callback_handler_remove();
+                return NULL;
+            }
+            /* Ctrl-C at the prompt clears the line */
+            rl_replace_line("", 0);
+            rl_crlf();
+            rl_on_new_line();
+            rl_redisplay();
+        }
+        if (fds[0].revents)
+            rl_callback_read_char();
+    }
+    return repl_eof ? NULL : repl_line;
+}
+
+/* One line from a pipe or file (no prompt, no editing). */
+static char *read_line_pipe(int *terminated)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, stdin)) < 0 && errno == EINTR) {
+        if (take_signal() != SIGINT) {
+            *terminated = 1;
+            break;
+        }
+        clearerr(stdin);
+    }
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    if (n && line[n - 1] == '\n')
+        line[n - 1] = 0;
+    return line;
+}
+
+int plain_ui_repl(plain_ui *ui, app *a)
+{
+    int tty = isatty(0);
+    char *history = paths_history_file(NULL);
+    if (tty) {
+        rl_catch_signals = 0;
+        rl_catch_sigwinch = 1;
+        using_history();
+        if (history)
+            read_history(history);
+    }
+    int code = 0, terminated = 0;
+    strbuf pending = {0};       /* lines joined by a trailing backslash */
+    while (!app_quit_requested(a)) {
+        char *line = tty ? read_line_tty(&terminated) : read_line_pipe(&terminated);
+        if (!line)
+            break;
+        size_t len = strlen(line);
+        if (len && line[len - 1] == '\\') {
+            strbuf_add(&pending, line, len - 1);
+            strbuf_add(&pending, "\n", 1);
+            free(line);
+            continue;
+        }
+        strbuf_add(&pending, line, len);
+        free(line);
+        if (tty && pending.len) {
+            add_history(pending.data);
+            if (history && append_history(1, history) != 0)
+                write_history(history);
+        }
+        kimi_err err = {0};
+        int rc = app_submit_line(a, pending.data ? pending.data : "", pending.len, &err);
+        free(pending.data);
+        pending = (strbuf){0};
+        if (rc)
+            continue;
+        app_turn_outcome outcome;
+        plain_wait_result w = plain_ui_wait(ui, a, &outcome, &err);
+        if (w == PLAIN_WAIT_TERMINATED) {
+            terminated = 1;
+            break;
+        }
+        if (w == PLAIN_WAIT_BROKEN) {
+            fprintf(stderr, "kimi-chat: %s\n", err.msg);
+            code = 3;
+            break;
+        }
+    }
+    free(pending.data);
+    if (terminated) {
+        app_stop(a);
+        code = 130;
+    }
+    free(history);
+    return code;
+}
