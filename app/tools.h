@@ -14,9 +14,15 @@
 
 #define TOOL_OUTPUT_CAP (64 * 1024)  /* bytes of stdout+stderr kept; the rest is cut with a note */
 
+/* Placeholders: every "{name}" in an argv element, whole ("{path}") or embedded
+ * ("--path={path}"), whose name is a property in function.parameters.properties is replaced by
+ * the call's top-level argument of that name: a string as it is, a number as its shortest
+ * decimal text (5.0 → "5"). Substituted text is not scanned again, and no shell ever sees it.
+ * Other braces stay as written ("{}", "{print $1}"); a whole element "{name}" whose name is not
+ * a property is an error when loading (a typo, most likely). */
 typedef struct {
     char *name;             /* function.name */
-    char **argv;            /* [argc] exec.argv as written; "{name}" elements are placeholders */
+    char **argv;            /* [argc] exec.argv as written, with placeholders */
     int argc;
     double timeout_s;       /* exec.timeout_s (default 30) */
     int enabled;            /* /tools enable|disable NAME; 1 after loading */
@@ -53,6 +59,7 @@ typedef enum {
 typedef struct {
     tool_run_status status;
     int exit_status;        /* DONE: the exit code, or 128 + signal when it died of a signal */
+    int term_signal;        /* the signal it died of, 0 when it exited */
     char *output;           /* [output_len] stdout and stderr as they interleaved, at most
                                TOOL_OUTPUT_CAP bytes, NUL-terminated (may contain NULs) */
     size_t output_len;
@@ -78,6 +85,8 @@ char *tool_result_message(const tool_result *r, size_t *len);
 /* The tool message's content for calls that did not run: an unknown tool, arguments that are
  * not valid JSON, a call the user denied. Malloc'ed. */
 char *tool_message_unknown(const char *name);
+/* The same for an unknown tool, naming the enabled tools of ts as the alternatives. */
+char *tools_message_unknown(const tool_set *ts, const char *name);
 char *tool_message_denied(const char *name);
 
 #endif
