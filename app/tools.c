@@ -195,8 +195,12 @@ int tools_load(tool_set *ts, const char *path, kimi_err *err)
     char *text;
     size_t len;
     int rc = file_read_all(path, &text, &len, err);
-    if (rc)
-        return kimi_fail(err, rc == KIMI_ERR_MODEL ? KIMI_ERR_INPUT : rc, "%s", err ? err->msg : "");
+    if (rc) {
+        /* A missing tools file is the user's input at fault, not a model file. */
+        if (rc == KIMI_ERR_MODEL && err)
+            err->code = KIMI_ERR_INPUT;
+        return rc == KIMI_ERR_MODEL ? KIMI_ERR_INPUT : rc;
+    }
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
