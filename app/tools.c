@@ -45,6 +45,14 @@ static int is_name(const char *s, size_t n)
     return 1;
 }
 
+/* Messages are one line even when they quote text from a file or from the model. */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 /* The placeholder name when the whole of s is "{name}", else NULL (length in *n). */
 static const char *whole_placeholder(const char *s, size_t *n)
 {
@@ -204,9 +212,12 @@ int tools_load(tool_set *ts, const char *path, kimi_err *err)
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
-    if (!root)
-        return kimi_fail(err, KIMI_ERR_INPUT, "%s:%d:%d: not valid JSON: %s", path, jerr.line, jerr.column,
-                         jerr.text);
+    if (!root) {
+        rc = kimi_fail(err, KIMI_ERR_INPUT, "%s:%d:%d: not valid JSON: %s", path, jerr.line, jerr.column, jerr.text);
+        if (err)
+            one_line(err->msg);
+        return rc;
+    }
     if (!json_is_array(root)) {
         rc = kimi_fail(err, KIMI_ERR_INPUT, "%s: must be a JSON array of tools, not %s", path, json_kind(root));
         json_decref(root);
@@ -224,6 +235,8 @@ int tools_load(tool_set *ts, const char *path, kimi_err *err)
         rc = load_entry(ts, (int)i, json_array_get(root, i), &ts->tools[i], err);
         ts->n_tools = (int)i + 1;   /* so that tools_free frees a half-filled entry */
         if (rc) {
+            if (err)
+                one_line(err->msg);
             json_decref(root);
             tools_free(ts);
             return rc;
@@ -564,12 +577,16 @@ static void read_status(child_run *c)
 }
 
 /* Whether the direct child has exited, without reaping it: while it is an unreaped zombie its
- * pid (= the group id) cannot be reused, so killing the group afterwards cannot hit a stranger. */
+ * pid (= the group id) cannot be reused, so killing the group afterwards cannot hit a stranger.
+ * ECHILD (SIGCHLD ignored, or reaped elsewhere) counts as exited rather than waiting for the
+ * timeout. */
 static int child_exited(pid_t pid)
 {
     siginfo_t si;
     memset(&si, 0, sizeof si);
-    return waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid;
+    if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
+        return errno == ECHILD;
+    return si.si_pid == pid;
 }
 
 static int set_nonblocking(int fd)
@@ -751,6 +768,7 @@ int tools_run(const tool_def *t, const char *args, size_t args_len, const atomic
     json_t *root = json_loadb(args, args_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         snprintf(out->error, sizeof out->error, "arguments are not valid JSON: %.200s", jerr.text);
+        one_line(out->error);
         return 0;
     }
     if (!json_is_object(root)) {
@@ -777,6 +795,7 @@ int tools_run(const tool_def *t, const char *args, size_t args_len, const atomic
         return kimi_fail(err, KIMI_ERR_NOMEM, "tool %s: out of memory", t->name);
     }
     rc = run_child(t, argv, envp, args, args_len, cancel, out, err);
+    one_line(out->error);
     free(envp);
     free(var);
     free_strings(argv);

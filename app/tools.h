@@ -71,8 +71,11 @@ typedef struct {
 /* Run one call of t with the argument JSON args[0..args_len). Blocks until the tool exits, times
  * out or *cancel becomes nonzero (checked at least every 50 ms); call it from a worker thread
  * when the caller must stay responsive. The arguments are also given on stdin and in
- * KIMI_TOOL_ARGS. Returns 0 with *out filled whatever the tool did; nonzero (err set) only when
- * the system refused (pipe, fork, out of memory). */
+ * KIMI_TOOL_ARGS; empty (or all blank) arguments count as "{}". Returns 0 with *out filled
+ * whatever the tool did; nonzero (err set) only when the system refused (pipe, fork, out of
+ * memory). When the tool exits, what it left running in its process group is killed (after
+ * reading their output for up to 0.2 s). The caller must not ignore SIGCHLD nor reap children it
+ * did not start (waitpid(-1)): the exit status would be lost. */
 int tools_run(const tool_def *t, const char *args, size_t args_len, const atomic_int *cancel,
               tool_result *out, kimi_err *err);
 void tool_result_free(tool_result *r);

@@ -208,6 +208,7 @@ static void test_load_bad(void)
         {"[" GOOD_ENTRY("a") ", " GOOD_ENTRY("word count") "]",
          ": tools[1] (word count): function.name must be 1 to 64 letters, digits, '_' or '-'"},
         {"[" GOOD_ENTRY("a;rm") "]", ": tools[0] (a;rm): function.name must be 1 to 64 letters"},
+        {"[" GOOD_ENTRY("a\\nb") "]", ": tools[0] (a?b): function.name must be 1 to 64 letters"},
         {"[" GOOD_ENTRY("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa") "]",
          ": tools[0] (aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa): function.name must be 1 to 64"},
         {"[" GOOD_ENTRY("a") ", " GOOD_ENTRY("b") ", " GOOD_ENTRY("a") "]",
@@ -472,6 +473,8 @@ static void test_run_bad_arguments(void)
         {"{\"path\": \"a\", \"n\": 1, \"path\": \"b\"}", "arguments are not valid JSON: duplicate object key"},
         {"{\"path\": \"a\\u0000b\", \"n\": 1}", "arguments are not valid JSON: "},
         {"{\"path\": \"a\", \"n\": 1} x", "arguments are not valid JSON: end of file expected"},
+        {"{\"path\": \"a\nb\", \"n\": 1}", "arguments are not valid JSON: unexpected newline near '\"a'"},
+        {"{\"path\": \"a\tb\x01\", \"n\": 1}", "arguments are not valid JSON: control character 0x9 near '\"a'"},
     };
     const char *marker = tmp_path("ran");
     char argv[700];
@@ -632,6 +635,11 @@ static void test_run_failed_start(void)
     CHECK_INT(r.status, TOOL_RUN_FAILED_START);
     CHECK_STR(r.error, "could not start /nonexistent/dir/prog: No such file or directory");
     tool_result_free(&r);
+    /* The program named by the model, with a newline: still a one-line error. */
+    r = run_one("[\"{prog}\"]", "{\"prog\": {}}", 10, "{\"prog\": \"no\\nsuch\"}");
+    CHECK_INT(r.status, TOOL_RUN_FAILED_START);
+    CHECK_STR(r.error, "could not start no?such: No such file or directory");
+    tool_result_free(&r);
 
     const char *plain = tmp_path("not-executable");
     write_file(plain, "#!/bin/sh\necho hi\n");
@@ -738,6 +746,14 @@ static void test_run_timeout(void)
     snprintf(want, sizeof want, "%ld\n[killed after 1 s timeout]", bg);
     CHECK_STR(m, want);
     free(m);
+    tool_result_free(&r);
+
+    /* SIGTERM goes to the whole group: a background subshell's trap runs and its output is read. */
+    r = run_one("[\"sh\", \"-c\", \"(trap 'echo sub got TERM; exit' TERM; while :; do sleep 0.05; done) & "
+                "exec sleep 100\"]", "{}", 0.5, "{}");
+    CHECK_INT(r.status, TOOL_RUN_TIMEOUT);
+    CHECK(r.output && strstr(r.output, "sub got TERM\n"));
+    CHECK(r.seconds < 1.2);
     tool_result_free(&r);
 
     /* Closes stdout and stderr but keeps running: still the timeout. */
@@ -879,6 +895,16 @@ static void test_run_child_state(void)
     CHECK(r.output && sscanf(r.output, "%ld (cat) %*c %*d %ld", &pid, &pgid) == 2);
     CHECK(pid == pgid && pgid != (long)getpgrp());
     tool_result_free(&r);
+
+    /* SIGCHLD ignored by the app (children reaped by the kernel): no wait for the timeout. */
+    struct sigaction old_chld;
+    sigaction(SIGCHLD, &ign, &old_chld);
+    r = run_one("[\"echo\", \"hi\"]", "{}", 10, "{}");
+    CHECK_INT(r.status, TOOL_RUN_DONE);
+    CHECK_STR(r.output, "hi\n");
+    CHECK(r.seconds < 1);
+    tool_result_free(&r);
+    sigaction(SIGCHLD, &old_chld, NULL);
 
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     sigaction(SIGINT, &old_int, NULL);
