@@ -112,8 +112,8 @@ static const char *json_kind(const json_t *v)
 /* Check entry i and fill *t. where = "tools.json: tools[1] (word_count)" for messages. */
 static int load_entry(tool_set *ts, int i, const json_t *entry, tool_def *t, kimi_err *err)
 {
-    char where[200];
-    int n = snprintf(where, sizeof where, "%s: tools[%d]", ts->path, i);
+    char where[400];
+    int n = snprintf(where, sizeof where, "%.300s: tools[%d]", ts->path, i);
     if (!json_is_object(entry))
         return kimi_fail(err, KIMI_ERR_INPUT, "%s: must be an object, not %s", where, json_kind(entry));
     const json_t *function = json_object_get(entry, "function");

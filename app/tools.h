@@ -64,7 +64,7 @@ typedef struct {
                                TOOL_OUTPUT_CAP bytes, NUL-terminated (may contain NULs) */
     size_t output_len;
     size_t output_total;    /* bytes the tool wrote in all (> output_len when cut) */
-    double seconds;         /* wall clock from fork to reaping */
+    double seconds;         /* wall clock from fork to reaping; 0 when not run */
     char error[256];        /* one line for FAILED_START / BAD_ARGUMENTS / TIMEOUT, else "" */
 } tool_result;
 
@@ -81,14 +81,23 @@ int tools_run(const tool_def *t, const char *args, size_t args_len, const atomic
 void tool_result_free(tool_result *r);
 
 /* The text that goes back to the model as the tool message's content for a result: the output
- * as it is (plus a note when cut, when the exit status is nonzero, on timeout, ...). Malloc'ed,
- * *len set; NULL when out of memory. */
+ * exactly as it is for exit status 0 (the demo model was trained on raw output), followed by one
+ * note per line, in square brackets, for anything else:
+ *   [output cut: 70000 bytes, first 65536 shown]     [exit status 2]
+ *   [killed by signal 11 (Segmentation fault)]       [killed after 30 s timeout]
+ *   [cancelled by the user]                          [could not start wc: No such file or directory]
+ *   [not run: argument path missing]  (and the other BAD_ARGUMENTS errors)
+ * No newline after the last note. Malloc'ed, *len set (len may be NULL); NULL when out of memory. */
 char *tool_result_message(const tool_result *r, size_t *len);
 
-/* The tool message's content for calls that did not run: an unknown tool, arguments that are
- * not valid JSON, a call the user denied. Malloc'ed. */
+/* The tool message's content for calls that did not run because of the tool's name or the user
+ * (arguments that are not valid JSON come back from tools_run as TOOL_RUN_BAD_ARGUMENTS). One
+ * line; the name as the model wrote it, control characters as '?', cut after 64 bytes. Malloc'ed.
+ *   unknown tool 'foo'
+ *   unknown tool 'foo'; available: now, word_count, list_dir   (tools_message_unknown: enabled ones)
+ *   unknown tool 'foo'; no tools are available
+ *   The user denied this call to word_count. */
 char *tool_message_unknown(const char *name);
-/* The same for an unknown tool, naming the enabled tools of ts as the alternatives. */
 char *tools_message_unknown(const tool_set *ts, const char *name);
 char *tool_message_denied(const char *name);
 
