@@ -485,7 +485,7 @@ static void advance_tools(app *a)
             snprintf(note, sizeof note, "[not run: %s]", c->problem[0] ? c->problem : "invalid arguments");
             finish_call(a, i, "bad arguments", text_copy(note, &len), len);
         } else if (!t || !t->enabled || a->opt->no_tools) {
-            char *text = tool_message_unknown(name);
+            char *text = tools_message_unknown(&a->tools, name);
             finish_call(a, i, "unknown tool", text, text ? strlen(text) : 0);
         } else if (allowed_by_policy(a, t)) {
             run_call(a, i, t);
