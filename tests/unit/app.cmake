@@ -6,3 +6,4 @@ target_compile_definitions(test_paths_lookup PRIVATE
   TEST_ROOT="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d"
   KIMI_INSTALL_DATADIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/install"
   KIMI_SOURCE_DIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/source")
+kimi_unit_test(test_script SOURCES test_script.c DEPS kimi_script)
