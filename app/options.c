@@ -232,7 +232,6 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         return 0;
     case OPT_THREADS: return parse_int(v, 0, 4096, &o->threads, "0..4096", what, err);
     case OPT_DEVICES: return set_string(&o->devices, v, what, err);
-    case OPT_PLAIN: o->mode = APP_MODE_PLAIN; return 0;
     case OPT_SCRIPT:
         if (!*v)
             return kimi_fail(err, KIMI_ERR_USAGE, "%s: needs a file name (- for stdin)", what);
@@ -307,6 +306,7 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
     case OPT_NO_COLOR: o->no_color = 1; return 0;
     case OPT_MOUSE: o->mouse = 1; return 0;
     case OPT_NO_ALT_SCREEN: o->no_alt_screen = 1; return 0;
+    case OPT_PLAIN: return 0;   /* pick_mode() weighs it against --script and --prompt */
     case OPT_CONFIG: case OPT_HELP: case OPT_VERSION: return 0;  /* handled before the others */
     }
     return 0;
@@ -415,9 +415,12 @@ static int load_config(app_options *o, parse_state *ps, const char *required, ki
     size_t len;
     int rc = file_read_all(path, &text, &len, err);
     if (rc) {
-        err->code = rc == KIMI_ERR_NOMEM ? rc : KIMI_ERR_USAGE;
+        /* An unreadable config file is the user's to fix: exit code 2, like a bad flag. */
+        rc = rc == KIMI_ERR_NOMEM ? rc : KIMI_ERR_USAGE;
+        if (err)
+            err->code = rc;
         free(path);
-        return err->code;
+        return rc;
     }
     char *dir = strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
     if (!dir) {
@@ -556,14 +559,16 @@ static app_mode pick_mode(const app_options *o, int plain)
 
 int options_parse(app_options *o, int argc, char **argv, kimi_err *err)
 {
-    if (defaults(o, err))
-        return err->code;
+    int rc = defaults(o, err);
+    if (rc)
+        return rc;
     occurrence *occ = calloc(argc > 0 ? (size_t)argc : 1, sizeof *occ);
     if (!occ) {
         options_free(o);
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
     }
-    int n = 0, rc = scan_argv(argc, argv, occ, &n, err);
+    int n = 0;
+    rc = scan_argv(argc, argv, occ, &n, err);
     /* --help and --version answer whatever else the command line says. */
     if (!rc && (last_of(occ, n, OPT_HELP) || last_of(occ, n, OPT_VERSION))) {
         o->show_help = last_of(occ, n, OPT_HELP) != NULL;

@@ -2,7 +2,8 @@
  * comments, one-line and triple-quoted user turns, slash commands and /expect assertions,
  * parsed up front so that a bad line is reported as file:line before anything runs.
  *
- * Line by line (a trailing \r is dropped, so CRLF files read the same; "blank" is space or tab):
+ * Line by line, each line judged by its text without the blanks around it (a trailing \r is
+ * dropped first, so CRLF files read the same; "blank" is space or tab):
  *   - blank, or '#' as the first non-blank character: ignored;
  *   - exactly """ (blanks around allowed): opens a multi-line turn that ends at the next line
  *     that is exactly """; the lines between, verbatim (blanks and '#' lines kept), joined by

@@ -389,24 +389,27 @@ static void expect_config_error(const char *text, size_t len, const char *msg)
     CHECK_STR(e.msg, want);
 }
 
+/* text is a string literal: its length counts NUL bytes inside it. */
+#define CONFIG_ERROR(text, msg) expect_config_error(text, sizeof text - 1, msg)
+
 static void test_config_errors(void)
 {
     reset_env();
-    expect_config_error("tp = 4\n\n# c\ncolour = red\n", 27, "CFG:4: unknown key 'colour'");
-    expect_config_error("# c\ntp = 0\n", 11, "CFG:2: tp = 0: must be 1..8");
-    expect_config_error("temperature = nan\n", 18, "CFG:1: temperature = nan: must be a finite number, >= 0");
-    expect_config_error("top_p = 0.95 # cooler\n", 22, "CFG:1: top_p = 0.95 # cooler: not a number (must be in (0, 1])");
-    expect_config_error("model\n", 6, "CFG:1: expected 'key = value'");
-    expect_config_error(" = x\n", 5, "CFG:1: unknown key ''");
-    expect_config_error("x\r\ntp =\r\n", 8, "CFG:1: expected 'key = value'");
-    expect_config_error("tp =   \n", 8, "CFG:1: tp: no value");
-    expect_config_error("thinking = yes\n", 15, "CFG:1: thinking = yes: must be on or off (or true or false)");
-    expect_config_error("backend = gpu\n", 14, "CFG:1: backend = gpu: must be cpu or cuda");
-    expect_config_error("seed = 1.5\n", 11, "CFG:1: seed = 1.5: not an integer (must be 0..18446744073709551615)");
-    expect_config_error("reasoning = folded\n", 19, "CFG:1: reasoning = folded: must be collapsed, expanded or hidden");
-    expect_config_error("tp = 1\nmodel = a\0b\n", 18, "CFG:2: NUL byte in the line");
-    expect_config_error("Model = x\n", 10, "CFG:1: unknown key 'Model'");
-    expect_config_error("max-context = 5\n", 16, "CFG:1: unknown key 'max-context'");
+    CONFIG_ERROR("tp = 4\n\n# c\ncolour = red\n", "CFG:4: unknown key 'colour'");
+    CONFIG_ERROR("# c\ntp = 0\n", "CFG:2: tp = 0: must be 1..8");
+    CONFIG_ERROR("temperature = nan\n", "CFG:1: temperature = nan: must be a finite number, >= 0");
+    CONFIG_ERROR("top_p = 0.95 # cooler\n", "CFG:1: top_p = 0.95 # cooler: not a number (must be in (0, 1])");
+    CONFIG_ERROR("model\n", "CFG:1: expected 'key = value'");
+    CONFIG_ERROR(" = x\n", "CFG:1: unknown key ''");
+    CONFIG_ERROR("x\r\ntp =\r\n", "CFG:1: expected 'key = value'");
+    CONFIG_ERROR("tp =   \n", "CFG:1: tp: no value");
+    CONFIG_ERROR("thinking = yes\n", "CFG:1: thinking = yes: must be on or off (or true or false)");
+    CONFIG_ERROR("backend = gpu\n", "CFG:1: backend = gpu: must be cpu or cuda");
+    CONFIG_ERROR("seed = 1.5\n", "CFG:1: seed = 1.5: not an integer (must be 0..18446744073709551615)");
+    CONFIG_ERROR("reasoning = folded\n", "CFG:1: reasoning = folded: must be collapsed, expanded or hidden");
+    CONFIG_ERROR("tp = 1\nmodel = a\0b\n", "CFG:2: NUL byte in the line");
+    CONFIG_ERROR("Model = x\n", "CFG:1: unknown key 'Model'");
+    CONFIG_ERROR("max-context = 5\n", "CFG:1: unknown key 'max-context'");
     /* The file is not a file. */
     unlink(config_file);
     CHECK(mkdir(config_file, 0700) == 0);
