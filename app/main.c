@@ -99,7 +99,7 @@ int main(int argc, char **argv)
         if (o.show_help)
             fputs(options_help(), stdout);
         else
-            printf("kimi-chat %s\n", KIMI_VERSION);
+            printf("kimi-chat %s\n", options_version());
         options_free(&o);
         return EXIT_OK;
     }

@@ -25,6 +25,8 @@ typedef struct {
     long max_context;       /* --max-context / max_context = (0: as much as fits) */
     double mem_gib;         /* --mem-gib / mem_gib = (0: the engine's default) */
     int threads;            /* --threads (0: cores / tp) */
+    char *devices;          /* devices = (config only): which GPUs, as written ("0,1,2,3");
+                               NULL: the engine's choice */
 
     /* the mode */
     app_mode mode;
@@ -63,17 +65,25 @@ typedef struct {
 
     int show_help;          /* --help: print options_help() and exit 0 */
     int show_version;       /* --version */
-    char *config_path;      /* the config file read, or NULL when there was none */
+    char *config_path;      /* the config file read (~ expanded), or NULL when there was none */
 } app_options;
 
 /* Fill o: defaults, then the config file (--config FILE, else $XDG_CONFIG_HOME/kimi-chat/config
  * when it exists), then argv. Errors are KIMI_ERR_USAGE, one line naming the flag
  * ("--tp 0: must be 1..8") or the config line ("~/.config/kimi-chat/config:4: unknown key
- * 'colour'"). isatty/TERM decide between TUI and plain when no mode flag is given. */
+ * 'colour'"); o is then already freed. isatty/TERM decide between TUI and plain when no mode
+ * flag is given. --help or --version anywhere on a well-formed command line return at once with
+ * show_help / show_version set (the config is not read, the other values are not checked).
+ * Path values ("~/" expanded; relative ones in the config file are relative to its directory):
+ * model, script, load, tools, config. */
 int options_parse(app_options *o, int argc, char **argv, kimi_err *err);
 void options_free(app_options *o);
 
-/* The --help text: every flag, one line each, grouped as above. */
+/* The --help text: every flag, one line each, grouped as above, with the defaults, the exit
+ * codes and the files. app/kimi-chat.1 lists the same flags (tests/unit/test_options.c checks). */
 const char *options_help(void);
+
+/* The --version line: "kimi-chat 0.1.0" (the project's version in CMakeLists.txt). */
+const char *options_version(void);
 
 #endif

@@ -1,9 +1,27 @@
 /* script: the script-file format of `kimi-chat --script FILE` (docs/UI.md "Script files"):
  * comments, one-line and triple-quoted user turns, slash commands and /expect assertions,
- * parsed up front so that a bad line is reported as file:line before anything runs. */
+ * parsed up front so that a bad line is reported as file:line before anything runs.
+ *
+ * Line by line, each line judged by its text without the blanks around it (a trailing \r is
+ * dropped first, so CRLF files read the same; "blank" is space or tab):
+ *   - blank, or '#' as the first non-blank character: ignored;
+ *   - exactly """ (blanks around allowed): opens a multi-line turn that ends at the next line
+ *     that is exactly """; the lines between, verbatim (blanks and '#' lines kept), joined by
+ *     \n, are the turn; a turn of blanks only is an error;
+ *   - """TEXT""" on one line: the turn TEXT, verbatim (a way to send leading blanks, '#'
+ *     or '/'); a line that starts with """ in any other way is an error (a missed newline
+ *     after """ would otherwise swallow the rest of the file);
+ *   - "//TEXT": the turn "/TEXT" (the escape for a message beginning with '/');
+ *   - "/expect KIND TEXT" (KIND contains | matches | tool; blanks between the words):
+ *     SCRIPT_EXPECT; "matches" compiles TEXT as a POSIX ERE now; "tool" takes one name;
+ *   - any other line beginning with '/': SCRIPT_COMMAND, the line without its surrounding blanks;
+ *   - anything else: a one-line turn, without its surrounding blanks.
+ * NUL bytes are kept in turns (len counts them) and are an error in commands and /expect;
+ * invalid UTF-8 is kept as it is. */
 #ifndef KIMI_APP_SCRIPT_H
 #define KIMI_APP_SCRIPT_H
 
+#include <regex.h>
 #include <stddef.h>
 
 #include "engine/error.h"
@@ -26,6 +44,8 @@ typedef struct {
     int line;                   /* 1-based line where the item starts */
     char *text;                 /* [len], NUL-terminated */
     size_t len;
+    regex_t *regex;             /* SCRIPT_EXPECT_MATCHES: text compiled (REG_EXTENDED |
+                                   REG_NOSUB); NULL otherwise */
 } script_item;
 
 typedef struct {
@@ -39,5 +59,10 @@ typedef struct {
  * are not this parser's business (commands.h checks them before the script runs). */
 int script_parse(script *s, const char *name, const char *text, size_t len, kimi_err *err);
 void script_free(script *s);
+
+/* Whether the /expect item holds for the last answer: its content (NUL-terminated; NULL reads
+ * as "") and the names of the tools the last turn called. 1 holds, 0 does not. */
+int script_expect_holds(const script_item *item, const char *content, const char *const *tools_called,
+                        int n_tools_called);
 
 #endif

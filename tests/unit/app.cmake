@@ -1,0 +1,18 @@
+# Unit tests: the app modules (paths, options, script).
+kimi_unit_test(test_paths SOURCES test_paths.c DEPS kimi_paths)
+# paths.c again, with an install prefix and a source tree the test creates and removes.
+kimi_unit_test(test_paths_lookup SOURCES test_paths_lookup.c ${CMAKE_SOURCE_DIR}/app/paths.c DEPS kimi_error)
+target_compile_definitions(test_paths_lookup PRIVATE
+  TEST_ROOT="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d"
+  KIMI_INSTALL_DATADIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/install"
+  KIMI_SOURCE_DIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/source")
+kimi_unit_test(test_script SOURCES test_script.c DEPS kimi_script)
+kimi_unit_test(test_options SOURCES test_options.c DEPS kimi_options)
+# The man page renders without warnings; only where groff is installed (it is not a build
+# dependency), so on a machine without it this test does not exist rather than pass.
+find_program(KIMI_GROFF groff)
+if(KIMI_GROFF)
+  add_test(NAME test_man_page COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_man_page.sh ${KIMI_GROFF}
+    ${CMAKE_SOURCE_DIR}/app/kimi-chat.1)
+  set_tests_properties(test_man_page PROPERTIES LABELS unit)
+endif()

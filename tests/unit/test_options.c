@@ -1,0 +1,683 @@
+/* test_options: every flag in both spellings, every kind of bad value with its exact message,
+ * the config file (keys, errors naming file:line, precedence, paths), NO_COLOR, the choice of
+ * mode (with a pseudo-terminal for the full-screen case), and --help against the man page
+ * app/kimi-chat.1: the same flags both ways. */
+#include <ctype.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "app/options.h"
+#include "engine/backend.h"
+#include "engine/file_io.h"
+#include "tests/unit/check.h"
+
+static char tmp[PATH_MAX], home[PATH_MAX + 16];
+
+/* Parse a NULL-terminated list of arguments (argv[0] added). */
+static int parse(app_options *o, kimi_err *err, ...)
+{
+    char *argv[64] = {"kimi-chat"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, err);
+    for (char *a; argc < 63 && (a = va_arg(ap, char *));)
+        argv[argc++] = a;
+    va_end(ap);
+    memset(err, 0, sizeof *err);
+    return options_parse(o, argc, argv, err);
+}
+
+/* The arguments fail with KIMI_ERR_USAGE and exactly msg. */
+#define EXPECT_ERROR(want, ...)                                                    \
+    do {                                                                          \
+        app_options o_;                                                           \
+        kimi_err e_;                                                              \
+        CHECK_INT(parse(&o_, &e_, __VA_ARGS__, (char *)NULL), KIMI_ERR_USAGE);    \
+        CHECK_STR(e_.msg, want);                                                  \
+        CHECK(o_.theme == NULL);  /* freed on error */                            \
+    } while (0)
+
+#define PARSE_OK(o, ...)                                                          \
+    do {                                                                          \
+        kimi_err e_;                                                              \
+        int rc_ = parse(&(o), &e_, __VA_ARGS__, (char *)NULL);                   \
+        CHECK_MSG(rc_ == 0, "%s", e_.msg);                                        \
+        if (rc_)                                                                  \
+            memset(&(o), 0, sizeof(o));                                           \
+    } while (0)
+
+static void write_file(const char *path, const char *text, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK_MSG(f != NULL, "cannot write %s", path);
+    if (f) {
+        fwrite(text, 1, len, f);
+        fclose(f);
+    }
+}
+
+static char config_dir[PATH_MAX + 64], config_file[PATH_MAX + 96];
+
+static void write_config(const char *text) { write_file(config_file, text, strlen(text)); }
+
+/* A clean environment: HOME in the temp dir, no XDG, no NO_COLOR, TERM=dumb, no config. */
+static void reset_env(void)
+{
+    setenv("HOME", home, 1);
+    unsetenv("XDG_CONFIG_HOME");
+    unsetenv("NO_COLOR");
+    setenv("TERM", "dumb", 1);
+    unlink(config_file);
+}
+
+static void test_defaults(void)
+{
+    reset_env();
+    app_options o;
+    PARSE_OK(o, NULL);
+    CHECK(o.model_dir == NULL);
+    CHECK_INT(o.backend, BACKEND_CPU);
+    CHECK_INT(o.tp, 1);
+    CHECK_INT(o.max_context, 0);
+    CHECK_NEAR(o.mem_gib, 0, 0);
+    CHECK_INT(o.threads, 0);
+    CHECK(o.devices == NULL);
+    CHECK_INT(o.mode, APP_MODE_PLAIN);
+    CHECK(o.script_path == NULL && o.prompt_text == NULL && !o.keep_going);
+    CHECK(!o.resume && o.load_path == NULL && o.system_prompt == NULL && !o.no_save);
+    CHECK_INT(o.thinking, 1);
+    CHECK(!o.has_temperature && !o.has_top_p && !o.has_seed);
+    CHECK_INT(o.top_k, 0);
+    CHECK_INT(o.max_tokens, 0);
+    CHECK(o.tools_path == NULL && !o.no_tools && o.allow_tools == NULL);
+    CHECK_INT(o.reasoning, REASONING_COLLAPSED);
+    CHECK(!o.hide_reasoning && !o.no_color && !o.mouse && !o.no_alt_screen);
+    CHECK_STR(o.theme, "default");
+    CHECK(!o.show_help && !o.show_version && o.config_path == NULL);
+    options_free(&o);
+    CHECK(o.theme == NULL);
+    options_free(&o);  /* twice is harmless */
+}
+
+static void test_every_flag(void)
+{
+    reset_env();
+    app_options o;
+    char want[PATH_MAX + 64];
+
+    PARSE_OK(o, "--model", "/m/k25", "--backend", "cuda", "--tp", "8", "--max-context", "131072",
+             "--mem-gib", "1.5", "--threads", "12", "--plain", "--keep-going", "--resume", "--system",
+             "Be terse.", "--no-save", "--think", "off", "--temperature", "0.7", "--top-p", "0.9",
+             "--top-k", "40", "--max-tokens", "256", "--seed", "18446744073709551615", "--tools",
+             "/t/tools.json", "--allow-tools", "now,word_count", "--reasoning", "expanded",
+             "--hide-reasoning", "--theme", "light", "--mouse", "--no-alt-screen");
+    CHECK_STR(o.model_dir, "/m/k25");
+    CHECK_INT(o.backend, BACKEND_CUDA);
+    CHECK_INT(o.tp, 8);
+    CHECK_INT(o.max_context, 131072);
+    CHECK_NEAR(o.mem_gib, 1.5, 0);
+    CHECK_INT(o.threads, 12);
+    CHECK_INT(o.mode, APP_MODE_PLAIN);
+    CHECK_INT(o.keep_going, 1);
+    CHECK_INT(o.resume, 1);
+    CHECK_STR(o.system_prompt, "Be terse.");
+    CHECK_INT(o.no_save, 1);
+    CHECK_INT(o.thinking, 0);
+    CHECK(o.has_temperature && o.temperature == 0.7f);
+    CHECK(o.has_top_p && o.top_p == 0.9f);
+    CHECK_INT(o.top_k, 40);
+    CHECK_INT(o.max_tokens, 256);
+    CHECK(o.has_seed && o.seed == UINT64_MAX);
+    CHECK_STR(o.tools_path, "/t/tools.json");
+    CHECK_STR(o.allow_tools, "now,word_count");
+    CHECK_INT(o.reasoning, REASONING_EXPANDED);
+    CHECK_INT(o.hide_reasoning, 1);
+    CHECK_STR(o.theme, "light");
+    CHECK(o.mouse && o.no_alt_screen && !o.no_color);
+    options_free(&o);
+
+    /* The = spelling, short flags with the value apart and attached, ~/ expansion. */
+    PARSE_OK(o, "--model=~/models/k", "--tp=2", "--backend=cpu", "--reasoning=hidden", "--seed=0",
+             "--temperature=0", "--top-p=1", "--no-think", "--no-tools", "--allow-tools=all");
+    snprintf(want, sizeof want, "%s/models/k", home);
+    CHECK_STR(o.model_dir, want);
+    CHECK_INT(o.tp, 2);
+    CHECK_INT(o.backend, BACKEND_CPU);
+    CHECK_INT(o.reasoning, REASONING_HIDDEN);
+    CHECK(o.has_seed && o.seed == 0);
+    CHECK(o.has_temperature && o.temperature == 0);
+    CHECK(o.has_top_p && o.top_p == 1);
+    CHECK_INT(o.thinking, 0);
+    CHECK_INT(o.no_tools, 1);
+    CHECK_STR(o.allow_tools, "all");
+    options_free(&o);
+    PARSE_OK(o, "-m", "dir", "-p", "hello there");
+    CHECK_STR(o.model_dir, "dir");
+    CHECK_INT(o.mode, APP_MODE_PROMPT);
+    CHECK_STR(o.prompt_text, "hello there");
+    options_free(&o);
+    PARSE_OK(o, "-mdir2", "-phi", "--think=on");
+    CHECK_STR(o.model_dir, "dir2");
+    CHECK_STR(o.prompt_text, "hi");
+    CHECK_INT(o.thinking, 1);
+    options_free(&o);
+    /* A value may start with '-'; the last of a repeated flag wins. */
+    PARSE_OK(o, "--prompt", "-x is a flag?", "--system", "", "--tp", "3", "--tp", "4");
+    CHECK_STR(o.prompt_text, "-x is a flag?");
+    CHECK_STR(o.system_prompt, "");
+    CHECK_INT(o.tp, 4);
+    options_free(&o);
+    PARSE_OK(o, "--script", "-", "--plain");
+    CHECK_INT(o.mode, APP_MODE_SCRIPT);
+    CHECK_STR(o.script_path, "-");
+    options_free(&o);
+    PARSE_OK(o, "--script", "~/demo.kc", "--load", "~/s.json");
+    snprintf(want, sizeof want, "%s/demo.kc", home);
+    CHECK_STR(o.script_path, want);
+    snprintf(want, sizeof want, "%s/s.json", home);
+    CHECK_STR(o.load_path, want);
+    options_free(&o);
+    PARSE_OK(o, "--no-color", "--theme", "light");
+    CHECK_INT(o.no_color, 1);
+    CHECK_STR(o.theme, "mono");
+    options_free(&o);
+}
+
+static void test_help_and_version(void)
+{
+    reset_env();
+    app_options o;
+    PARSE_OK(o, "--help");
+    CHECK(o.show_help && !o.show_version);
+    options_free(&o);
+    PARSE_OK(o, "-h");
+    CHECK(o.show_help);
+    options_free(&o);
+    PARSE_OK(o, "-V");
+    CHECK(o.show_version && !o.show_help);
+    options_free(&o);
+    /* --help answers whatever the values; the config is not read. */
+    write_config("colour = red\n");
+    PARSE_OK(o, "--tp", "0", "--version", "--script", "a", "--prompt", "b");
+    CHECK(o.show_version && o.config_path == NULL);
+    options_free(&o);
+    unlink(config_file);
+    /* ... but a malformed command line is still an error. */
+    EXPECT_ERROR("--colour: unknown flag (see --help)", "--help", "--colour");
+    CHECK(!strncmp(options_version(), "kimi-chat ", 10) && isdigit((unsigned char)options_version()[10]));
+}
+
+static void test_flag_errors(void)
+{
+    reset_env();
+    EXPECT_ERROR("--tp 0: must be 1..8", "--tp", "0");
+    EXPECT_ERROR("--tp 9: must be 1..8", "--tp=9");
+    EXPECT_ERROR("--tp 1x: not an integer (must be 1..8)", "--tp", "1x");
+    EXPECT_ERROR("--tp  1: not an integer (must be 1..8)", "--tp", " 1");
+    EXPECT_ERROR("--tp '': not an integer (must be 1..8)", "--tp=");
+    EXPECT_ERROR("--tp 99999999999999999999: out of range (must be 1..8)", "--tp", "99999999999999999999");
+    EXPECT_ERROR("--tp: needs a value (N)", "--tp");
+    EXPECT_ERROR("-m: needs a value (DIR)", "-m");
+    EXPECT_ERROR("--colour: unknown flag (see --help)", "--colour");
+    EXPECT_ERROR("--colour: unknown flag (see --help)", "--colour=always");
+    EXPECT_ERROR("-x: unknown flag (see --help)", "-x");
+    EXPECT_ERROR("-hV: unknown flag (see --help)", "-hV");
+    EXPECT_ERROR("--plain=1: --plain takes no value", "--plain=1");
+    EXPECT_ERROR("'hello': unexpected argument (kimi-chat takes only flags; --prompt TEXT sends a message; "
+                 "see --help)", "--plain", "hello");
+    EXPECT_ERROR("'-': unexpected argument (kimi-chat takes only flags; --prompt TEXT sends a message; "
+                 "see --help)", "-");
+    EXPECT_ERROR("'--': unexpected argument (kimi-chat takes only flags; --prompt TEXT sends a message; "
+                 "see --help)", "--");
+    EXPECT_ERROR("--backend gpu: must be cpu or cuda", "--backend", "gpu");
+    EXPECT_ERROR("--max-context -1: must be 0 or more", "--max-context", "-1");
+    EXPECT_ERROR("--max-context 4k: not an integer (must be 0 or more)", "--max-context", "4k");
+    EXPECT_ERROR("--mem-gib -2: must be >= 0", "--mem-gib", "-2");
+    EXPECT_ERROR("--mem-gib inf: must be a finite number, >= 0", "--mem-gib", "inf");
+    EXPECT_ERROR("--threads 5000: must be 0..4096", "--threads", "5000");
+    EXPECT_ERROR("--think maybe: must be on or off", "--think", "maybe");
+    EXPECT_ERROR("--think true: must be on or off", "--think", "true");
+    EXPECT_ERROR("--temperature nan: must be a finite number, >= 0", "--temperature", "nan");
+    EXPECT_ERROR("--temperature -inf: must be a finite number, >= 0", "--temperature", "-inf");
+    EXPECT_ERROR("--temperature 1e999: must be a finite number, >= 0", "--temperature", "1e999");
+    EXPECT_ERROR("--temperature 1e39: must be a finite number, >= 0", "--temperature", "1e39");
+    EXPECT_ERROR("--temperature -0.1: must be a finite number, >= 0", "--temperature", "-0.1");
+    EXPECT_ERROR("--temperature 0.5x: not a number (must be >= 0)", "--temperature", "0.5x");
+    EXPECT_ERROR("--temperature '': not a number (must be >= 0)", "--temperature=");
+    EXPECT_ERROR("--top-p 0: must be in (0, 1]", "--top-p", "0");
+    EXPECT_ERROR("--top-p 1.01: must be in (0, 1]", "--top-p", "1.01");
+    EXPECT_ERROR("--top-p NaN: must be a finite number, in (0, 1]", "--top-p", "NaN");
+    EXPECT_ERROR("--top-k -1: must be 0..2147483647", "--top-k", "-1");
+    EXPECT_ERROR("--max-tokens 2147483648: must be 0..2147483647", "--max-tokens", "2147483648");
+    EXPECT_ERROR("--seed -1: not an integer (must be 0..18446744073709551615)", "--seed", "-1");
+    EXPECT_ERROR("--seed 0x10: not an integer (must be 0..18446744073709551615)", "--seed", "0x10");
+    EXPECT_ERROR("--seed 18446744073709551616: out of range (must be 0..18446744073709551615)",
+                 "--seed", "18446744073709551616");
+    EXPECT_ERROR("--reasoning full: must be collapsed, expanded or hidden", "--reasoning", "full");
+    EXPECT_ERROR("--theme ../x: not a theme name (themes/NAME.theme)", "--theme", "../x");
+    EXPECT_ERROR("--theme a/b: not a theme name (themes/NAME.theme)", "--theme", "a/b");
+    EXPECT_ERROR("--allow-tools a,,b: empty tool name (NAME,... or all)", "--allow-tools", "a,,b");
+    EXPECT_ERROR("--allow-tools now,: empty tool name (NAME,... or all)", "--allow-tools", "now,");
+    EXPECT_ERROR("--allow-tools a b: 'a b' is not a tool name (NAME,... or all)", "--allow-tools", "a b");
+    EXPECT_ERROR("--allow-tools now,all: 'all' goes alone", "--allow-tools", "now,all");
+    EXPECT_ERROR("--prompt '': the message is empty", "--prompt", "");
+    EXPECT_ERROR("--script '': needs a file name (- for stdin)", "--script", "");
+    EXPECT_ERROR("--load '': needs a file name", "--load=");
+    EXPECT_ERROR("--tools '': needs a file name", "--tools", "");
+    EXPECT_ERROR("--script and --prompt: use one or the other", "--script", "a.kc", "-p", "hi");
+    EXPECT_ERROR("--resume and --load: use one or the other", "--load", "s.json", "--resume");
+    EXPECT_ERROR("--tools and --no-tools: use one or the other", "--no-tools", "--tools", "t.json");
+    EXPECT_ERROR("--think and --no-think: use one or the other", "--think", "on", "--no-think");
+    unsetenv("HOME");
+    EXPECT_ERROR("--model ~/k: ~/k: HOME is not set", "--model", "~/k");
+    setenv("HOME", home, 1);
+}
+
+static void test_config(void)
+{
+    reset_env();
+    char want[2 * PATH_MAX];
+    app_options o;
+    write_config("# kimi-chat settings\r\n"
+                 "\n"
+                 "model = ~/models/k25\r\n"
+                 "  backend\t=\tcuda  \n"
+                 "tp = 8\n"
+                 "devices = 0,1,2,3\n"
+                 "max_context = 65536\n"
+                 "mem_gib = 80\n"
+                 "theme = \"high-contrast\"\n"
+                 "temperature = 0.6\n"
+                 "top_p = 0.95\n"
+                 "top_k = 20\n"
+                 "max_tokens = 4096\n"
+                 "seed = 42\n"
+                 "thinking = false\n"
+                 "tools = tools/mine.json\n"
+                 "reasoning = hidden");
+    PARSE_OK(o, NULL);
+    CHECK_STR(o.config_path, config_file);
+    snprintf(want, sizeof want, "%s/models/k25", home);
+    CHECK_STR(o.model_dir, want);
+    CHECK_INT(o.backend, BACKEND_CUDA);
+    CHECK_INT(o.tp, 8);
+    CHECK_STR(o.devices, "0,1,2,3");
+    CHECK_INT(o.max_context, 65536);
+    CHECK_NEAR(o.mem_gib, 80, 0);
+    CHECK_STR(o.theme, "high-contrast");
+    CHECK(o.has_temperature && o.temperature == 0.6f);
+    CHECK(o.has_top_p && o.top_p == 0.95f);
+    CHECK_INT(o.top_k, 20);
+    CHECK_INT(o.max_tokens, 4096);
+    CHECK(o.has_seed && o.seed == 42);
+    CHECK_INT(o.thinking, 0);
+    /* A relative path in the config file is relative to the file. */
+    snprintf(want, sizeof want, "%s/tools/mine.json", config_dir);
+    CHECK_STR(o.tools_path, want);
+    CHECK_INT(o.reasoning, REASONING_HIDDEN);
+    options_free(&o);
+
+    /* Flags override the file; --no-tools drops its tools. */
+    PARSE_OK(o, "--tp", "2", "--think", "on", "--theme", "light", "--no-tools", "-m", "rel");
+    CHECK_INT(o.tp, 2);
+    CHECK_INT(o.thinking, 1);
+    CHECK_STR(o.theme, "light");
+    CHECK(o.no_tools && o.tools_path == NULL);
+    CHECK_STR(o.model_dir, "rel");  /* relative to the current directory, as typed */
+    CHECK_INT(o.backend, BACKEND_CUDA);
+    options_free(&o);
+
+    write_config("thinking = true\nthinking = on\n");
+    PARSE_OK(o, NULL);
+    CHECK_INT(o.thinking, 1);
+    options_free(&o);
+
+    /* XDG_CONFIG_HOME moves the default file. */
+    char xdg[PATH_MAX + 64], other[PATH_MAX + 96];
+    snprintf(xdg, sizeof xdg, "%s/xdg", tmp);
+    snprintf(other, sizeof other, "%s/xdg/kimi-chat", tmp);
+    mkdir(xdg, 0700);
+    mkdir(other, 0700);
+    snprintf(other, sizeof other, "%s/xdg/kimi-chat/config", tmp);
+    write_file(other, "tp = 3\n", 7);
+    setenv("XDG_CONFIG_HOME", xdg, 1);
+    PARSE_OK(o, NULL);
+    CHECK_INT(o.tp, 3);
+    CHECK_STR(o.config_path, other);
+    options_free(&o);
+    unsetenv("XDG_CONFIG_HOME");
+
+    /* --config replaces the default file (a broken default is then not read). */
+    write_config("colour = red\n");
+    PARSE_OK(o, "--config", other);
+    CHECK_INT(o.tp, 3);
+    CHECK_STR(o.config_path, other);
+    options_free(&o);
+    snprintf(want, sizeof want, "--config %s/none: No such file or directory", tmp);
+    char missing[PATH_MAX + 16];
+    snprintf(missing, sizeof missing, "%s/none", tmp);
+    {
+        app_options o2;
+        kimi_err e;
+        CHECK_INT(parse(&o2, &e, "--config", missing, (char *)NULL), KIMI_ERR_USAGE);
+        CHECK_STR(e.msg, want);
+    }
+    /* No HOME and no XDG_CONFIG_HOME: no config, no error. */
+    unsetenv("HOME");
+    PARSE_OK(o, NULL);
+    CHECK(o.config_path == NULL);
+    options_free(&o);
+    setenv("HOME", home, 1);
+}
+
+/* The config text fails with msg; "CFG" in msg stands for the file as shown ("~/..."). */
+static void expect_config_error(const char *text, size_t len, const char *msg)
+{
+    write_file(config_file, text, len);
+    char want[1024];
+    const char *at = strstr(msg, "CFG");
+    snprintf(want, sizeof want, "%.*s~/.config/kimi-chat/config%s", (int)(at - msg), msg, at + 3);
+    app_options o;
+    kimi_err e;
+    CHECK_INT(parse(&o, &e, (char *)NULL), KIMI_ERR_USAGE);
+    CHECK_STR(e.msg, want);
+}
+
+/* text is a string literal: its length counts NUL bytes inside it. */
+#define CONFIG_ERROR(text, msg) expect_config_error(text, sizeof text - 1, msg)
+
+static void test_config_errors(void)
+{
+    reset_env();
+    CONFIG_ERROR("tp = 4\n\n# c\ncolour = red\n", "CFG:4: unknown key 'colour'");
+    CONFIG_ERROR("# c\ntp = 0\n", "CFG:2: tp = 0: must be 1..8");
+    CONFIG_ERROR("temperature = nan\n", "CFG:1: temperature = nan: must be a finite number, >= 0");
+    CONFIG_ERROR("top_p = 0.95 # cooler\n", "CFG:1: top_p = 0.95 # cooler: not a number (must be in (0, 1])");
+    CONFIG_ERROR("model\n", "CFG:1: expected 'key = value'");
+    CONFIG_ERROR(" = x\n", "CFG:1: unknown key ''");
+    CONFIG_ERROR("x\r\ntp =\r\n", "CFG:1: expected 'key = value'");
+    CONFIG_ERROR("tp =   \n", "CFG:1: tp: no value");
+    CONFIG_ERROR("thinking = yes\n", "CFG:1: thinking = yes: must be on or off (or true or false)");
+    CONFIG_ERROR("backend = gpu\n", "CFG:1: backend = gpu: must be cpu or cuda");
+    CONFIG_ERROR("seed = 1.5\n", "CFG:1: seed = 1.5: not an integer (must be 0..18446744073709551615)");
+    CONFIG_ERROR("reasoning = folded\n", "CFG:1: reasoning = folded: must be collapsed, expanded or hidden");
+    CONFIG_ERROR("tp = 1\nmodel = a\0b\n", "CFG:2: NUL byte in the line");
+    CONFIG_ERROR("Model = x\n", "CFG:1: unknown key 'Model'");
+    CONFIG_ERROR("max-context = 5\n", "CFG:1: unknown key 'max-context'");
+    /* The file is not a file. */
+    unlink(config_file);
+    CHECK(mkdir(config_file, 0700) == 0);
+    app_options o;
+    kimi_err e;
+    CHECK_INT(parse(&o, &e, (char *)NULL), KIMI_ERR_USAGE);
+    CHECK_MSG(strstr(e.msg, config_file) != NULL, "%s", e.msg);
+    rmdir(config_file);
+}
+
+static void test_no_color(void)
+{
+    reset_env();
+    app_options o;
+    setenv("NO_COLOR", "1", 1);
+    PARSE_OK(o, NULL);
+    CHECK(o.no_color && !strcmp(o.theme, "mono"));
+    options_free(&o);
+    /* A theme the user chose wins over NO_COLOR (no-color.org); --no-color does not yield. */
+    PARSE_OK(o, "--theme", "light");
+    CHECK(!o.no_color && !strcmp(o.theme, "light"));
+    options_free(&o);
+    write_config("theme = light\n");
+    PARSE_OK(o, NULL);
+    CHECK(!o.no_color && !strcmp(o.theme, "light"));
+    options_free(&o);
+    PARSE_OK(o, "--no-color");
+    CHECK(o.no_color && !strcmp(o.theme, "mono"));
+    options_free(&o);
+    unlink(config_file);
+    setenv("NO_COLOR", "", 1);
+    PARSE_OK(o, NULL);
+    CHECK(!o.no_color && !strcmp(o.theme, "default"));
+    options_free(&o);
+    unsetenv("NO_COLOR");
+}
+
+/* The mode from isatty and TERM: stdin and stdout are pointed at a pseudo-terminal for it. */
+static app_mode mode_on_terminal(const char *term, const char *flag)
+{
+    app_options o;
+    kimi_err e;
+    if (term)
+        setenv("TERM", term, 1);
+    else
+        unsetenv("TERM");
+    fflush(stdout);
+    int saved_in = dup(0), saved_out = dup(1);
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    int slave = -1;
+    if (master >= 0 && grantpt(master) == 0 && unlockpt(master) == 0)
+        slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+    CHECK_MSG(slave >= 0, "no pseudo-terminal");
+    app_mode mode = (app_mode)-1;
+    if (slave >= 0) {
+        dup2(slave, 0);
+        dup2(slave, 1);
+        int rc = parse(&o, &e, flag, (char *)NULL);
+        dup2(saved_in, 0);
+        dup2(saved_out, 1);
+        CHECK_MSG(rc == 0, "%s", e.msg);
+        mode = rc ? mode : o.mode;
+        if (!rc)
+            options_free(&o);
+        close(slave);
+    }
+    if (master >= 0)
+        close(master);
+    close(saved_in);
+    close(saved_out);
+    return mode;
+}
+
+static void test_mode(void)
+{
+    reset_env();
+    CHECK_INT(mode_on_terminal("xterm-256color", NULL), APP_MODE_TUI);
+    CHECK_INT(mode_on_terminal("xterm-256color", "--plain"), APP_MODE_PLAIN);
+    CHECK_INT(mode_on_terminal("dumb", NULL), APP_MODE_PLAIN);
+    CHECK_INT(mode_on_terminal("", NULL), APP_MODE_PLAIN);
+    CHECK_INT(mode_on_terminal(NULL, NULL), APP_MODE_PLAIN);
+    CHECK_INT(mode_on_terminal("xterm", "--prompt=hi"), APP_MODE_PROMPT);
+    CHECK_INT(mode_on_terminal("xterm", "--script=x.kc"), APP_MODE_SCRIPT);
+    /* Not on a terminal (stdin from /dev/null): plain whatever TERM says. */
+    setenv("TERM", "xterm", 1);
+    int saved_in = dup(0), null_fd = open("/dev/null", O_RDONLY);
+    dup2(null_fd, 0);
+    app_options o;
+    PARSE_OK(o, NULL);
+    dup2(saved_in, 0);
+    close(null_fd);
+    close(saved_in);
+    CHECK_INT(o.mode, APP_MODE_PLAIN);
+    options_free(&o);
+    setenv("TERM", "dumb", 1);
+}
+
+/* ---- --help and the man page ---- */
+
+typedef struct {
+    char names[128][32];
+    int n;
+} flag_set;
+
+static void add_flag(flag_set *s, const char *name, size_t len)
+{
+    if (len >= sizeof s->names[0] || s->n == 128)
+        return;
+    for (int i = 0; i < s->n; i++)
+        if (strlen(s->names[i]) == len && !strncmp(s->names[i], name, len))
+            return;
+    memcpy(s->names[s->n], name, len);
+    s->names[s->n++][len] = 0;
+}
+
+static int has_flag(const flag_set *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->names[i], name))
+            return 1;
+    return 0;
+}
+
+/* Every "--word-word" and every lone "-X" in text. */
+static void collect_flags(const char *text, flag_set *s)
+{
+    for (const char *p = text; *p; p++) {
+        int starts = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '-' || p[-1] == '/');
+        if (!starts || p[0] != '-')
+            continue;
+        if (p[1] == '-' && islower((unsigned char)p[2])) {
+            size_t n = 2;
+            while (islower((unsigned char)p[n]) || (p[n] == '-' && islower((unsigned char)p[n + 1])))
+                n++;
+            add_flag(s, p, n);
+        } else if (isalpha((unsigned char)p[1]) && !isalnum((unsigned char)p[2]) && p[2] != '-') {
+            add_flag(s, p, 2);
+        }
+    }
+}
+
+/* The man page as plain text: \- is '-', font and other escapes go, request names go. */
+static char *man_text(void)
+{
+    char *raw;
+    size_t len;
+    kimi_err err = {0};
+    if (file_read_all("app/kimi-chat.1", &raw, &len, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return NULL;
+    }
+    char *out = malloc(len + 1), *w = out;
+    for (size_t i = 0; i < len; i++) {
+        if (raw[i] == '\\' && raw[i + 1] == '-') {
+            *w++ = '-';
+            i++;
+        } else if (raw[i] == '\\' && raw[i + 1] == 'f') {
+            i += 2;  /* \fB, \fI, \fR, \fP */
+        } else if (raw[i] == '\\' && raw[i + 1] == '(') {
+            *w++ = ' ';
+            i += 3;  /* \(dq and the like */
+        } else if (raw[i] == '.' && (i == 0 || raw[i - 1] == '\n')) {
+            while (i + 1 < len && raw[i + 1] != ' ' && raw[i + 1] != '\n')
+                i++;  /* the request name: .TP, .BR */
+        } else {
+            *w++ = raw[i];
+        }
+    }
+    *w = 0;
+    free(raw);
+    return out;
+}
+
+static void test_help_matches_man_page(void)
+{
+    const char *help = options_help();
+    /* One line per flag, and every line fits 80 columns. */
+    int width_ok = 1;
+    for (const char *line = help; *line;) {
+        size_t n = strcspn(line, "\n");
+        if (n > 79)
+            width_ok = 0, fprintf(stderr, "too wide: %.*s\n", (int)n, line);
+        line += n + (line[n] == '\n');
+    }
+    CHECK(width_ok);
+    static const char *const brief[] = {
+        "--model", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--plain", "--script",
+        "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
+        "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
+        "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",
+        "--no-alt-screen", "--config", "--help", "--version", "-m", "-p", "-h", "-V"};
+    flag_set in_help = {0}, in_man = {0};
+    collect_flags(help, &in_help);
+    for (size_t i = 0; i < sizeof brief / sizeof brief[0]; i++)
+        CHECK_MSG(has_flag(&in_help, brief[i]), "%s is not in --help", brief[i]);
+    CHECK_INT(in_help.n, (int)(sizeof brief / sizeof brief[0]));
+    /* Each flag has its own line that starts with it ("  -m, --model DIR", "      --tp N"). */
+    for (int i = 0; i < in_help.n; i++) {
+        const char *f = in_help.names[i];
+        int lines = 0;
+        for (const char *line = help; *line; line += strcspn(line, "\n") + (line[strcspn(line, "\n")] == '\n')) {
+            const char *p = line + strspn(line, " ");
+            if (p[0] == '-' && p[1] != '-' && p[2] == ',' && f[1] == '-')
+                p += 4;
+            size_t n = strlen(f);
+            lines += !strncmp(p, f, n) && (p[n] == ' ' || p[n] == ',');
+        }
+        CHECK_MSG(lines == 1, "%s starts %d lines of --help", f, lines);
+    }
+    CHECK(strstr(help, "0 ok, 1 a script line failed, 2 usage, 3 model or engine failure") != NULL);
+    CHECK(strstr(help, "130 interrupted") != NULL);
+    CHECK(strstr(help, "kimi-chat/config") && strstr(help, "kimi-chat/sessions/") && strstr(help, "kimi-chat/history"));
+
+    char *man = man_text();
+    if (!man)
+        return;
+    collect_flags(man, &in_man);
+    for (int i = 0; i < in_help.n; i++)
+        CHECK_MSG(has_flag(&in_man, in_help.names[i]), "%s is in --help but not in app/kimi-chat.1",
+                  in_help.names[i]);
+    for (int i = 0; i < in_man.n; i++)
+        CHECK_MSG(has_flag(&in_help, in_man.names[i]), "%s is in app/kimi-chat.1 but not in --help",
+                  in_man.names[i]);
+    /* The page's version line is the program's. */
+    CHECK_MSG(strstr(man, options_version()) != NULL, "app/kimi-chat.1 does not say \"%s\"", options_version());
+    static const char *const sections[] = {"SH NAME", "SH SYNOPSIS", "SH DESCRIPTION", "SH OPTIONS",
+                                           "SH SLASH COMMANDS", "SH SCRIPT FILES", "SH KEYS", "SH FILES",
+                                           "SH ENVIRONMENT", "SH EXIT STATUS"};
+    free(man);
+    char *raw;
+    size_t len;
+    kimi_err err = {0};
+    if (file_read_all("app/kimi-chat.1", &raw, &len, &err) == 0) {
+        for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+            CHECK_MSG(strstr(raw, sections[i]) != NULL, "app/kimi-chat.1 has no .%s", sections[i]);
+        static const char *const env[] = {"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "NO_COLOR",
+                                          "KIMI_DEMO_DIR", "KIMI_TOOL_ARGS"};
+        for (size_t i = 0; i < sizeof env / sizeof env[0]; i++)
+            CHECK_MSG(strstr(raw, env[i]) != NULL, "app/kimi-chat.1 does not mention %s", env[i]);
+        free(raw);
+    }
+}
+
+int main(void)
+{
+    snprintf(tmp, sizeof tmp, "%s/kimi-test-options-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(home, sizeof home, "%s/home", tmp);
+    snprintf(config_dir, sizeof config_dir, "%s/.config/kimi-chat", home);
+    snprintf(config_file, sizeof config_file, "%s/config", config_dir);
+    char cmd[2 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", config_dir);
+    CHECK(system(cmd) == 0);
+
+    test_defaults();
+    test_every_flag();
+    test_help_and_version();
+    test_flag_errors();
+    test_config();
+    test_config_errors();
+    test_no_color();
+    test_mode();
+    test_help_matches_man_page();
+
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
+    return check_finish();
+}
