@@ -402,7 +402,7 @@ static void run_call(app *a, int i, const tool_def *t)
     atomic_store(&a->tool_cancel, 0);
     a->state = TURN_TOOL_RUNNING;
     if (pthread_create(&a->tool_thread, NULL, tool_thread_main, a)) {
-        size_t len;
+        size_t len = 0;
         finish_call(a, i, "failed", text_copy("[not run: kimi-chat could not start a thread]", &len), len);
         a->state = TURN_GENERATING;  /* not waiting on anything: advance */
         advance_tools(a);
@@ -468,7 +468,7 @@ static int allowed_by_policy(const app *a, const tool_def *t)
  * are answered, generate again or end the turn. */
 static void advance_tools(app *a)
 {
-    size_t len;
+    size_t len = 0;
     while (a->next_call < a->n_calls) {
         int i = a->next_call;
         pending_call *c = &a->calls[i];

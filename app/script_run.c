@@ -63,26 +63,24 @@ int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
         const script_item *it = &s->items[i];
         kimi_err err = {0};
         int line_failed = 0;
-        switch (it->kind) {
-        case SCRIPT_EXPECT:
+        int starts_turn = 0;
+        if (it->kind == SCRIPT_EXPECT) {
             line_failed = check_expect(s, it, a);
-            break;
-        case SCRIPT_COMMAND:
+        } else if (it->kind == SCRIPT_COMMAND) {
             fprintf(stdout, "%s\n", it->text);
             fflush(stdout);
-            if (app_command(a, it->text, &err)) {
-                line_failed = 1;
-                break;
-            }
-            /* fall through: /retry starts a turn */
-        case SCRIPT_TURN: {
-            if (it->kind == SCRIPT_TURN) {
-                plain_ui_echo_turn(ui, it->text, it->len);
-                if (app_send(a, it->text, it->len, &err)) {
-                    line_failed = 1;
-                    break;
-                }
-            }
+            line_failed = app_command(a, it->text, &err) != 0;
+            if (line_failed)
+                line_error(s, it, err.msg);
+            starts_turn = !line_failed && app_busy(a);     /* /retry */
+        } else {
+            plain_ui_echo_turn(ui, it->text, it->len);
+            line_failed = app_send(a, it->text, it->len, &err) != 0;
+            if (line_failed)
+                line_error(s, it, err.msg);
+            starts_turn = !line_failed;
+        }
+        if (starts_turn) {
             app_turn_outcome outcome = APP_TURN_DONE;
             switch (plain_ui_wait(ui, a, &outcome, &err)) {
             case PLAIN_WAIT_IDLE: break;
@@ -98,8 +96,6 @@ int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
                 line_error(s, it, plain_ui_last_message(ui));
                 return 3;
             }
-            break;
-        }
         }
         if (line_failed) {
             failed = 1;

@@ -55,7 +55,7 @@ void strbuf_str(strbuf *b, const char *s)
 
 void strbuf_printf(strbuf *b, const char *fmt, ...)
 {
-    char small[64];
+    char small[256];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(small, sizeof small, fmt, ap);
@@ -64,7 +64,20 @@ void strbuf_printf(strbuf *b, const char *fmt, ...)
         b->failed = 1;
         return;
     }
-    strbuf_add(b, small, (size_t)n < sizeof small ? (size_t)n : sizeof small - 1);
+    if ((size_t)n < sizeof small) {
+        strbuf_add(b, small, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->failed = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    strbuf_add(b, big, (size_t)n);
+    free(big);
 }
 
 char *strbuf_take(strbuf *b)
