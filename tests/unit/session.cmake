@@ -7,3 +7,8 @@ add_test(NAME session_template_check
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/session_template_check.py $<TARGET_FILE:session_render_dump>
           ${CMAKE_CURRENT_BINARY_DIR}/session_template_check)
 set_tests_properties(session_template_check PROPERTIES LABELS unit)
+# session_save under SIGKILL at random moments: the file is always one whole session.
+kimi_exe(session_durability_writer SOURCES session_durability_writer.c DEPS kimi_session)
+kimi_exe(test_session_durability SOURCES test_session_durability.c DEPS kimi_session)
+add_test(NAME test_session_durability COMMAND test_session_durability $<TARGET_FILE:session_durability_writer>)
+set_tests_properties(test_session_durability PROPERTIES LABELS unit TIMEOUT 60)
