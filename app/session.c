@@ -157,7 +157,7 @@ static int shortest_precision(double v, int as_float)
 {
     int max = as_float ? 9 : 17, p = 1;
     for (; p < max; p++) {
-        char local[48];
+        char local[512];  /* %g and %f of any double fit */
         snprintf(local, sizeof local, "%.*g", p, v);
         if (as_float ? strtof(local, NULL) == (float)v : strtod(local, NULL) == v)
             break;
@@ -173,7 +173,7 @@ static void shortest_number(char *buf, size_t size, double v, int as_float)
 /* A float setting as the double its shortest decimal names, so that the JSON shows 0.6. */
 static double float_as_decimal(float f)
 {
-    char local[48];
+    char local[512];  /* %g and %f of any double fit */
     snprintf(local, sizeof local, "%.*g", shortest_precision(f, 1), (double)f);
     return strtod(local, NULL);
 }
@@ -411,7 +411,7 @@ static int is_integer_list(const json_t *v)
 
 static void dump_value(strbuf *b, const json_t *v, int indent)
 {
-    char num[48];
+    char num[512];
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
         if (!json_object_size(v)) {
@@ -1132,14 +1132,14 @@ static void md_paragraph(strbuf *b, const chat_text *t)
 
 static void md_number(strbuf *b, const char *fmt, double v)
 {
-    char num[64];
+    char num[512];
     format_number(num, sizeof num, fmt, 1, v);
     strbuf_str(b, num);
 }
 
 static void md_settings(strbuf *b, const session_settings *st)
 {
-    char num[48];
+    char num[512];
     strbuf_str(b, "- Settings: temperature ");
     shortest_number(num, sizeof num, st->temperature, 1);
     strbuf_str(b, num);
