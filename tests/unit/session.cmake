@@ -12,3 +12,9 @@ kimi_exe(session_durability_writer SOURCES session_durability_writer.c DEPS kimi
 kimi_exe(test_session_durability SOURCES test_session_durability.c DEPS kimi_session)
 add_test(NAME test_session_durability COMMAND test_session_durability $<TARGET_FILE:session_durability_writer>)
 set_tests_properties(test_session_durability PROPERTIES LABELS unit TIMEOUT 60)
+# The same tests under a locale with a decimal comma.
+add_test(NAME test_session_locale
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/session_locale.sh $<TARGET_FILE:test_session>
+          ${CMAKE_CURRENT_BINARY_DIR}/session_locale
+  WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_session_locale PROPERTIES LABELS unit)

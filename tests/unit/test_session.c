@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -854,11 +855,20 @@ static void test_append_truncate(void)
     CHECK(s.conv.n_messages == 0 && s.meta == NULL && s.settings.top_p == 0.95f);
 }
 
-int main(void)
+/* test_session [--locale NAME]: with a locale whose decimal point is a comma (as a curses
+ * program gets from the environment), every check must pass just the same. */
+int main(int argc, char **argv)
 {
     model_config cfg;
     tokenizer *t = NULL;
     kimi_err err = {0};
+    if (argc == 3 && !strcmp(argv[1], "--locale")) {
+        if (!setlocale(LC_NUMERIC, argv[2])) {
+            fprintf(stderr, "test_session: no locale %s\n", argv[2]);
+            return 1;
+        }
+        CHECK_STR(localeconv()->decimal_point, ",");
+    }
     if (config_load(&cfg, TINY, &err) || tokenizer_load(&t, TINY, &cfg, &err)) {
         fprintf(stderr, "test_session: %s\n", err.msg);
         return 1;
