@@ -1,0 +1,3 @@
+# Unit tests: ui (render model, markdown, widths, themes).
+kimi_unit_test(test_ui_text SOURCES test_ui_text.c DEPS kimi_ui_wrap kimi_ui_text_width kimi_ui_styled_lines)
+kimi_unit_test(test_ui_theme SOURCES test_ui_theme.c DEPS kimi_ui_theme)
