@@ -83,6 +83,10 @@ static size_t run_length(const char *s, size_t n, size_t i)
 static int has_closer(const char *s, size_t n, size_t from, char ch, size_t k)
 {
     for (size_t j = from; j < n;) {
+        if (s[j] == '\\' && j + 1 < n && is_punct(s[j + 1])) {
+            j += 2;
+            continue;
+        }
         if (s[j] == '`') {
             j += run_length(s, n, j);
             continue;

@@ -876,7 +876,9 @@ int render_model_focus_move(render_model *rm, int dir)
         int top_block = rm->top_block, top_row = rm->top_row;
         if (rm->following)
             bottom_anchor(rm, &top_block, &top_row);
-        int last = rm->f.last_block >= 0 ? rm->f.last_block : rm->n_blocks - 1;
+        int last = top_block, left = rm->height - (rows_of(rm, top_block) - top_row);
+        while (left > 0 && last + 1 < rm->n_blocks)
+            left -= rows_of(rm, ++last);
         b = (step < 0 ? last : top_block) - step;
     }
     for (int k = b + step; k >= 0 && k < rm->n_blocks; k += step)
