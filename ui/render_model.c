@@ -533,10 +533,12 @@ static void tool_top(block *b, int width)
     int state_w = text_width(state, strlen(state)) + 4;
     int name_room = room - state_w;
     add_cut(l, &col, &name_room, " ", THEME_TOOL_BORDER, 0);
-    add_cut(l, &col, &name_room, b->name, THEME_TOOL_NAME, 0);
-    if (*b->call_id && name_room > 4) {
+    /* a tool block made by render_model_append() has neither */
+    const char *name = b->name ? b->name : "", *call_id = b->call_id ? b->call_id : "";
+    add_cut(l, &col, &name_room, name, THEME_TOOL_NAME, 0);
+    if (*call_id && name_room > 4) {
         add_cut(l, &col, &name_room, "  ", THEME_TOOL_BORDER, 0);
-        add_cut(l, &col, &name_room, b->call_id, THEME_TOOL_ID, 0);
+        add_cut(l, &col, &name_room, call_id, THEME_TOOL_ID, 0);
     }
     room = width - 1 - col;
     add_cut(l, &col, &room, " ─ ", THEME_TOOL_BORDER, 0);

@@ -399,6 +399,72 @@ static void test_jump_and_focus(void)
     render_model_free(rm);
 }
 
+/* Random operations (appends, streams, folds, scrolls, resizes, focus, truncation): every frame
+ * has blocks in order with empty rows only at the end, and spans in column order inside the
+ * width (the sanitizer build watches memory). */
+static void test_random_operations(void)
+{
+    static const char *pieces[] = {"word ", "中文 ", "**b** ", "\n", "\n\n", "- item ", "| a | b |\n",
+                                   "|---|---|\n", "```\n", "\t", "\x1b", "👨‍👩‍👧 ", "> q "};
+    unsigned seed = 99;
+    render_model *rm = render_model_new();
+    int ok = 1;
+    for (int step = 0; step < 3000; step++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned op = (seed >> 16) % 20;
+        int n = render_model_block_count(rm);
+        const char *p = pieces[(seed >> 8) % (sizeof pieces / sizeof pieces[0])];
+        if (op < 3 || !n) {
+            if ((seed >> 4) % 5 == 0)
+                render_model_append_tool(rm, "tool", "id:1", NULL);
+            else
+                add(rm, (rm_block_kind)((seed >> 4) % 6), p);
+        } else if (op < 12) {
+            text(rm, n - 1, p);
+        } else if (op == 12) {
+            render_model_toggle_fold(rm, (int)((seed >> 3) % (unsigned)n));
+        } else if (op == 13) {
+            render_model_scroll(rm, (int)((seed >> 3) % 41) - 20);
+        } else if (op == 14) {
+            render_model_set_size(rm, 30 + (int)((seed >> 3) % 150), 1 + (int)((seed >> 9) % 60));
+        } else if (op == 15) {
+            render_model_toggle_all_reasoning(rm);
+        } else if (op == 16) {
+            render_model_focus_move(rm, (seed >> 3) % 2 ? 1 : -1);
+        } else if (op == 17) {
+            render_model_jump_user(rm, (seed >> 3) % 2 ? 1 : -1);
+        } else if (op == 18 && (seed >> 3) % 8 == 0) {
+            render_model_truncate(rm, n / 2);
+        } else {
+            render_model_finish(rm, n - 1);
+            render_model_set_tool_result(rm, n - 1, p, strlen(p), NULL);
+        }
+        const rm_frame *f = render_model_frame(rm);
+        int prev_block = -1, seen_empty = 0;
+        for (int i = 0; i < f->n_rows; i++) {
+            const rm_row *row = &f->rows[i];
+            if (row->block < 0) {
+                seen_empty = 1;
+                continue;
+            }
+            ok &= !seen_empty && row->block >= prev_block;
+            prev_block = row->block;
+            int col = 0;
+            for (int k = 0; k < row->n_spans; k++) {
+                ok &= row->spans[k].col >= col;
+                col = row->spans[k].col + row->spans[k].width;
+            }
+            ok &= col <= 180;
+        }
+        if (!ok) {
+            fprintf(stderr, "random operations: bad frame after step %d (op %u)\n", step, op);
+            break;
+        }
+    }
+    CHECK(ok);
+    render_model_free(rm);
+}
+
 int main(void)
 {
     test_rows_and_labels();
@@ -408,5 +474,6 @@ int main(void)
     test_scroll_follow();
     test_dirty_rows();
     test_jump_and_focus();
+    test_random_operations();
     return check_finish();
 }
