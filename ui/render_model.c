@@ -64,10 +64,12 @@ typedef struct {
     rm_span *spans;
     size_t n_spans, cap_spans;
     rm_row *rows;
+    size_t *start;          /* [height + 1] first span of each row while a frame is built */
     uint64_t *hash;         /* [height] of the previous frame */
     int height;             /* of rows/hash; 0 before the first frame */
     rm_frame frame;
     int last_block;         /* the last block shown, -1 when rows were left empty */
+    int repaint;            /* the next frame marks every row changed */
 } frame_store;
 
 struct render_model {
@@ -137,6 +139,7 @@ void render_model_free(render_model *rm)
     free(rm->users);
     free(rm->f.spans);
     free(rm->f.rows);
+    free(rm->f.start);
     free(rm->f.hash);
     free(rm->scratch.data);
     free(rm);
@@ -184,15 +187,13 @@ static void touched(render_model *rm, int b)
         rm->new_below = 1;
 }
 
-static char *dup_string(const char *s)
+/* A one-line label from outside (tool name, call id, state) in its displayable form: the model
+ * names tools, and an escape sequence in a name must not reach the terminal. */
+static char *displayable_copy(const char *s)
 {
-    if (!s)
-        return NULL;
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
+    strbuf b = {0};
+    text_displayable(&b, s, strlen(s));
+    return strbuf_take(&b);
 }
 
 static int nomem(kimi_err *err)
@@ -237,8 +238,8 @@ int render_model_append_tool(render_model *rm, const char *name, const char *cal
     if (b < 0)
         return -1;
     block *bl = rm->blocks[b];
-    bl->name = dup_string(name ? name : "");
-    bl->call_id = dup_string(call_id ? call_id : "");
+    bl->name = displayable_copy(name ? name : "");
+    bl->call_id = displayable_copy(call_id ? call_id : "");
     if (!bl->name || !bl->call_id) {
         render_model_truncate(rm, b);
         return nomem(err), -1;
@@ -291,7 +292,7 @@ int render_model_set_tool_state(render_model *rm, int b, rm_tool_state state, co
     block *bl = get(rm, b);
     if (!bl)
         return 0;
-    char *copy = label ? dup_string(label) : NULL;
+    char *copy = label ? displayable_copy(label) : NULL;
     if (label && !copy)
         return nomem(err);
     free(bl->state_label);
@@ -350,6 +351,20 @@ rm_block_kind render_model_block_kind(const render_model *rm, int b)
 {
     const block *bl = get(rm, b);
     return bl ? bl->kind : RM_NOTE;
+}
+
+const char *render_model_block_text(const render_model *rm, int b, size_t *len)
+{
+    const block *bl = get(rm, b);
+    *len = bl ? bl->text.len : 0;
+    return bl && bl->text.data ? bl->text.data : "";
+}
+
+const char *render_model_tool_result(const render_model *rm, int b, size_t *len)
+{
+    const block *bl = get(rm, b);
+    *len = bl ? bl->result.len : 0;
+    return bl && bl->result.data ? bl->result.data : "";
 }
 
 /* ---- fold state ---- */
@@ -575,10 +590,12 @@ static void shown_args(render_model *rm, block *b, int width)
         root = json_loadb(raw, n, JSON_DECODE_ANY, NULL);
     char *pretty = NULL;
     if (root) {
-        pretty = json_dumps(root, JSON_ENCODE_ANY);
+        /* 15 digits: 0.1 shows as the model wrote it, not as 0.10000000000000001 */
+        size_t flags = JSON_ENCODE_ANY | JSON_REAL_PRECISION(15);
+        pretty = json_dumps(root, flags);
         if (pretty && text_width(pretty, strlen(pretty)) > width) {
             free(pretty);
-            pretty = json_dumps(root, JSON_ENCODE_ANY | JSON_INDENT(2));
+            pretty = json_dumps(root, flags | JSON_INDENT(2));
         }
         json_decref(root);
     }
@@ -790,6 +807,12 @@ void render_model_scroll(render_model *rm, int rows)
     settle(rm);
 }
 
+void render_model_scroll_page(render_model *rm, int pages)
+{
+    int page = rm->height > 1 ? rm->height - 1 : 1;
+    render_model_scroll(rm, pages * page);
+}
+
 void render_model_scroll_to_top(render_model *rm)
 {
     if (!rm->n_blocks)
@@ -901,6 +924,12 @@ int render_model_dirty(const render_model *rm)
     return rm->dirty;
 }
 
+void render_model_repaint(render_model *rm)
+{
+    rm->f.repaint = 1;
+    rm->dirty = 1;
+}
+
 /* ---- frames ---- */
 
 static int shows_assistant_label(render_model *rm, int b)
@@ -1004,20 +1033,23 @@ const rm_frame *render_model_frame(render_model *rm)
 {
     frame_store *f = &rm->f;
     int h = rm->height;
-    int fresh = 0;
     if (f->height != h) {
         rm_row *rows = realloc(f->rows, sizeof *rows * (size_t)h);
         if (rows)
             f->rows = rows;
+        size_t *start = realloc(f->start, sizeof *start * ((size_t)h + 1));
+        if (start)
+            f->start = start;
         uint64_t *hash = realloc(f->hash, sizeof *hash * (size_t)h);
         if (hash)
             f->hash = hash;
-        if (!rows || !hash) {
+        if (!rows || !start || !hash) {
+            f->height = 0;
             f->frame = (rm_frame){.rows = f->rows, .n_rows = 0};
             return &f->frame;
         }
         f->height = h;
-        fresh = 1;
+        f->repaint = 1;
         rm->dirty = 1;
     }
     if (!rm->dirty) {
@@ -1031,32 +1063,30 @@ const rm_frame *render_model_frame(render_model *rm)
     if (rm->following)
         bottom_anchor(rm, &b, &r);
     f->n_spans = 0;
-    size_t *start = malloc(sizeof *start * ((size_t)h + 1));
     f->last_block = -1;
     for (int i = 0; i < h; i++) {
         while (b < rm->n_blocks && r >= rows_of(rm, b)) {
             b++;
             r = 0;
         }
-        if (start)
-            start[i] = f->n_spans;
+        f->start[i] = f->n_spans;
         f->rows[i].block = b < rm->n_blocks ? b : -1;
         f->last_block = b < rm->n_blocks ? b : -1;
         if (b < rm->n_blocks)
             row_spans(rm, b, r++);
     }
+    f->start[h] = f->n_spans;
     int any = 0;
     for (int i = 0; i < h; i++) {
         rm_row *row = &f->rows[i];
-        size_t a = start ? start[i] : 0, z = start ? (i + 1 < h ? start[i + 1] : f->n_spans) : 0;
-        row->spans = f->spans + a;
-        row->n_spans = (int)(z - a);
+        row->spans = f->spans + f->start[i];
+        row->n_spans = (int)(f->start[i + 1] - f->start[i]);
         uint64_t hv = hash_row(row->spans, row->n_spans);
-        row->changed = fresh || hv != f->hash[i];
+        row->changed = f->repaint || hv != f->hash[i];
         f->hash[i] = hv;
         any |= row->changed;
     }
-    free(start);
+    f->repaint = 0;
     f->frame = (rm_frame){
         .rows = f->rows,
         .n_rows = h,

@@ -99,7 +99,8 @@ int render_model_append_text(render_model *rm, int b, const char *text, size_t l
 void render_model_finish(render_model *rm, int b);
 /* Reasoning header numbers (tokens < 0 or seconds < 0: unknown, left out). */
 void render_model_set_reasoning_stats(render_model *rm, int b, int tokens, double seconds);
-/* A tool call's state and duration (seconds < 0: not shown); label replaces the state's
+/* Tool names, ids and labels are shown in their displayable form (controls as ^X).
+ * A tool call's state and duration (seconds < 0: not shown); label replaces the state's
  * default word ("waiting for approval", "running", "done", "failed", "denied") when not NULL,
  * e.g. "timeout", "exit 3". */
 int render_model_set_tool_state(render_model *rm, int b, rm_tool_state state, const char *label,
@@ -111,6 +112,11 @@ int render_model_set_tool_result(render_model *rm, int b, const char *text, size
 void render_model_truncate(render_model *rm, int n);
 int render_model_block_count(const render_model *rm);
 rm_block_kind render_model_block_kind(const render_model *rm, int b);
+/* Block b's text as given (markdown source, reasoning, a tool call's arguments), for `y`
+ * (copy) and export; "" for none. Valid until the block changes. */
+const char *render_model_block_text(const render_model *rm, int b, size_t *len);
+/* A tool call's result as given; "" for none. */
+const char *render_model_tool_result(const render_model *rm, int b, size_t *len);
 
 /* Fold or unfold one reasoning or tool block (others ignore it); it then stays so until the
  * next global change below. */
@@ -127,6 +133,8 @@ void render_model_set_tools_expanded(render_model *rm, int expanded);
 
 /* Scroll by rows (< 0 up). Reaching the bottom resumes following the stream. */
 void render_model_scroll(render_model *rm, int rows);
+/* PgUp (pages < 0) / PgDn: a page is the height less one row, kept for context. */
+void render_model_scroll_page(render_model *rm, int pages);
 void render_model_scroll_to_top(render_model *rm);
 void render_model_scroll_to_bottom(render_model *rm);
 /* Ctrl-Up (dir < 0) / Ctrl-Down: put the previous / next user message at the top of the view.
@@ -142,6 +150,9 @@ int render_model_focused(const render_model *rm);
 
 /* Whether anything changed since the last frame (content, fold, scroll, focus, size). */
 int render_model_dirty(const render_model *rm);
+/* The next frame marks every row changed: after a theme change, or when something else (help,
+ * a dialog) was painted over the transcript. */
+void render_model_repaint(render_model *rm);
 /* The visible rows now. Valid until the next call on rm. */
 const rm_frame *render_model_frame(render_model *rm);
 

@@ -59,7 +59,7 @@ static void break_line(wrapper *w)
         w->col = w->text_col = 0;
 }
 
-/* Emit [a, b) on the open line without breaking; wid is its width. */
+/* Emit [a, b) on the open line without breaking. */
 static void emit_range(wrapper *w, pos a, pos b)
 {
     while (a.pi < b.pi || (a.pi == b.pi && a.off < b.off)) {

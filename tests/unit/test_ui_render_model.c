@@ -196,6 +196,19 @@ static void test_tool_box(void)
     CHECK_STR(rows_a[7], "       ┌ write  w:1 ─ exit 3 ──────────────────────────────┐");
     CHECK_STR(rows_a[8], "       │ {                                                 │");
     CHECK_STR(rows_a[9], "       │   \"path\": \"/tmp/some/long/path/name.txt\",         │");
+
+    /* numbers as written, names from the model cannot reach the terminal as escapes */
+    int t3 = render_model_append_tool(rm, "evil\x1b]0;x\x07", "id\n2", NULL);
+    text(rm, t3, "{\"t\": 0.1}");
+    render_model_set_tool_state(rm, t3, RM_TOOL_DENIED, "no\x1b", -1, NULL);
+    n = all_rows(rm, 60, rows_a);
+    CHECK_STR(rows_a[n - 3], "       ┌ evil^[]0;x^G  id^J2 ─ no^[ ───────────────────────┐");
+    CHECK_STR(rows_a[n - 2], "       │ {\"t\": 0.1}                                        │");
+    size_t len;
+    const char *raw = render_model_block_text(rm, t3, &len);
+    CHECK(len == 10 && !memcmp(raw, "{\"t\": 0.1}", 10));
+    raw = render_model_tool_result(rm, t, &len);
+    CHECK(len == strlen(numbered(10)) && !memcmp(raw, numbered(10), len));
     render_model_free(rm);
 }
 
@@ -296,6 +309,9 @@ static void test_scroll_follow(void)
     CHECK(!memcmp(before, scr, sizeof scr)); /* stays put */
     CHECK(!f->any_changed);
 
+    render_model_scroll_page(rm, -1); /* a page keeps one row of context */
+    f = screen(rm, scr);
+    CHECK_STR(scr[9], "       note 18");
     render_model_scroll(rm, -100);
     f = screen(rm, scr);
     CHECK_STR(scr[0], "       note 0");
@@ -357,6 +373,14 @@ static void test_dirty_rows(void)
         changed += f->rows[i].changed;
     CHECK_INT(changed, 1);
     CHECK(f->rows[4].changed);
+    render_model_repaint(rm); /* e.g. after a theme change: every row once */
+    f = render_model_frame(rm);
+    changed = 0;
+    for (int i = 0; i < f->n_rows; i++)
+        changed += f->rows[i].changed;
+    CHECK_INT(changed, 8);
+    f = render_model_frame(rm);
+    CHECK(!f->any_changed);
     render_model_free(rm);
 }
 
