@@ -29,6 +29,7 @@ typedef struct {
     const styled_lines *src;
     uint32_t from, n;
     int boxed;          /* inside the tool box: side borders added */
+    int lead;           /* the rows are shifted right two columns, the first one after "→ " */
 } segment;
 
 enum { MAX_SEGMENTS = 6 };
@@ -617,7 +618,7 @@ static void add_segment(block *b, const styled_lines *src, size_t from, size_t n
 {
     if (!n || b->n_seg >= MAX_SEGMENTS)
         return;
-    b->seg[b->n_seg++] = (segment){src, (uint32_t)from, (uint32_t)n, boxed};
+    b->seg[b->n_seg++] = (segment){src, (uint32_t)from, (uint32_t)n, boxed, 0};
     b->rows += (int)n;
 }
 
@@ -669,11 +670,13 @@ static void ensure_layout(render_model *rm, block *b)
         shown_args(rm, b, inner);
         cache_layout(&b->body, &b->shown_args, inner, THEME_TOOL_ARGS, MD_PLAIN);
         add_segment(b, &b->body.lines, 0, b->body.lines.n_lines, 1);
-        cache_layout(&b->res, &b->result, inner, THEME_TOOL_RESULT, MD_PLAIN);
+        cache_layout(&b->res, &b->result, inner > 3 ? inner - 2 : 1, THEME_TOOL_RESULT, MD_PLAIN);
         size_t n = b->res.lines.n_lines, shown = n;
         if (show != SHOW_EXPANDED && n > RM_FOLDED_RESULT_ROWS)
             shown = RM_FOLDED_RESULT_ROWS;
         add_segment(b, &b->res.lines, 0, shown, 1);
+        if (shown && inner > 3)
+            b->seg[b->n_seg - 1].lead = 1;
         if (shown < n) {
             char hint[48];
             snprintf(hint, sizeof hint, "… +%zu lines", n - shown);
@@ -999,6 +1002,11 @@ static void row_spans(render_model *rm, int b, int r)
     if (seg->boxed) {
         span_text(rm, "│", g, THEME_TOOL_BORDER);
         x = g + 2;
+    }
+    if (seg->lead) {
+        if (r == 0)
+            span_text(rm, "→", x, THEME_TOOL_BORDER);
+        x += 2;
     }
     for (uint32_t i = 0; i < line->n_runs; i++) {
         const styled_run *run = &src->runs[line->first_run + i];

@@ -163,8 +163,8 @@ static void test_tool_box(void)
     CHECK_INT(n, 1 + 1 + 3 + 1 + 1);
     CHECK_STR(rows_a[0], "  kimi ┌ get_weather  functions.get_weather:0 ─ done 0.3 s ┐");
     CHECK_STR(rows_a[1], "       │ {\"city\": \"Paris\", \"days\": 2}                      │");
-    CHECK_STR(rows_a[2], "       │ line 1                                            │");
-    CHECK_STR(rows_a[4], "       │ line 3                                            │");
+    CHECK_STR(rows_a[2], "       │ → line 1                                          │");
+    CHECK_STR(rows_a[4], "       │   line 3                                          │");
     CHECK_STR(rows_a[5], "       │ … +7 lines                                        │");
     CHECK(render_model_is_folded(rm, t));
     const rm_frame *f = render_model_frame(rm);
