@@ -773,14 +773,13 @@ static void settle(render_model *rm)
         follow(rm);
         return;
     }
+    /* the anchor's block shrank (folded): stay on its last row */
+    int rows = rows_of(rm, rm->top_block);
+    if (rm->top_row >= rows)
+        rm->top_row = rows > 0 ? rows - 1 : 0;
     if (rm->top_row < 0)
         rm->top_row = 0;
-    while (rm->top_block < rm->n_blocks && rm->top_row >= rows_of(rm, rm->top_block) &&
-           rm->top_row > 0) {
-        rm->top_row -= rows_of(rm, rm->top_block);
-        rm->top_block++;
-    }
-    if (rm->top_block >= rm->n_blocks || at_bottom(rm))
+    if (at_bottom(rm))
         follow(rm);
 }
 

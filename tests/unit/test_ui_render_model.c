@@ -417,6 +417,23 @@ static void test_jump_and_focus(void)
     CHECK_INT(f->rows[0].spans[0].element, THEME_SELECTION);
     CHECK_INT(render_model_focus_move(rm, -1), 3);
     CHECK_INT(render_model_focused(rm), 3);
+    screen(rm, scr);
+    CHECK_STR(scr[0], "▌ kimi line 1");
+
+    /* the block at the top of the view folds under it: the view stays on that block */
+    int r = add(rm, RM_REASONING, numbered(8));
+    render_model_finish(rm, r);
+    add(rm, RM_ANSWER, numbered(8));
+    render_model_toggle_fold(rm, r);
+    render_model_focus(rm, -1);
+    render_model_scroll_to_bottom(rm);
+    render_model_scroll(rm, -8); /* 3 rows of the answer, then 5 of the reasoning */
+    screen(rm, scr);
+    CHECK_STR(scr[0], "       line 4");
+    render_model_toggle_fold(rm, r);
+    screen(rm, scr);
+    CHECK_STR(scr[0], "       ▸ thought");
+    CHECK_STR(scr[1], "       line 1");
     render_model_focus(rm, -1);
     f = screen(rm, scr);
     CHECK(strncmp(scr[0], "▌", 3) != 0);
