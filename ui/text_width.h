@@ -1,0 +1,33 @@
+/* text_width: display width of UTF-8 text by grapheme cluster (utf8proc), cutting text to a
+ * width at cluster boundaries, and making raw text displayable (tabs, controls, bad UTF-8). */
+#ifndef KIMI_UI_TEXT_WIDTH_H
+#define KIMI_UI_TEXT_WIDTH_H
+
+#include <stddef.h>
+
+#include "engine/array.h"
+
+enum { TEXT_TAB_STOP = 8 };
+
+/* The grapheme cluster at s[pos..n) (pos < n, s displayable: see text_displayable): returns its
+ * length in bytes (>= 1) and stores its width in columns in *width: 2 for East Asian wide
+ * characters, emoji presentation (U+FE0F), ZWJ emoji sequences, skin tones and
+ * regional-indicator flag pairs; 0 for a cluster of only zero-width marks or format
+ * characters; 1 otherwise. A cluster's width is that of its widest code point, so combining
+ * marks and joined emoji never add columns. */
+size_t text_cluster(const char *s, size_t n, size_t pos, int *width);
+
+/* Display width of s[0..n). */
+int text_width(const char *s, size_t n);
+
+/* The longest prefix of s[0..n) made of whole clusters whose width is at most max_width:
+ * returns its length in bytes and its width in *width (may be NULL). */
+size_t text_fit(const char *s, size_t n, int max_width, int *width);
+
+/* Append to out the displayable form of one line s[0..n) (no newline in it): ill-formed
+ * UTF-8 becomes U+FFFD, a tab becomes spaces up to the next multiple of TEXT_TAB_STOP
+ * columns from the line's start, C0 controls and DEL become caret notation (^[, ^?), C1
+ * controls U+FFFD, and a CR at the end of the line is dropped. */
+void text_displayable(strbuf *out, const char *s, size_t n);
+
+#endif
