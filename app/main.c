@@ -1,8 +1,10 @@
 /* main: kimi-chat's entry point: options, then the mode (full screen, plain REPL, script,
  * one-shot prompt) over one chat core, and the exit codes of docs/UI.md. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "app/app.h"
@@ -69,6 +71,10 @@ static int read_script(const app_options *o, script *s, int *code)
         *code = EXIT_SCRIPT;
         return -1;
     }
+    if (script_check(s)) {
+        *code = EXIT_SCRIPT;
+        return -1;
+    }
     return 0;
 }
 
@@ -108,6 +114,15 @@ int main(int argc, char **argv)
         snprintf(message, sizeof message, "--load %s: cannot read the file", o.load_path);
         options_free(&o);
         return fail(EXIT_USAGE, message);
+    }
+    struct stat st;
+    errno = 0;
+    if (o.model_dir && (stat(o.model_dir, &st) || !S_ISDIR(st.st_mode))) {
+        char message[600];
+        snprintf(message, sizeof message, "--model %s: %s", o.model_dir,
+                 errno == ENOENT ? "no such folder" : errno ? strerror(errno) : "not a folder");
+        options_free(&o);
+        return fail(EXIT_ENGINE, message);
     }
     script s = {0};
     int code = EXIT_OK;

@@ -48,7 +48,7 @@ static int check_expect(const script *s, const script_item *it, app *a)
     return 1;
 }
 
-int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
+int script_check(const script *s)
 {
     for (int i = 0; i < s->n_items; i++) {
         const script_item *it = &s->items[i];
@@ -58,6 +58,11 @@ int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
             return 1;
         }
     }
+    return 0;
+}
+
+int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
+{
     int failed = 0;
     for (int i = 0; i < s->n_items && !app_quit_requested(a); i++) {
         const script_item *it = &s->items[i];

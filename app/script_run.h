@@ -8,7 +8,9 @@
 #include "app/script.h"
 #include "ui/plain.h"
 
-/* Check every command line first (a bad one fails before anything runs), then run. */
+/* Check every command line (before the model loads): 0, or 1 with "file:line: why" printed. */
+int script_check(const script *s);
+/* Run the items in order; stops at the first failing line unless keep_going. */
 int script_run(const script *s, app *a, plain_ui *ui, int keep_going);
 
 #endif

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# kimi-chat's exit codes and one-line errors (docs/UI.md): 0 ok, 1 a script line failed, 2
+# usage, 3 model or engine failure, 130 interrupted (the session so far saved); a denied tool
+# call in a script; the plain REPL on a pipe; --prompt writes only the answer to stdout.
+#   exit_codes.sh KIMI_CHAT
+set -uo pipefail
+kimi_chat=$1
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export XDG_DATA_HOME=$tmp/data XDG_STATE_HOME=$tmp/state XDG_CONFIG_HOME=$tmp/config
+failed=0
+
+# expect CODE PATTERN -- ARGS...: run kimi-chat, check its exit code and that stderr has PATTERN
+expect() {
+    local code=$1 pattern=$2
+    shift 3
+    "$kimi_chat" "$@" > "$tmp/out" 2> "$tmp/err" < /dev/null
+    local got=$?
+    if [[ $got -ne $code ]] || ! grep -qE -- "$pattern" "$tmp/err"; then
+        echo "FAIL: kimi-chat $* -> exit $got (want $code), stderr:"; cat "$tmp/err"
+        failed=$((failed + 1))
+    else
+        echo "ok: exit $code: $(grep -E -- "$pattern" "$tmp/err" | head -n 1)"
+    fi
+}
+
+expect 2 '^kimi-chat: --frobnicate: unknown flag' -- --frobnicate
+expect 2 '^kimi-chat: --tp 0: must be 1..8' -- --tp 0 --prompt hi
+expect 3 "^kimi-chat: --model $tmp/nowhere: no such folder" -- --model "$tmp/nowhere" --prompt hi
+cp -r "$root/app/demo/kimi-demo" "$tmp/broken" && chmod -R u+w "$tmp/broken"
+truncate -s 1000 "$tmp/broken/model-00002-of-00003.safetensors"
+expect 3 "model-00002-of-00003.safetensors" -- --model "$tmp/broken" --prompt hi
+expect 2 "^kimi-chat: --script: .*missing.kc" -- --script "$tmp/missing.kc"
+printf 'Hello! Who are you?\n/frobnicate now\n' > "$tmp/bad.kc"
+expect 1 "^$tmp/bad.kc:2: unknown command /frobnicate" -- --script "$tmp/bad.kc"
+printf 'Hello! Who are you?\n/expect contains banana\nWhat time is it?\n' > "$tmp/expect.kc"
+expect 1 "^$tmp/expect.kc:2: /expect contains \"banana\"" -- --script "$tmp/expect.kc" --temperature 0
+grep -q "What time" "$tmp/out" && { echo "FAIL: the script went on after a failed /expect"; failed=$((failed + 1)); }
+expect 1 "expect.kc:2: /expect contains" -- --script "$tmp/expect.kc" --temperature 0 --keep-going --no-save
+grep -q "you> What time" "$tmp/out" || { echo "FAIL: --keep-going did not go on"; failed=$((failed + 1)); }
+echo '{"meta": {"format": "kimi-chat-session", "version": 99}, "messages": []}' > "$tmp/newer.json"
+expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.json" --prompt hi
+
+# A call the script did not allow is denied, and the model is told so.
+printf '/set temperature 0\nWhat time is it?\n/export json %s\n' "$tmp/denied.json" > "$tmp/deny.kc"
+expect 0 "now: denied" -- --script "$tmp/deny.kc"
+python3 -c "
+import json, sys
+m = json.load(open('$tmp/denied.json'))['messages']
+sys.exit(0 if m[2]['role'] == 'tool' and 'denied' in m[2]['content'] else 1)" ||
+    { echo "FAIL: the denied call's result"; failed=$((failed + 1)); }
+
+# --prompt: the answer alone on stdout; the REPL on a pipe reads lines until end of input.
+expect 0 "" -- --prompt "Hello! Who are you?" --temperature 0 --hide-reasoning
+grep -q "demo model" "$tmp/out" && ! grep -q "you>" "$tmp/out" ||
+    { echo "FAIL: --prompt stdout:"; cat "$tmp/out"; failed=$((failed + 1)); }
+printf 'Hello! Who are you?\n/stats\n' | "$kimi_chat" --plain --temperature 0 > "$tmp/out" 2> "$tmp/err"
+[[ $? -eq 0 ]] && grep -q "demo model" "$tmp/out" && grep -q "last answer: prompt" "$tmp/err" ||
+    { echo "FAIL: plain REPL on a pipe"; cat "$tmp/out" "$tmp/err"; failed=$((failed + 1)); }
+
+# SIGINT during a script: exit 130 and the session so far is saved.
+rm -rf "$tmp/data"
+{ echo "/set temperature 0"; for i in $(seq 40); do echo "What time is it?"; done; } > "$tmp/long.kc"
+"$kimi_chat" --script "$tmp/long.kc" --allow-tools all > "$tmp/out" 2> "$tmp/err" &
+pid=$!
+for _ in $(seq 300); do
+    [[ $(grep -c "^you>" "$tmp/out" 2>/dev/null) -ge 3 ]] && break
+    sleep 0.05
+done
+kill -INT $pid
+wait $pid
+code=$?
+saved=$(ls "$tmp/data/kimi-chat/sessions/"*.json 2>/dev/null | head -n 1)
+if [[ $code -ne 130 || -z "$saved" ]]; then
+    echo "FAIL: SIGINT during a script: exit $code, saved '$saved'"; failed=$((failed + 1))
+else
+    n=$(python3 -c "import json; print(len(json.load(open('$saved'))['messages']))")
+    if [[ $n -lt 8 ]]; then echo "FAIL: SIGINT: only $n messages saved"; failed=$((failed + 1)); fi
+    echo "ok: SIGINT -> 130, $n messages saved"
+fi
+
+echo "exit_codes: $failed failed"
+[[ $failed -eq 0 ]]
