@@ -30,6 +30,7 @@ struct plain_ui {
     int content_open;           /* content printed without a final newline */
     int progress_shown;
     int pending_approval;       /* index of the call waiting for y/a/n, or -1 */
+    int asked_call;             /* the call the last question was about, or -1 */
     char pending_name[128];
     char last_message[512];
     app_turn_outcome outcome;
@@ -199,7 +200,9 @@ static void on_tool_update(void *user, const app_tool_call *c)
     plain_ui *ui = user;
     clear_progress(ui);
     if (!strcmp(c->state, "running")) {
-        fprintf(stderr, "→ %s %.*s  (%s)\n", c->name, (int)c->arguments_len, c->arguments, c->id);
+        if (ui->asked_call != c->index)     /* the approval question showed it already */
+            fprintf(stderr, "→ %s %.*s  (%s)\n", c->name, (int)c->arguments_len, c->arguments, c->id);
+        ui->asked_call = -1;
         return;
     }
     char head[256];
@@ -216,7 +219,7 @@ static void on_tool_approval(void *user, const app_tool_call *c)
     plain_ui *ui = user;
     clear_progress(ui);
     fprintf(stderr, "→ %s %.*s  (%s)\n", c->name, (int)c->arguments_len, c->arguments, c->id);
-    ui->pending_approval = c->index;
+    ui->pending_approval = ui->asked_call = c->index;
     snprintf(ui->pending_name, sizeof ui->pending_name, "%s", c->name);
 }
 
@@ -273,7 +276,7 @@ plain_ui *plain_ui_new(const app_options *opt, int ask_tools)
     ui->color_err = isatty(2) && !opt->no_color;
     ui->progress_line = isatty(2);
     ui->show_reasoning = !opt->hide_reasoning && opt->reasoning != REASONING_HIDDEN;
-    ui->pending_approval = -1;
+    ui->pending_approval = ui->asked_call = -1;
     install_signals();
     return ui;
 }
@@ -314,8 +317,10 @@ static tool_approval ask_approval(plain_ui *ui, int *signalled)
             ssize_t got = read(0, &ch, 1);
             if (got < 0 && errno == EINTR) {
                 *signalled = take_signal();
-                if (*signalled)
+                if (*signalled) {
+                    fputc('\n', stderr);
                     return TOOL_DENY;
+                }
                 continue;
             }
             if (got <= 0) {
