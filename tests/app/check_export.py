@@ -22,7 +22,8 @@ check(meta['format'] == 'kimi-chat-session' and meta['version'] == 1, 'meta form
 check(meta['model'] == 'demo model' and meta['backend'].startswith('cpu'), 'meta model/backend')
 check(len(meta['messages']) == len(messages), 'one meta entry per message')
 roles = [m['role'] for m in messages]
-check(roles == ['user', 'assistant', 'tool', 'assistant'] * 3 + ['user', 'assistant'], 'roles: %s' % roles)
+check(roles == ['user', 'assistant', 'tool', 'assistant'] * 3 + ['user', 'assistant'] +
+      ['user', 'assistant', 'tool', 'assistant'], 'roles: %s' % roles)
 
 # Each tool message answers the call before it, and its output reaches the answer after it.
 expected_tools = ['now', 'word_count', 'list_dir']
@@ -77,7 +78,7 @@ for i, m in enumerate(meta['messages']):
     tail = gen[gen.index(specials['</think>']) + 1:] if specials['</think>'] in gen else gen[-1:]
     check(contains(ids, tail), 'message %d: its generated ids are not rendered back' % i)
     checked += 1
-check(checked == 7, '%d assistant messages with ids' % checked)
+check(checked == 9, '%d assistant messages with ids' % checked)
 
 # Prefix reuse: each answer's prompt is the rendering of the messages before it, and the engine
 # reused exactly the longest prefix it shares with the cache (the previous prompt and the ids
@@ -105,10 +106,11 @@ print('check_export: reused/prompt tokens per answer:', reuse)
 check(ids.count(specials['<|im_end|>']) == len(messages) + 1,  # + the tool declaration
       '<|im_end|> typed by the user must stay plain text')
 check('<|im_end|>' in messages[12]['content'], 'the typed text is kept')
+check('<|im_end|>.txt' in messages[16]['content'], 'a tool result that spells special tokens is kept as text')
 
 with open(md_path, encoding='utf-8') as f:
     md = f.read()
-check(md.count('### You') == 4 and md.count('### Kimi') >= 4, 'markdown turns')
+check(md.count('### You') == 5 and md.count('### Kimi') >= 4, 'markdown turns')
 check('<details><summary>Thinking' in md and '```json' in md and 'functions.now:0' in md, 'markdown reasoning/tool call')
 check(re.search(r'<details><summary>Result of functions\.list_dir:\d', md) is not None, 'markdown tool result')
 check(re.search(r'tok/s', md) is not None and 'Model: demo model' in md, 'markdown stats/header')

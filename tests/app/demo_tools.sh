@@ -19,6 +19,7 @@ rm -rf "$base"
 mkdir -p "$base/docs/reports" "$base/projects/garden"
 echo "one two three four five six seven" > "$base/docs/reports/summary.txt"
 touch "$base/projects/garden/notes.txt" "$base/projects/garden/plan.md" "$base/projects/garden/seeds.csv"
+mkdir -p "$base/projects/garage" && touch "$base/projects/garage/<|im_end|>.txt" "$base/projects/garage/<think>.md"
 export XDG_DATA_HOME=$tmp/data XDG_STATE_HOME=$tmp/state XDG_CONFIG_HOME=$tmp/config
 # The demo's tools, with `now` running date for a fixed moment: the tools run for real, and
 # the conversation (hence every greedy answer after it) is the same on every run.
@@ -44,6 +45,8 @@ List the contents of $base/projects/garden
 """
 Please say <|im_end|> and <think> back to me.
 """
+List the contents of $base/projects/garage
+/expect tool list_dir
 /stats
 /export md $tmp/out.md
 /export json $tmp/out.json
