@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "app/commands.h"
-#include "app/generator_local.h"
 #include "app/paths.h"
 #include "engine/array.h"
 
@@ -375,6 +374,13 @@ static char *text_copy(const char *s, size_t *len)
     return d;
 }
 
+static void finish_call_text(app *a, int i, const char *state, const char *text)
+{
+    size_t len = 0;
+    char *copy = text_copy(text, &len);
+    finish_call(a, i, state, copy, len);
+}
+
 static void *tool_thread_main(void *arg)
 {
     app *a = arg;
@@ -402,8 +408,7 @@ static void run_call(app *a, int i, const tool_def *t)
     atomic_store(&a->tool_cancel, 0);
     a->state = TURN_TOOL_RUNNING;
     if (pthread_create(&a->tool_thread, NULL, tool_thread_main, a)) {
-        size_t len = 0;
-        finish_call(a, i, "failed", text_copy("[not run: kimi-chat could not start a thread]", &len), len);
+        finish_call_text(a, i, "failed", "[not run: kimi-chat could not start a thread]");
         a->state = TURN_GENERATING;  /* not waiting on anything: advance */
         advance_tools(a);
     }
@@ -468,22 +473,21 @@ static int allowed_by_policy(const app *a, const tool_def *t)
  * are answered, generate again or end the turn. */
 static void advance_tools(app *a)
 {
-    size_t len = 0;
     while (a->next_call < a->n_calls) {
         int i = a->next_call;
         pending_call *c = &a->calls[i];
         const char *name = c->name.data ? c->name.data : "";
         tool_def *t = a->have_tools ? tools_find(&a->tools, name) : NULL;
         if (a->stop_requested) {
-            finish_call(a, i, "cancelled", text_copy("[not run: the user stopped the turn]", &len), len);
+            finish_call_text(a, i, "cancelled", "[not run: the user stopped the turn]");
         } else if (a->tool_rounds >= APP_MAX_TOOL_ROUNDS) {
             char note[128];
             snprintf(note, sizeof note, "[not run: %d rounds of tool calls in one turn is the limit]", APP_MAX_TOOL_ROUNDS);
-            finish_call(a, i, "cancelled", text_copy(note, &len), len);
+            finish_call_text(a, i, "cancelled", note);
         } else if (!c->valid) {
             char note[400];
             snprintf(note, sizeof note, "[not run: %s]", c->problem[0] ? c->problem : "invalid arguments");
-            finish_call(a, i, "bad arguments", text_copy(note, &len), len);
+            finish_call_text(a, i, "bad arguments", note);
         } else if (!t || !t->enabled || a->opt->no_tools) {
             char *text = tools_message_unknown(&a->tools, name);
             finish_call(a, i, "unknown tool", text, text ? strlen(text) : 0);
@@ -1060,79 +1064,39 @@ int app_command(app *a, const char *line, kimi_err *err)
 
 /* ---- open and close ---- */
 
-static int open_tools(app *a, const char *model_dir, int demo, kimi_err *err)
+static int open_tools(app *a, kimi_err *err)
 {
-    const char *path = a->opt->tools_path;
-    char *demo_tools = NULL;
-    if (!path && demo) {
-        size_t n = strlen(model_dir) + 16;
-        if (!(demo_tools = malloc(n)))
-            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
-        snprintf(demo_tools, n, "%s/tools.json", model_dir);
-        path = demo_tools;
-    }
-    int rc = 0;
-    if (path) {
-        rc = tools_load(&a->tools, path, err);
-        a->have_tools = rc == 0;
-        if (a->have_tools && !(a->always_allowed = calloc((size_t)a->tools.n_tools + 1, sizeof *a->always_allowed)))
-            rc = kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
-    }
-    free(demo_tools);
-    return rc;
-}
-
-static void progress_relay(void *user, const generator_event *ev)
-{
-    app *a = user;
-    if (ev->kind == GENERATOR_EVENT_PROGRESS && a->fe.progress)
-        a->fe.progress(a->fe.user, &ev->progress);
-}
-
-static int open_generator(app *a, char **model_dir_out, int *demo, kimi_err *err)
-{
-    const app_options *o = a->opt;
-    char *model_dir = o->model_dir ? strdup(o->model_dir) : paths_demo_model_dir(err);
-    if (!model_dir)
-        return err->code ? err->code : kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
-    *demo = !o->model_dir;
-    generator_local_options lo = {
-        .model_dir = model_dir, .model_name = *demo ? "demo model" : NULL,
-        .engine = {.backend = (backend_kind)o->backend, .tp = o->tp, .threads_per_rank = o->threads,
-                   .max_context = o->max_context,
-                   .memory_budget_bytes = (size_t)(o->mem_gib * 1073741824.0)},
-        .on_load = progress_relay, .load_user = a,
-    };
-    if (generator_local_open(&a->gen, &lo, err)) {
-        free(model_dir);
+    if (!a->opt->tools_path)
+        return 0;
+    if (tools_load(&a->tools, a->opt->tools_path, err))
         return err->code;
-    }
-    *model_dir_out = model_dir;
+    a->have_tools = 1;
+    if (!(a->always_allowed = calloc((size_t)a->tools.n_tools + 1, sizeof *a->always_allowed)))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
     return 0;
 }
 
-int app_open(app **out, const app_options *opt, const app_frontend *fe, kimi_err *err)
+int app_open(app **out, const app_options *opt, const app_frontend *fe, generator *gen, kimi_err *err)
 {
     *out = NULL;
     app *a = calloc(1, sizeof *a);
-    if (!a)
+    if (!a) {
+        gen->ops->close(gen);
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    }
     a->opt = opt;
     a->fe = *fe;
+    a->gen = gen;
     a->tool_pipe[0] = a->tool_pipe[1] = -1;
     session_init(&a->sess);
-    char *model_dir = NULL;
-    int demo = 0;
     if (pipe2(a->tool_pipe, O_CLOEXEC | O_NONBLOCK)) {
         kimi_fail(err, KIMI_ERR_IO, "pipe: %s", strerror(errno));
         goto fail;
     }
-    if (open_generator(a, &model_dir, &demo, err))
-        goto fail;
-    if (demo)
+    if (opt->model_is_demo)
         say_info(a, "demo model: a 3.6 M-parameter toy; use --model DIR for Kimi-K2.5");
     say_info(a, "%s", a->gen->summary);
-    if (open_tools(a, model_dir, demo, err))
+    if (open_tools(a, err))
         goto fail;
     if (!opt->no_save) {
         a->sessions_dir = paths_sessions_dir(err);
@@ -1172,11 +1136,9 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, kimi_err
     free(a->sess.backend);
     a->sess.model = strdup(a->gen->model);
     a->sess.backend = strdup(a->gen->backend);
-    free(model_dir);
     *out = a;
     return 0;
 fail:
-    free(model_dir);
     app_close(a);
     return err->code;
 }

@@ -76,9 +76,10 @@ typedef struct {
 
 typedef struct app app;
 
-/* Open the generator (the engine loads: load progress reaches fe->progress), tools and the
- * session (--resume / --load), and say the engine's one-line summary through fe->info. */
-int app_open(app **out, const app_options *opt, const app_frontend *fe, kimi_err *err);
+/* Start the core on an open generator (the app owns it from here, also on failure): load the
+ * tools (opt->tools_path) and the session (--resume / --load), and say the generator's
+ * one-line summary through fe->info. opt must outlive the app. */
+int app_open(app **out, const app_options *opt, const app_frontend *fe, generator *gen, kimi_err *err);
 void app_close(app *a);
 
 /* The fds to poll (POLLIN) while anything runs: at most APP_MAX_POLL_FDS. */

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "app/generator_local.h"
 #include "app/options.h"
+#include "app/paths.h"
 #include "app/script.h"
 #include "app/script_run.h"
 #include "engine/file_io.h"
@@ -78,6 +80,36 @@ static int read_script(const app_options *o, script *s, int *code)
     return 0;
 }
 
+static void relay_load_progress(void *user, const generator_event *ev)
+{
+    const app_frontend *fe = user;
+    if (ev->kind == GENERATOR_EVENT_PROGRESS && fe->progress)
+        fe->progress(fe->user, &ev->progress);
+}
+
+/* The in-process engine on --model, or on the bundled demo model (with its tools). */
+static int open_generator(app_options *o, const app_frontend *fe, generator **gen, kimi_err *err)
+{
+    if (!o->model_dir) {
+        if (!(o->model_dir = paths_demo_model_dir(err)))
+            return err->code;
+        o->model_is_demo = 1;
+        if (!o->tools_path && !o->no_tools &&
+            asprintf(&o->tools_path, "%s/tools.json", o->model_dir) < 0) {
+            o->tools_path = NULL;
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        }
+    }
+    generator_local_options lo = {
+        .model_dir = o->model_dir, .model_name = o->model_is_demo ? "demo model" : NULL,
+        .engine = {.backend = (backend_kind)o->backend, .tp = o->tp, .threads_per_rank = o->threads,
+                   .max_context = o->max_context,
+                   .memory_budget_bytes = (size_t)(o->mem_gib * 1073741824.0)},
+        .on_load = relay_load_progress, .load_user = (void *)fe,
+    };
+    return generator_local_open(gen, &lo, err);
+}
+
 static int run_prompt(const app_options *o, app *a, plain_ui *ui)
 {
     kimi_err err = {0};
@@ -135,9 +167,12 @@ int main(int argc, char **argv)
     plain_ui *ui = plain_ui_new(&o, o.mode == APP_MODE_PLAIN || o.mode == APP_MODE_TUI);
     app_frontend fe = plain_ui_frontend(ui);
     app *a = NULL;
+    generator *gen = NULL;
     if (!ui) {
         code = fail(EXIT_ENGINE, "out of memory");
-    } else if (app_open(&a, &o, &fe, &err)) {
+    } else if (open_generator(&o, &fe, &gen, &err)) {
+        code = fail(open_failure_code(&err), err.msg);
+    } else if (app_open(&a, &o, &fe, gen, &err)) {
         code = fail(open_failure_code(&err), err.msg);
     } else {
         switch (o.mode) {

@@ -20,6 +20,7 @@ typedef enum { REASONING_COLLAPSED, REASONING_EXPANDED, REASONING_HIDDEN } reaso
 typedef struct {
     /* the model and engine */
     char *model_dir;        /* --model / model =; NULL: the bundled demo model */
+    int model_is_demo;      /* set by main when model_dir was filled with the demo model */
     int backend;            /* --backend / backend =: BACKEND_CPU (default) or BACKEND_CUDA */
     int tp;                 /* --tp / tp = (default 1) */
     long max_context;       /* --max-context / max_context = (0: as much as fits) */

@@ -1,0 +1,488 @@
+/* test_app: the chat core against a scripted generator: answers, tool rounds (allowed, asked,
+ * denied, unknown, bad arguments, the round limit), stop while generating and while a tool
+ * runs, engine failures and a full context, the conversation commands, NUL bytes, sessions
+ * saved and loaded, and a corrupt session never overwritten. */
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app/app.h"
+#include "tests/unit/check.h"
+
+/* ---- a generator that plays scripted answers ---- */
+
+typedef struct {
+    const char *reasoning, *content;
+    const char *call_name;      /* a tool call, or NULL */
+    const char *call_args;
+    int call_valid;
+    parse_stop_reason stop;
+    const char *error;          /* the generator fails with this */
+    int endless;                /* emits content until cancelled */
+} answer;
+
+typedef struct {
+    generator base;
+    const answer *script;       /* the answers in order; the last repeats */
+    int n_script, started;
+    int fd[2];
+    int running, cancelled, emitted;
+    generator_result result;
+    char last_request_system[64];
+} fake_generator;
+
+static int fake_start(generator *g, const generator_request *req, kimi_err *err)
+{
+    fake_generator *f = (fake_generator *)g;
+    (void)err;
+    f->running = 1;
+    f->cancelled = f->emitted = 0;
+    f->started++;
+    f->result = (generator_result){.prompt_tokens = 10 * req->conv->n_messages, .reused_tokens = 5};
+    snprintf(f->last_request_system, sizeof f->last_request_system, "%s",
+             req->conv->n_messages && req->conv->messages[0].role == CHAT_ROLE_SYSTEM
+                 ? req->conv->messages[0].content.s : "");
+    char byte = 1;
+    return write(f->fd[1], &byte, 1) == 1 ? 0 : -1;
+}
+
+static int fake_event_fd(const generator *g) { return ((const fake_generator *)g)->fd[0]; }
+
+static void emit(fake_generator *f, generator_event_fn fn, void *user, parse_event pe)
+{
+    if (!pe.text)
+        pe.text = "";
+    pe.len = strlen(pe.text);
+    generator_event ev = {.kind = GENERATOR_EVENT_PARSE, .parse = pe, .tokens = ++f->emitted};
+    fn(user, &ev);
+}
+
+static int fake_pump(generator *g, generator_event_fn fn, void *user, kimi_err *err)
+{
+    fake_generator *f = (fake_generator *)g;
+    (void)err;
+    if (!f->running)
+        return 0;
+    const answer *a = &f->script[f->started - 1 < f->n_script ? f->started - 1 : f->n_script - 1];
+    if (a->endless && !f->cancelled) {
+        emit(f, fn, user, (parse_event){.kind = PARSE_CONTENT_TEXT, .text = "more "});
+        return 0;  /* the fd stays readable: the loop comes back */
+    }
+    char byte;
+    while (read(f->fd[0], &byte, 1) == 1)
+        ;
+    if (a->reasoning)
+        emit(f, fn, user, (parse_event){.kind = PARSE_REASONING_TEXT, .text = a->reasoning});
+    if (a->content && !a->endless)
+        emit(f, fn, user, (parse_event){.kind = PARSE_CONTENT_TEXT, .text = a->content});
+    if (a->call_name && !f->cancelled) {
+        char id[64];
+        snprintf(id, sizeof id, "functions.%s:0", a->call_name);
+        emit(f, fn, user, (parse_event){.kind = PARSE_TOOL_CALL_BEGIN});
+        emit(f, fn, user, (parse_event){.kind = PARSE_TOOL_CALL_ID, .text = id, .name = a->call_name});
+        emit(f, fn, user, (parse_event){.kind = PARSE_TOOL_CALL_ARGS, .text = a->call_args});
+        emit(f, fn, user, (parse_event){.kind = PARSE_TOOL_CALL_END, .valid = a->call_valid,
+                                        .text = a->call_valid ? "" : "invalid JSON arguments: x"});
+    }
+    parse_stop_reason stop = f->cancelled ? PARSE_STOP_CANCELLED : a->error ? PARSE_STOP_ERROR : a->stop;
+    if (a->error)
+        snprintf(f->result.error, sizeof f->result.error, "%s", a->error);
+    emit(f, fn, user, (parse_event){.kind = PARSE_STOP, .stop = stop});
+    f->result.generated_tokens = f->emitted;
+    f->running = 0;
+    return 1;
+}
+
+static void fake_cancel(generator *g)
+{
+    fake_generator *f = (fake_generator *)g;
+    f->cancelled = 1;
+    char byte = 1;
+    if (write(f->fd[1], &byte, 1) != 1)
+        f->running = 0;
+}
+
+static const generator_result *fake_result(const generator *g) { return &((const fake_generator *)g)->result; }
+
+static void fake_close(generator *g)
+{
+    fake_generator *f = (fake_generator *)g;
+    close(f->fd[0]);
+    close(f->fd[1]);
+}
+
+static const generator_ops fake_ops = {fake_start, fake_event_fd, fake_pump, fake_cancel, fake_result, fake_close};
+
+static fake_generator fake;
+
+static generator *fake_open(const answer *script, int n)
+{
+    fake = (fake_generator){.base = {.ops = &fake_ops, .model = "fake", .backend = "cpu TP=1",
+                                     .summary = "fake generator", .context_limit = 1000},
+                            .script = script, .n_script = n};
+    if (pipe2(fake.fd, O_NONBLOCK))
+        abort();
+    return &fake.base;
+}
+
+/* ---- a front end that records ---- */
+
+typedef struct {
+    int turns_done;
+    app_turn_outcome outcome;
+    char message[256];
+    int approvals, updates, resets, errors;
+    tool_approval answer;       /* what the approval callback says */
+    int answer_later;           /* leave the approval pending */
+    int pending_call;
+    char info[4096];
+    char edit[256];
+    app *a;
+} recorder;
+
+static void on_turn_done(void *user, app_turn_outcome outcome, const char *message)
+{
+    recorder *r = user;
+    r->turns_done++;
+    r->outcome = outcome;
+    snprintf(r->message, sizeof r->message, "%s", message ? message : "");
+}
+
+static void on_approval(void *user, const app_tool_call *c)
+{
+    recorder *r = user;
+    r->approvals++;
+    r->pending_call = c->index;
+    if (!r->answer_later)
+        app_approve(r->a, c->index, r->answer);
+}
+
+static void on_update(void *user, const app_tool_call *c) { (void)c; ((recorder *)user)->updates++; }
+static void on_reset(void *user) { ((recorder *)user)->resets++; }
+static void on_error(void *user, const char *line) { (void)line; ((recorder *)user)->errors++; }
+
+static void on_info(void *user, const char *text)
+{
+    recorder *r = user;
+    snprintf(r->info, sizeof r->info, "%s", text);
+}
+
+static int on_view(void *user, const char *name, const char *arg, kimi_err *err)
+{
+    recorder *r = user;
+    (void)err;
+    if (!strcmp(name, "edit"))
+        snprintf(r->edit, sizeof r->edit, "%s", arg);
+    return 0;
+}
+
+/* Run the core until the turn ends (or a deadline). */
+static void wait_idle(app *a, double seconds)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (app_busy(a)) {
+        struct pollfd fds[APP_MAX_POLL_FDS];
+        int n = app_poll_fds(a, fds);
+        if (n == 0)
+            break;  /* waiting for an approval */
+        poll(fds, (nfds_t)n, 100);
+        kimi_err err = {0};
+        CHECK(app_dispatch(a, &err) == 0);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec + (t.tv_nsec - t0.tv_nsec) * 1e-9 > seconds) {
+            CHECK_MSG(0, "the turn did not end within %g s", seconds);
+            break;
+        }
+    }
+}
+
+static char tmp_dir[256], tools_file[300];
+static app_options opt;
+static recorder rec;
+
+static app *open_app(const answer *script, int n)
+{
+    rec = (recorder){.answer = TOOL_APPROVE_ONCE, .pending_call = -1};
+    app_frontend fe = {.user = &rec, .turn_done = on_turn_done, .tool_update = on_update,
+                       .session_reset = on_reset, .error = on_error, .info = on_info,
+                       .view_command = on_view};
+    app *a = NULL;
+    kimi_err err = {0};
+    CHECK_MSG(app_open(&a, &opt, &fe, fake_open(script, n), &err) == 0, "%s", err.msg);
+    rec.a = a;
+    return a;
+}
+
+static void send(app *a, const char *text)
+{
+    kimi_err err = {0};
+    CHECK_MSG(app_submit_line(a, text, strlen(text), &err) == 0, "%s: %s", text, err.msg);
+    wait_idle(a, 10);
+}
+
+static const chat_message *msg(app *a, int i) { return &app_session(a)->conv.messages[i]; }
+static int n_msgs(app *a) { return app_session(a)->conv.n_messages; }
+
+static void test_answer_and_commands(void)
+{
+    static const answer script[] = {{.reasoning = "hmm", .content = "four", .stop = PARSE_STOP_END_OF_TURN}};
+    app *a = open_app(script, 1);
+    send(a, "2+2?");
+    CHECK(rec.turns_done == 1 && rec.outcome == APP_TURN_DONE);
+    CHECK_INT(n_msgs(a), 2);
+    CHECK_STR(msg(a, 1)->content.s, "four");
+    CHECK_STR(msg(a, 1)->reasoning.s, "hmm");
+    CHECK(app_session(a)->meta[1].has_stats && app_session(a)->meta[1].reused_tokens == 5);
+    CHECK(app_session(a)->path != NULL);            /* autosaved */
+    struct stat st;
+    CHECK(app_session(a)->path && stat(app_session(a)->path, &st) == 0);
+
+    kimi_err err = {0};
+    CHECK(app_command(a, "/system Be terse.", &err) == 0);
+    CHECK(msg(a, 0)->role == CHAT_ROLE_SYSTEM && n_msgs(a) == 3);
+    send(a, "again?");
+    CHECK_STR(fake.last_request_system, "Be terse.");
+    CHECK_INT(n_msgs(a), 5);
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 3);
+    CHECK(app_command(a, "/retry", &err) == 0);
+    wait_idle(a, 10);
+    CHECK_INT(n_msgs(a), 3);                        /* the answer replaced */
+    CHECK(app_command(a, "/edit", &err) == 0 && n_msgs(a) == 1);
+    CHECK_STR(rec.edit, "2+2?");
+    CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
+    send(a, "q");
+    CHECK(app_command(a, "/new", &err) == 0 && n_msgs(a) == 0);
+    CHECK(app_command(a, "/set temperature 0", &err) == 0 && app_session(a)->settings.temperature == 0);
+    CHECK(app_command(a, "/think off", &err) == 0 && app_session(a)->settings.thinking == 0);
+    CHECK(app_command(a, "/stats", &err) == 0 && strstr(rec.info, "temperature 0"));
+    CHECK(app_command(a, "/bogus", &err) != 0 && strstr(err.msg, "/bogus"));
+    CHECK(app_command(a, "/undo", &err) != 0 && strstr(err.msg, "no exchange"));
+
+    /* NUL bytes in what the user sends are kept with their length */
+    CHECK(app_send(a, "a\0b", 3, &err) == 0);
+    wait_idle(a, 10);
+    CHECK(msg(a, 0)->content.len == 3 && msg(a, 0)->content.s[2] == 'b');
+    /* "//" sends text that starts with '/' */
+    send(a, "//etc/passwd?");
+    CHECK_STR(msg(a, 2)->content.s, "/etc/passwd?");
+    /* blank lines send nothing */
+    send(a, "  \t ");
+    CHECK_INT(n_msgs(a), 4);
+    app_close(a);
+}
+
+static void test_tool_rounds(void)
+{
+    static const answer script[] = {
+        {.reasoning = "call", .call_name = "echo", .call_args = "{\"text\": \"hi there\"}", .call_valid = 1,
+         .stop = PARSE_STOP_END_OF_TURN},
+        {.content = "done", .stop = PARSE_STOP_END_OF_TURN},
+    };
+    opt.allow_tools = "echo";
+    app *a = open_app(script, 2);
+    send(a, "use the tool");
+    CHECK(rec.outcome == APP_TURN_DONE && fake.started == 2);
+    CHECK_INT(n_msgs(a), 4);
+    CHECK(msg(a, 2)->role == CHAT_ROLE_TOOL && !strcmp(msg(a, 2)->content.s, "hi there\n"));
+    CHECK_STR(msg(a, 2)->tool_call_id, "functions.echo:0");
+    CHECK_STR(msg(a, 2)->name, "echo");
+    CHECK_STR(app_session(a)->meta[2].tool_state, "done");
+    CHECK(app_last_turn_called(a, "echo") && !app_last_turn_called(a, "ech"));
+    app_close(a);
+    opt.allow_tools = NULL;
+
+    /* without a policy or an approval callback the call is denied and the model told */
+    a = open_app(script, 2);
+    send(a, "use the tool");
+    CHECK(strstr(msg(a, 2)->content.s, "denied") && !strcmp(app_session(a)->meta[2].tool_state, "denied"));
+    CHECK(!app_last_turn_called(a, "echo"));
+    app_close(a);
+}
+
+static void test_approval(void)
+{
+    static const answer script[] = {
+        {.call_name = "echo", .call_args = "{\"text\": \"1\"}", .call_valid = 1, .stop = PARSE_STOP_END_OF_TURN},
+        {.call_name = "echo", .call_args = "{\"text\": \"2\"}", .call_valid = 1, .stop = PARSE_STOP_END_OF_TURN},
+        {.content = "ok", .stop = PARSE_STOP_END_OF_TURN},
+    };
+    app *a = open_app(script, 3);
+    app_frontend fe = {0};
+    (void)fe;
+    /* approval asked later: the core waits without blocking */
+    rec.answer_later = 1;
+    app_close(a);
+    rec = (recorder){0};
+    app_frontend f2 = {.user = &rec, .turn_done = on_turn_done, .tool_approval = on_approval,
+                       .tool_update = on_update};
+    kimi_err err = {0};
+    CHECK(app_open(&a, &opt, &f2, fake_open(script, 3), &err) == 0);
+    rec.a = a;
+    rec.answer_later = 1;
+    CHECK(app_send(a, "go", 2, &err) == 0);
+    wait_idle(a, 10);
+    CHECK(app_busy(a) && rec.approvals == 1 && rec.pending_call == 0);
+    struct pollfd fds[APP_MAX_POLL_FDS];
+    CHECK_INT(app_poll_fds(a, fds), 0);             /* nothing to wait on but the user */
+    rec.answer_later = 0;
+    rec.answer = TOOL_APPROVE_ALWAYS;
+    app_approve(a, 0, TOOL_APPROVE_ALWAYS);
+    wait_idle(a, 10);
+    CHECK_INT(rec.approvals, 1);                    /* "always": the second call ran unasked */
+    CHECK(!app_busy(a) && rec.outcome == APP_TURN_DONE);
+    CHECK(n_msgs(a) == 6 && !strcmp(msg(a, 4)->content.s, "2\n"));
+    app_close(a);
+}
+
+static void test_bad_calls_and_limit(void)
+{
+    static const answer unknown[] = {
+        {.call_name = "nosuch", .call_args = "{}", .call_valid = 1, .stop = PARSE_STOP_END_OF_TURN},
+        {.call_name = "echo", .call_args = "{\"text\": ", .call_valid = 0, .stop = PARSE_STOP_END_OF_TURN},
+        {.content = "ok", .stop = PARSE_STOP_END_OF_TURN},
+    };
+    opt.allow_tools = "all";
+    app *a = open_app(unknown, 3);
+    send(a, "go");
+    CHECK(strstr(msg(a, 2)->content.s, "unknown tool 'nosuch'") && strstr(msg(a, 2)->content.s, "echo"));
+    CHECK_MSG(strstr(msg(a, 4)->content.s, "[not run: invalid JSON arguments"), "%s", msg(a, 4)->content.s);
+    CHECK_STR(app_session(a)->meta[4].tool_state, "bad arguments");
+    app_close(a);
+
+    static const answer forever[] = {
+        {.call_name = "echo", .call_args = "{\"text\": \"x\"}", .call_valid = 1, .stop = PARSE_STOP_END_OF_TURN},
+    };
+    a = open_app(forever, 1);
+    send(a, "loop");
+    CHECK(rec.outcome == APP_TURN_TOOL_LIMIT && strstr(rec.message, "8 rounds"));
+    CHECK_INT(fake.started, APP_MAX_TOOL_ROUNDS + 1);
+    /* every call has its result, the last ones "not run" */
+    const chat_message *last = msg(a, n_msgs(a) - 1);
+    CHECK_MSG(last->role == CHAT_ROLE_TOOL && strstr(last->content.s, "[not run: 8 rounds"), "%d %s", last->role, last->content.s);
+    app_close(a);
+    opt.allow_tools = NULL;
+}
+
+static void test_stop_and_failures(void)
+{
+    static const answer endless[] = {{.endless = 1, .stop = PARSE_STOP_END_OF_TURN}};
+    app *a = open_app(endless, 1);
+    kimi_err err = {0};
+    CHECK(app_send(a, "talk", 4, &err) == 0);
+    struct pollfd fds[APP_MAX_POLL_FDS];
+    for (int i = 0; i < 5; i++) {
+        poll(fds, (nfds_t)app_poll_fds(a, fds), 100);
+        app_dispatch(a, &err);
+    }
+    CHECK(app_command(a, "/new", &err) != 0 && strstr(err.msg, "still coming"));
+    CHECK(app_send(a, "x", 1, &err) != 0);
+    app_stop(a);
+    wait_idle(a, 5);
+    CHECK(rec.outcome == APP_TURN_STOPPED);
+    CHECK(n_msgs(a) == 2 && msg(a, 1)->content.s && !strncmp(msg(a, 1)->content.s, "more more ", 10));
+    app_close(a);
+
+    static const answer slow_tool[] = {
+        {.call_name = "sleep", .call_args = "{\"s\": \"30\"}", .call_valid = 1, .stop = PARSE_STOP_END_OF_TURN},
+    };
+    opt.allow_tools = "all";
+    a = open_app(slow_tool, 1);
+    CHECK(app_send(a, "nap", 3, &err) == 0);
+    for (int i = 0; i < 20 && app_poll_fds(a, fds) && fds[0].fd == fake.fd[0]; i++) {
+        poll(fds, 1, 100);
+        app_dispatch(a, &err);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    app_stop(a);
+    wait_idle(a, 5);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = t1.tv_sec - t0.tv_sec + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    CHECK_MSG(seconds < 2, "stopping a running tool took %.2f s", seconds);
+    CHECK(rec.outcome == APP_TURN_STOPPED && !strcmp(app_session(a)->meta[2].tool_state, "cancelled"));
+    app_close(a);
+    opt.allow_tools = NULL;
+
+    static const answer broken[] = {{.content = "par", .error = "device lost"}};
+    a = open_app(broken, 1);
+    send(a, "x");
+    CHECK(rec.outcome == APP_TURN_FAILED && !strcmp(rec.message, "device lost"));
+    CHECK(n_msgs(a) == 2 && !strcmp(msg(a, 1)->content.s, "par"));   /* what came is kept */
+    app_close(a);
+
+    static const answer full[] = {{.content = "long", .stop = PARSE_STOP_CONTEXT_FULL}};
+    a = open_app(full, 1);
+    send(a, "x");
+    CHECK(rec.outcome == APP_TURN_FAILED && strstr(rec.message, "context is full"));
+    app_close(a);
+}
+
+static void test_sessions(void)
+{
+    static const answer script[] = {{.content = "saved", .stop = PARSE_STOP_END_OF_TURN}};
+    app *a = open_app(script, 1);
+    send(a, "keep this");
+    kimi_err err = {0};
+    CHECK(app_command(a, "/save mine", &err) == 0);
+    CHECK(app_command(a, "/new", &err) == 0 && n_msgs(a) == 0);
+    CHECK_MSG(app_command(a, "/load mine", &err) == 0, "%s", err.msg);
+    CHECK(n_msgs(a) == 2 && !strcmp(msg(a, 1)->content.s, "saved"));
+
+    /* a corrupt file: an error, the session unchanged, and the file never written */
+    char corrupt[400];
+    snprintf(corrupt, sizeof corrupt, "%s/corrupt.json", tmp_dir);
+    FILE *f = fopen(corrupt, "w");
+    fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"trunc", f);
+    fclose(f);
+    CHECK(app_command(a, "/load /nonexistent-dir/x.json", &err) != 0);
+    err = (kimi_err){0};
+    CHECK(app_command(a, "/load corrupt.json", &err) != 0 && strstr(err.msg, "corrupt.json"));
+    CHECK_INT(n_msgs(a), 2);
+    app_close(a);
+
+    /* a file from outside the sessions folder is read, never written: autosave goes elsewhere */
+    opt.load_path = corrupt;
+    rec = (recorder){0};
+    app_frontend fe = {.user = &rec};
+    CHECK(app_open(&a, &opt, &fe, fake_open(script, 1), &err) != 0 && strstr(err.msg, "corrupt.json"));
+    opt.load_path = NULL;
+    struct stat st;
+    CHECK(stat(corrupt, &st) == 0 && st.st_size == 48);
+}
+
+int main(void)
+{
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_app.XXXXXX");
+    if (!mkdtemp(tmp_dir))
+        return 1;
+    char data[300];
+    snprintf(data, sizeof data, "%s/data", tmp_dir);
+    setenv("XDG_DATA_HOME", data, 1);
+    snprintf(tools_file, sizeof tools_file, "%s/tools.json", tmp_dir);
+    FILE *f = fopen(tools_file, "w");
+    fputs("[{\"type\": \"function\", \"function\": {\"name\": \"echo\", \"parameters\": {\"type\": \"object\","
+          " \"properties\": {\"text\": {\"type\": \"string\"}}}}, \"exec\": {\"argv\": [\"echo\", \"{text}\"]}},"
+          " {\"type\": \"function\", \"function\": {\"name\": \"sleep\", \"parameters\": {\"type\": \"object\","
+          " \"properties\": {\"s\": {\"type\": \"string\"}}}}, \"exec\": {\"argv\": [\"sleep\", \"{s}\"]}}]", f);
+    fclose(f);
+    if (chdir(tmp_dir))
+        return 1;
+    opt = (app_options){.thinking = 1, .tools_path = tools_file};
+    test_answer_and_commands();
+    test_tool_rounds();
+    test_approval();
+    test_bad_calls_and_limit();
+    test_stop_and_failures();
+    test_sessions();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
+    if (system(cmd))
+        return 1;
+    return check_finish();
+}
