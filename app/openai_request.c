@@ -121,6 +121,8 @@ int openai_endpoints_parse(openai_endpoints *e, const char *url, kimi_err *err)
         *c = (char)tolower((unsigned char)*c);
     for (char *c = e->origin + strlen(scheme) + 3; *c && *c != ':' && *c != ']'; c++)
         *c = (char)tolower((unsigned char)*c);
+    for (char *c = e->base + strlen(scheme) + 3; *c && *c != ':' && *c != ']' && *c != '/'; c++)
+        *c = (char)tolower((unsigned char)*c);
     return 0;
 }
 
