@@ -38,6 +38,7 @@ typedef struct {
     long status;                /* HTTP status once the headers came, else 0 */
     char content_type[128];
     int got_reply;              /* a header or body byte came: no more retries */
+    double last_byte_at;        /* when a byte last came (or the try began) */
     int ticks;                  /* connected, then every WAITING_TICK_MS until a byte came */
     double connected_at;
     int finished;               /* the thread is done: code, curl_error, tries are final */
@@ -145,6 +146,7 @@ static size_t on_header(char *ptr, size_t size, size_t n, void *user)
     (void)ptr;
     pthread_mutex_lock(&g->mu);
     g->t.got_reply = 1;
+    g->t.last_byte_at = now_s();
     pthread_mutex_unlock(&g->mu);
     return size * n;
 }
@@ -164,6 +166,7 @@ static size_t on_write(char *ptr, size_t size, size_t n, void *user)
     if (!ok)
         g->t.oom = 1;
     g->t.got_reply = 1;
+    g->t.last_byte_at = now_s();
     pthread_mutex_unlock(&g->mu);
     signal_fd(g);
     return ok ? len : 0;
@@ -250,11 +253,12 @@ static void *transfer_main(void *arg)
         curl_easy_setopt(easy, CURLOPT_HEADERDATA, g);
         curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, on_connected);
         curl_easy_setopt(easy, CURLOPT_PREREQDATA, g);
-        curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, g->idle_timeout_s);
         curl_multi_add_handle(g->multi, easy);
-        int done = 0;
+        int done = 0, idle = 0;
         double last_tick = now_s();
+        pthread_mutex_lock(&g->mu);
+        g->t.last_byte_at = last_tick;
+        pthread_mutex_unlock(&g->mu);
         code = CURLE_OK;
         while (!atomic_load(&g->abort_transfer)) {
             int running = 0;
@@ -281,7 +285,16 @@ static void *transfer_main(void *arg)
                 g->t.ticks++;
                 last_tick = now;
             }
+            /* the idle timeout, kept here rather than by curl's low-speed check, which
+               averages over several seconds and so fires late */
+            idle = g->t.connected_at > 0 && now - g->t.last_byte_at > g->idle_timeout_s;
             pthread_mutex_unlock(&g->mu);
+            if (idle) {
+                code = CURLE_OPERATION_TIMEDOUT;
+                fit(errbuf, CURL_ERROR_SIZE, "no data for %ld s", g->idle_timeout_s);
+                done = 1;
+                break;
+            }
             if (tick)
                 signal_fd(g);
             curl_multi_poll(g->multi, NULL, 0, POLL_MS, NULL);
@@ -303,8 +316,8 @@ static void *transfer_main(void *arg)
             code = CURLE_ABORTED_BY_CALLBACK;   /* cancelled, or the turn already ended */
             break;
         }
-        if (!retryable(code) || got_reply || tries > g->retries)
-            break;
+        if (!retryable(code) || idle || got_reply || tries > g->retries)
+            break;      /* a server that took the request and stayed silent is not retried */
         if (wait_or_abort(g, delay)) {
             code = CURLE_ABORTED_BY_CALLBACK;
             break;
