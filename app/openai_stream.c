@@ -311,7 +311,7 @@ static void take_tool_call(openai_stream *s, const json_t *tc)
             note_quoting(s, prefix, args, args_len);
         }
         return;
-    } else if (id && strlen(c->id) == id_len && memcmp(c->id, id, id_len)) {
+    } else if (id && (strlen(c->id) != id_len || memcmp(c->id, id, id_len))) {
         note(s, "tool call %d changed its id midway; the first one is kept", (int)(c - s->calls));
     }
     if (args && args_len) {

@@ -204,6 +204,12 @@ static void test_corners(void)
                   "C|x\nN|arguments for tool call 0 came after it was closed: \"1}\"\n"
                   "B|1\nI|1|functions.g:1|g\nA|1|[1]\nE|1|invalid|the arguments are not a JSON object\n"
                   "S|end_of_turn\n");
+    /* an id repeated on every piece is fine; a different one is said */
+    EXPECT_EVENTS("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"functions.f:0\",\"function\":{\"name\":\"f\",\"arguments\":\"{\"}}]}}]}\n\n"
+                  "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"functions.f:0\",\"function\":{\"arguments\":\"}\"}}]}}]}\n\n"
+                  "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_9\"}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+                  "B|0\nI|0|functions.f:0|f\nA|0|{\nA|0|}\nN|tool call 0 changed its id midway; the first one is kept\n"
+                  "E|0|valid\nS|end_of_turn\n");
     /* a call cut off by the end of the stream, and a call with no arguments */
     EXPECT_EVENTS("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"functions.f:0\",\"function\":{\"name\":\"f\"}}]}}]}\n\n"
                   "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":3,\"id\":\"functions.h:3\",\"function\":{\"name\":\"h\",\"arguments\":\"{\\\"q\\\": \"}}]}}]}\n\n",
