@@ -329,7 +329,7 @@ static void *transfer_main(void *arg)
     g->t.code = code;
     g->t.tries = tries;
     fit(g->t.curl_error, sizeof g->t.curl_error, "%s",
-             errbuf[0] ? errbuf : curl_easy_strerror(code));
+        errbuf[0] ? errbuf : curl_easy_strerror(code));
     pthread_mutex_unlock(&g->mu);
     signal_fd(g);
     return NULL;
@@ -398,11 +398,11 @@ static void http_error_line(const remote_gen *g, long status, const char *body, 
         hint = g->key_hint;
     } else if (status == 404 || status == 405) {
         fit(where, sizeof where, "is %s%s an OpenAI-compatible endpoint?", g->ep.base,
-                 endpoint);
+            endpoint);
         hint = where;
     }
     fit(out, cap, "%ld %s%s%s%s%s", status, status_text(status), msg[0] ? ": " : "", msg,
-             hint[0] ? "; " : "", hint);
+        hint[0] ? "; " : "", hint);
 }
 
 /* ---- the turn (UI thread) ---- */
@@ -464,30 +464,30 @@ static int end_turn(remote_gen *g, parse_stop_reason reason, kimi_err *err, cons
     return openai_stream_finish(g->stream, reason, err);
 }
 
+enum { SSE_STOP = 1, SSE_NOMEM = 2 };
+
 static int on_sse_event(void *user, const char *type, const char *data, size_t len)
 {
     remote_gen *g = user;
     kimi_err err;
     (void)type;     /* vLLM, SGLang and Moonshot send only unnamed events */
     if (openai_stream_data(g->stream, data, len, &err))
-        return -1;
-    return openai_stream_done(g->stream) || openai_stream_error(g->stream)[0];
+        return SSE_NOMEM;
+    return openai_stream_done(g->stream) || openai_stream_error(g->stream)[0] ? SSE_STOP : 0;
 }
 
-static int take_bytes(remote_gen *g, const char *bytes, size_t len, kimi_err *err)
+/* Bytes of the reply: to the stream, or kept for an error reply's message. 1 when the stream's
+ * framing failed (framing_err says why), -1 when out of memory. */
+static int take_bytes(remote_gen *g, const char *bytes, size_t len, kimi_err *framing_err)
 {
     if (!len)
         return 0;
     if (!g->is_stream) {
         size_t keep = ERROR_BODY_MAX - g->err_len < len ? ERROR_BODY_MAX - g->err_len : len;
-        if (keep && text_append(&g->err_body, &g->err_len, &g->err_cap, bytes, keep))
-            return kimi_fail(err, KIMI_ERR_NOMEM, "server reply: out of memory");
-        return 0;
+        return keep && text_append(&g->err_body, &g->err_len, &g->err_cap, bytes, keep) ? -1 : 0;
     }
-    int rc = sse_feed(g->sse, bytes, len, on_sse_event, g, err);
-    if (rc < 0)
-        return err->code ? err->code : kimi_fail(err, KIMI_ERR_NOMEM, "server reply: out of memory");
-    return 0;
+    int rc = sse_feed(g->sse, bytes, len, on_sse_event, g, framing_err);
+    return rc == SSE_NOMEM || (rc < 0 && framing_err->code == KIMI_ERR_NOMEM) ? -1 : rc < 0 ? 1 : 0;
 }
 
 /* After bytes: end the turn when the stream says so. 1 when it ended. */
@@ -512,14 +512,18 @@ static int finish_transfer(remote_gen *g, const transfer *t, kimi_err *err)
     if (g->is_stream) {
         kimi_err serr = {0};
         int r = sse_end(g->sse, on_sse_event, g, &serr);
-        if (r < 0 && serr.code == KIMI_ERR_NOMEM)
+        if (r == SSE_NOMEM)
             return kimi_fail(err, KIMI_ERR_NOMEM, "server reply: out of memory");
         if (stream_ended(g, err, &rc))
             return rc;
     }
     long status = g->status;
-    if (status && (status < 200 || status > 299))
-        goto http_error;
+    if (status && (status < 200 || status > 299)) {
+        char line[400];
+        http_error_line(g, status, g->err_body, g->err_len, "/chat/completions", line,
+                        sizeof line);
+        return end_turn(g, 0, err, "%s", line);
+    }
     if (t->code == CURLE_OK || (openai_stream_has_finish(g->stream) && g->is_stream)) {
         if (!status)
             return end_turn(g, 0, err, "no HTTP reply");
@@ -530,29 +534,22 @@ static int finish_transfer(remote_gen *g, const transfer *t, kimi_err *err)
                             g->content_type[0] ? g->content_type : "none", msg[0] ? ": " : "",
                             msg);
         }
-        if (openai_stream_has_finish(g->stream))
+        if (openai_stream_has_finish(g->stream))   /* complete but for [DONE] */
             return end_turn(g, openai_stream_finish_stop(g->stream), err, NULL);
-        return end_turn(g, 0, err, "the server closed the stream early%s%s%s",
-                        t->code == CURLE_OK ? "" : " (", t->code == CURLE_OK ? "" : t->curl_error,
-                        t->code == CURLE_OK ? "" : ")");
+        if (t->code == CURLE_OK)
+            return end_turn(g, 0, err, "the server closed the stream early");
     }
     if (t->code == CURLE_OPERATION_TIMEDOUT && t->connected_at > 0)
         return end_turn(g, 0, err, "no data from the server for %ld s", g->idle_timeout_s);
     if (t->code == CURLE_OPERATION_TIMEDOUT)
         return end_turn(g, 0, err, "cannot connect within %ld ms (%d %s)", g->connect_timeout_ms,
                         t->tries, t->tries == 1 ? "try" : "tries");
-    if (retryable(t->code) && !status && !g->t_first && !t->got_reply)
+    if (retryable(t->code) && !t->got_reply)
         return end_turn(g, 0, err, "cannot connect: %s (%d %s)", t->curl_error, t->tries,
                         t->tries == 1 ? "try" : "tries");
     if (g->is_stream)
         return end_turn(g, 0, err, "the server closed the stream early (%s)", t->curl_error);
     return end_turn(g, 0, err, "%s", t->curl_error);
-http_error: {
-        char line[400];
-        http_error_line(g, status, g->err_body, g->err_len, "/chat/completions", line,
-                        sizeof line);
-        return end_turn(g, 0, err, "%s", line);
-    }
 }
 
 static int remote_pump(generator *gen, generator_event_fn on_event, void *user, kimi_err *err)
@@ -595,10 +592,15 @@ static int remote_pump(generator *gen, generator_event_fn on_event, void *user, 
         on_event(user, &e);
     }
     g->ticks_seen = t.ticks;
-    int rc = take_bytes(g, bytes, len, err);
+    kimi_err framing = {0};
+    int rc = take_bytes(g, bytes, len, &framing);
     free(bytes);
-    if (rc)
+    if (rc < 0) {
+        kimi_fail(err, KIMI_ERR_NOMEM, "server reply: out of memory");
         return -1;
+    }
+    if (rc > 0)     /* a server that never ends a line or an event */
+        return end_turn(g, 0, err, "%s", framing.msg) ? -1 : 1;
     if (stream_ended(g, err, &rc))
         return rc ? -1 : 1;
     if (g->cancel_requested)
@@ -797,18 +799,23 @@ static int read_key(remote_gen *g, const remote_options *o, kimi_err *err)
     } else {
         fit(where, sizeof where, "$%.100s", env);
         const char *value = getenv(env);
-        if (!value || !*value) {
+        if (!value)
+            value = "";
+        while (*value && strchr(" \t\r\n", *value))
+            value++;
+        len = strlen(value);
+        while (len && strchr(" \t\r\n", value[len - 1]))
+            len--;      /* export KEY="$(cat file)" and friends leave white space */
+        if (!len) {
             if (o->api_key_env)
                 return kimi_fail(err, KIMI_ERR_USAGE, "the API key variable %s is not set", where);
             fit(g->key_hint, sizeof g->key_hint,
-                     "no API key was sent: set %s (or name another variable with --api-key-env)",
-                     where);
+                "no API key was sent: set %s (or name another variable with --api-key-env)", where);
             return 0;
         }
-        len = strlen(value);
-        g->key = strdup(value);
-        fit(g->key_hint, sizeof g->key_hint,
-                 "check the API key in %s (named by --api-key-env)", where);
+        g->key = strndup(value, len);
+        fit(g->key_hint, sizeof g->key_hint, "check the API key in %s (named by --api-key-env)",
+            where);
     }
     if (!g->key)
         return kimi_fail(err, KIMI_ERR_NOMEM, "API key: out of memory");
@@ -889,13 +896,13 @@ static int fetch_models(remote_gen *g, const char *want, char *note, size_t note
     if (code != CURLE_OK) {
         if (code == CURLE_OPERATION_TIMEDOUT && !r.got_reply)
             fit(line, sizeof line, "cannot connect within %ld ms (%d %s)",
-                     g->connect_timeout_ms, tries, tries == 1 ? "try" : "tries");
+                g->connect_timeout_ms, tries, tries == 1 ? "try" : "tries");
         else if (retryable(code) && !r.got_reply)
             fit(line, sizeof line, "cannot connect: %s (%d %s)", errbuf[0] ? errbuf :
-                     curl_easy_strerror(code), tries, tries == 1 ? "try" : "tries");
+                curl_easy_strerror(code), tries, tries == 1 ? "try" : "tries");
         else
             fit(line, sizeof line, "GET /models: %s",
-                     errbuf[0] ? errbuf : curl_easy_strerror(code));
+                errbuf[0] ? errbuf : curl_easy_strerror(code));
         rc = KIMI_ERR_IO;
     } else if (status < 200 || status > 299) {
         char http[400];
@@ -920,21 +927,22 @@ static int fetch_models(remote_gen *g, const char *want, char *note, size_t note
         }
         if (!found && !want) {
             fit(line, sizeof line, "GET /models lists no model%s; name one (--server-model)",
-                     j ? "" : " (the reply is not JSON)");
+                j ? "" : " (the reply is not JSON)");
             rc = KIMI_ERR_IO;
         } else if (!found) {
             fit(note, note_cap, "not in the server's /models list; context unknown");
         } else {
-            if (!want && !(g->model_name = strdup(json_string_value(json_object_get(found, "id")))))
+            if (!want && !(g->model_name = strdup(json_string_value(json_object_get(found, "id"))))) {
+                fit(line, sizeof line, "out of memory");
                 rc = KIMI_ERR_NOMEM;
+            }
             const json_t *ctx = json_object_get(found, "max_model_len");
             if (!json_is_integer(ctx))
                 ctx = json_object_get(found, "context_length");
             if (json_is_integer(ctx) && json_integer_value(ctx) > 0)
                 g->base.context_limit = (long)json_integer_value(ctx);
             fit(note, note_cap, "%s%s", want ? "" : "the first model the server lists",
-                     g->base.context_limit ? "" : want ? "context unknown" : "; context unknown");
-            fit(line, sizeof line, "out of memory");
+                g->base.context_limit ? "" : want ? "context unknown" : "; context unknown");
         }
         json_decref(j);
     }

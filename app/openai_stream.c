@@ -364,10 +364,12 @@ static void take_finish(openai_stream *s, const char *reason)
     }
 }
 
-/* The message of an error object or an error reply; 1 when there was one. */
-static int error_from_json(const json_t *j, char *out, size_t cap)
+/* The message of an error object (a stream's chunk) or of an error reply (with_detail: FastAPI's
+ * "detail" too); 1 when j is one. */
+static int error_from_json(const json_t *j, int with_detail, char *out, size_t cap)
 {
     const json_t *e = json_object_get(j, "error");
+    const json_t *object = json_object_get(j, "object");
     const json_t *msg = NULL;
     if (json_is_object(e)) {
         msg = json_object_get(e, "message");
@@ -375,19 +377,19 @@ static int error_from_json(const json_t *j, char *out, size_t cap)
             msg = json_object_get(e, "type");
     } else if (json_is_string(e)) {
         msg = e;
-    } else if (json_is_string(json_object_get(j, "object")) &&
-               !strcmp(json_string_value(json_object_get(j, "object")), "error")) {
+    } else if (json_is_string(object) && !strcmp(json_string_value(object), "error")) {
         msg = json_object_get(j, "message");
         if (!json_is_string(msg))
             msg = json_object_get(j, "type");
-    } else {
+    } else if (with_detail) {
         const json_t *detail = json_object_get(j, "detail");
         if (json_is_array(detail))
             detail = json_object_get(json_array_get(detail, 0), "msg");
-        if (json_is_string(detail))
-            msg = detail;
-        else if (!e)
+        if (!json_is_string(detail))
             return 0;
+        msg = detail;
+    } else {
+        return 0;
     }
     if (json_is_string(msg) && json_string_length(msg)) {
         openai_one_line(json_string_value(msg), json_string_length(msg), out, cap);
@@ -515,7 +517,7 @@ int openai_stream_data(openai_stream *s, const char *data, size_t len, kimi_err 
         else
             s->oom = 1;
         free(line);
-    } else if (error_from_json(j, s->error, sizeof s->error)) {
+    } else if (error_from_json(j, 0, s->error, sizeof s->error)) {
         if (!s->error[0])
             snprintf(s->error, sizeof s->error, "(no message)");
     } else {
@@ -560,7 +562,7 @@ void openai_error_message(const char *body, size_t len, char *out, size_t cap)
     out[0] = 0;
     json_error_t jerr;
     json_t *j = json_loadb(body, len, 0, &jerr);
-    if (json_is_object(j) && error_from_json(j, out, cap)) {
+    if (json_is_object(j) && error_from_json(j, 1, out, cap)) {
         json_decref(j);
         return;
     }

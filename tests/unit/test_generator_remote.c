@@ -668,6 +668,8 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     setenv("KIMI_TEST_KEY", test_key, 1);
+    setenv("NO_PROXY", "127.0.0.1,localhost", 1);   /* only ever 127.0.0.1, never via a proxy */
+    setenv("no_proxy", "127.0.0.1,localhost", 1);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     if (server_start()) {
         fprintf(stderr, "test_generator_remote: cannot start tests/remote/server.py\n");

@@ -247,6 +247,11 @@ static void test_corners(void)
     events_of("data: {\"object\":\"error\",\"message\":\"bad\\nthing\",\"type\":\"BadRequestError\",\"code\":400}\n\n", &r);
     CHECK_STR(openai_stream_error(r.stream), "bad thing");
     free_run(&r);
+    /* "error": null and a "detail" member in a chunk are no errors */
+    events_of("data: {\"error\":null,\"detail\":\"x\",\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n", &r);
+    CHECK_STR(openai_stream_error(r.stream), "");
+    CHECK_STR(event_log_text(&r.log), "C|ok\nS|end_of_turn\n");
+    free_run(&r);
     events_of("data: {\"error\":{\"code\":503}}\n\n", &r);
     CHECK_STR(openai_stream_error(r.stream), "{\"error\":{\"code\":503}}");
     free_run(&r);
