@@ -258,6 +258,7 @@ static void test_open(void)
     generator *g = open_gen(NULL, OPENAI_DIALECT_AUTO, 120);
     if (!g)
         return;
+    printf("summary: %s\n", g->summary);
     CHECK_STR(g->model, "kimi-k2.5-test");
     CHECK_INT(g->context_limit, 262144);
     char backend[96];
@@ -288,6 +289,7 @@ static void test_open(void)
     o.model = "not-served";
     CHECK(generator_remote_open(&g, &o, &err) == 0);
     if (g) {
+        printf("summary: %s\n", g->summary);
         CHECK(strstr(g->summary, "not in the server's /models list") != NULL);
         g->ops->close(g);
     }
@@ -326,6 +328,7 @@ static void test_open(void)
     CHECK_MSG(strstr(err.msg, "cannot connect") && strstr(err.msg, "(3 tries)"), "%s", err.msg);
     CHECK(strncmp(err.msg, "server http://127.0.0.1:9: ", 27) == 0);
     CHECK(now_s() - t0 < 5);
+    printf("open error: %s\n", err.msg);
     o.url = "ftp://127.0.0.1";
     CHECK(generator_remote_open(&g, &o, &err) == KIMI_ERR_USAGE);
 }
