@@ -249,10 +249,8 @@ static call_state *begin_call(openai_stream *s, long server_index, const char *i
     }
     if (id) {
         c->id = dup_text(id, id_len);
-    } else {
-        char made[300];
-        snprintf(made, sizeof made, "functions.%.200s:%d", c->name, call);
-        c->id = dup_text(made, strlen(made));
+    } else if (asprintf(&c->id, "functions.%s:%d", c->name, call) < 0) {
+        c->id = NULL;
     }
     if (!c->id) {
         free(c->name);
@@ -265,8 +263,11 @@ static call_state *begin_call(openai_stream *s, long server_index, const char *i
     emit(s, (parse_event){.kind = PARSE_TOOL_CALL_BEGIN, .call = call});
     emit(s, (parse_event){.kind = PARSE_TOOL_CALL_ID, .text = c->id, .len = strlen(c->id),
                           .name = c->name, .call = call});
-    if (!id)
-        note(s, "the server sent no id for tool call %d; it is called %.200s here", call, c->id);
+    if (!id) {
+        char shown[200];
+        openai_one_line(c->id, strlen(c->id), shown, sizeof shown);
+        note(s, "the server sent no id for tool call %d; it is called %s here", call, shown);
+    }
     return c;
 }
 
