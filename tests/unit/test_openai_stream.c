@@ -247,6 +247,17 @@ static void test_corners(void)
     events_of("data: {\"object\":\"error\",\"message\":\"bad\\nthing\",\"type\":\"BadRequestError\",\"code\":400}\n\n", &r);
     CHECK_STR(openai_stream_error(r.stream), "bad thing");
     free_run(&r);
+    /* a long name without an id: the made id keeps it whole, the note stays one UTF-8 line */
+    strbuf long_chunk = {0};
+    strbuf_str(&long_chunk, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"");
+    for (int i = 0; i < 150; i++)
+        strbuf_str(&long_chunk, "é");
+    strbuf_str(&long_chunk, "\",\"arguments\":\"{}\"}}]}}]}\n\n");
+    events_of(long_chunk.data, &r);
+    CHECK_INT(openai_stream_message(r.stream)->n_tool_calls, 1);
+    CHECK_INT(strlen(openai_stream_message(r.stream)->tool_calls[0].id), strlen("functions.:0") + 300);
+    free_run(&r);
+    free(long_chunk.data);
     /* "error": null and a "detail" member in a chunk are no errors */
     events_of("data: {\"error\":null,\"detail\":\"x\",\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n", &r);
     CHECK_STR(openai_stream_error(r.stream), "");
