@@ -9,6 +9,7 @@
 
 #include "app/app.h"
 #include "app/generator_local.h"
+#include "app/generator_remote.h"
 #include "app/options.h"
 #include "app/paths.h"
 #include "app/script.h"
@@ -87,9 +88,19 @@ static void relay_load_progress(void *user, const generator_event *ev)
         fe->progress(fe->user, &ev->progress);
 }
 
-/* The in-process engine on --model, or on the bundled demo model (with its tools). */
+/* An OpenAI-compatible server (--server), the in-process engine on --model, or the engine on
+ * the bundled demo model (with its tools). */
 static int open_generator(app_options *o, const app_frontend *fe, generator **gen, kimi_err *err)
 {
+    if (o->server_url) {
+        remote_options ro;
+        remote_options_init(&ro);
+        ro.url = o->server_url;
+        ro.model = o->server_model;
+        ro.api_key_env = o->api_key_env;
+        ro.api_key_file = o->api_key_file;
+        return generator_remote_open(gen, &ro, err);
+    }
     if (!o->model_dir) {
         if (!(o->model_dir = paths_demo_model_dir(err)))
             return err->code;
@@ -149,7 +160,7 @@ int main(int argc, char **argv)
     }
     struct stat st;
     errno = 0;
-    if (o.model_dir && (stat(o.model_dir, &st) || !S_ISDIR(st.st_mode))) {
+    if (o.model_dir && !o.server_url && (stat(o.model_dir, &st) || !S_ISDIR(st.st_mode))) {
         char message[600];
         snprintf(message, sizeof message, "--model %s: %s", o.model_dir,
                  errno == ENOENT ? "no such folder" : errno ? strerror(errno) : "not a folder");

@@ -22,7 +22,7 @@
 #endif
 
 typedef enum {
-    OPT_MODEL, OPT_BACKEND, OPT_TP, OPT_MAX_CONTEXT, OPT_MEM_GIB, OPT_THREADS, OPT_DEVICES,
+    OPT_MODEL, OPT_SERVER, OPT_SERVER_MODEL, OPT_API_KEY_ENV, OPT_API_KEY_FILE, OPT_BACKEND, OPT_TP, OPT_MAX_CONTEXT, OPT_MEM_GIB, OPT_THREADS, OPT_DEVICES,
     OPT_PLAIN, OPT_SCRIPT, OPT_KEEP_GOING, OPT_PROMPT,
     OPT_RESUME, OPT_LOAD, OPT_SYSTEM, OPT_NO_SAVE,
     OPT_THINK, OPT_NO_THINK, OPT_TEMPERATURE, OPT_TOP_P, OPT_TOP_K, OPT_MAX_TOKENS, OPT_SEED,
@@ -43,6 +43,10 @@ typedef struct {
 static const flag_def flags[] = {
     {NULL, 0, NULL, 0, "Model and engine"},
     {"model", 'm', "DIR", OPT_MODEL, "model directory (default: the bundled demo model)"},
+    {"server", 0, "URL", OPT_SERVER, "an OpenAI-compatible server instead of a local model"},
+    {"server-model", 0, "NAME", OPT_SERVER_MODEL, "the server's model (default: the first it lists)"},
+    {"api-key-env", 0, "NAME", OPT_API_KEY_ENV, "variable with the API key (default: OPENAI_API_KEY)"},
+    {"api-key-file", 0, "FILE", OPT_API_KEY_FILE, "file whose first line is the API key"},
     {"backend", 0, "cpu|cuda", OPT_BACKEND, "where the model runs (default: cpu)"},
     {"tp", 0, "N", OPT_TP, "tensor-parallel ranks, 1..8 (default: 1)"},
     {"max-context", 0, "N", OPT_MAX_CONTEXT, "context in tokens (default 0: as much as fits)"},
@@ -89,7 +93,8 @@ static const struct {
     const char *key;
     option_id id;
 } config_keys[] = {
-    {"model", OPT_MODEL}, {"backend", OPT_BACKEND}, {"tp", OPT_TP}, {"devices", OPT_DEVICES},
+    {"model", OPT_MODEL}, {"server", OPT_SERVER}, {"server_model", OPT_SERVER_MODEL},
+    {"api_key_env", OPT_API_KEY_ENV}, {"api_key_file", OPT_API_KEY_FILE}, {"backend", OPT_BACKEND}, {"tp", OPT_TP}, {"devices", OPT_DEVICES},
     {"max_context", OPT_MAX_CONTEXT}, {"mem_gib", OPT_MEM_GIB}, {"theme", OPT_THEME},
     {"temperature", OPT_TEMPERATURE}, {"top_p", OPT_TOP_P}, {"top_k", OPT_TOP_K},
     {"max_tokens", OPT_MAX_TOKENS}, {"seed", OPT_SEED}, {"thinking", OPT_THINK},
@@ -213,6 +218,13 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
     double d;
     switch (id) {
     case OPT_MODEL: return set_path(&o->model_dir, v, ps, what, err);
+    case OPT_SERVER:
+        if (strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: must start with http:// or https://", what);
+        return set_string(&o->server_url, v, what, err);
+    case OPT_SERVER_MODEL: return set_string(&o->server_model, v, what, err);
+    case OPT_API_KEY_ENV: return set_string(&o->api_key_env, v, what, err);
+    case OPT_API_KEY_FILE: return set_path(&o->api_key_file, v, ps, what, err);
     case OPT_BACKEND:
         if (!strcmp(v, "cpu"))
             o->backend = BACKEND_CPU;
@@ -584,6 +596,8 @@ int options_parse(app_options *o, int argc, char **argv, kimi_err *err)
         rc = exclusive(occ, n, OPT_TOOLS, OPT_NO_TOOLS, err);
     if (!rc)
         rc = exclusive(occ, n, OPT_THINK, OPT_NO_THINK, err);
+    if (!rc)
+        rc = exclusive(occ, n, OPT_MODEL, OPT_SERVER, err);
     parse_state ps = {0};
     if (!rc) {
         const occurrence *c = last_of(occ, n, OPT_CONFIG);
@@ -621,6 +635,10 @@ int options_parse(app_options *o, int argc, char **argv, kimi_err *err)
 void options_free(app_options *o)
 {
     free(o->model_dir);
+    free(o->server_url);
+    free(o->server_model);
+    free(o->api_key_env);
+    free(o->api_key_file);
     free(o->devices);
     free(o->script_path);
     free(o->prompt_text);

@@ -21,6 +21,11 @@ typedef struct {
     /* the model and engine */
     char *model_dir;        /* --model / model =; NULL: the bundled demo model */
     int model_is_demo;      /* set by main when model_dir was filled with the demo model */
+    char *server_url;       /* --server / server =: answers from this OpenAI-compatible server */
+    char *server_model;     /* --server-model / server_model = (NULL: the first it lists) */
+    char *api_key_env;      /* --api-key-env / api_key_env = (NULL: OPENAI_API_KEY); the key
+                               itself is never a flag, never stored */
+    char *api_key_file;     /* --api-key-file / api_key_file = */
     int backend;            /* --backend / backend =: BACKEND_CPU (default) or BACKEND_CUDA */
     int tp;                 /* --tp / tp = (default 1) */
     long max_context;       /* --max-context / max_context = (0: as much as fits) */

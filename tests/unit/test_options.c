@@ -272,6 +272,8 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--tools '': needs a file name", "--tools", "");
     EXPECT_ERROR("--script and --prompt: use one or the other", "--script", "a.kc", "-p", "hi");
     EXPECT_ERROR("--resume and --load: use one or the other", "--load", "s.json", "--resume");
+    EXPECT_ERROR("--model and --server: use one or the other", "--server", "http://127.0.0.1:8000", "--model", "m");
+    EXPECT_ERROR("--server localhost:8000: must start with http:// or https://", "--server", "localhost:8000");
     EXPECT_ERROR("--tools and --no-tools: use one or the other", "--no-tools", "--tools", "t.json");
     EXPECT_ERROR("--think and --no-think: use one or the other", "--think", "on", "--no-think");
     unsetenv("HOME");
@@ -596,7 +598,7 @@ static void test_help_matches_man_page(void)
     }
     CHECK(width_ok);
     static const char *const brief[] = {
-        "--model", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--plain", "--script",
+        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--plain", "--script",
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",
