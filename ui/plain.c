@@ -451,6 +451,12 @@ int plain_ui_repl(plain_ui *ui, app *a)
 {
     int tty = isatty(0);
     char *history = paths_history_file(NULL);
+    char *state_dir = paths_state_dir(NULL);
+    if (state_dir && paths_mkdir_p(state_dir, NULL)) {
+        free(history);
+        history = NULL;     /* no history file rather than an error on every line */
+    }
+    free(state_dir);
     if (tty) {
         rl_catch_signals = 0;
         rl_catch_sigwinch = 1;
