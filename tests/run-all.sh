@@ -12,7 +12,7 @@ cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 cmake --preset fuzz >/dev/null
-targets=(safetensors config encode parse render)
+targets=(safetensors config encode parse render sampler)
 cmake --build build-fuzz -j"$jobs" --target "${targets[@]/#/fuzz_}"
 for name in "${targets[@]}"; do
   build-fuzz/tests/fuzz/fuzz_"$name" -runs=0 tests/fuzz/corpus/"$name" 2>&1 | tail -n 1
