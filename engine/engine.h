@@ -1,6 +1,6 @@
 /* engine: the public API the app drives a model through: open a checkpoint on a backend,
- * submit generation requests as token ids, and read typed events (tokens, done with stats,
- * errors) from a queue whose file descriptor wakes a poll() loop.
+ * submit generation requests as token ids, and read typed events (prefill progress, tokens,
+ * done with stats, errors) from a queue whose file descriptor wakes a poll() loop.
  *
  * Threads: engine_open starts one scheduler thread that owns the requests, the KV cache
  * bookkeeping and sampling; it drives the backend, whose rank workers run their shards in
