@@ -26,7 +26,7 @@ static int tokenize_line(const tokenizer *tok, const char *line, size_t len, lon
     int rc = tokenizer_encode(tok, json_string_value(text), json_string_length(text), allow_special, &ids, &n, err);
     json_decref(request);
     if (rc)
-        return kimi_err_prefix(err, "stdin:%ld", line_no);
+        return kimi_err_prefix(err, rc, "stdin:%ld", line_no);
     fputs("{\"ids\": [", stdout);
     for (size_t i = 0; i < n; i++)
         printf(i ? ", %d" : "%d", ids[i]);

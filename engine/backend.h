@@ -17,7 +17,18 @@ typedef struct {
     int tp;                     /* ranks, 1..8, divides the head count */
     int threads_per_rank;       /* CPU workers per rank; 0 = all cores / tp */
     long max_context;           /* KV cache positions to reserve */
+    /* Optional (NULL = none): called during a prefill (a backend_forward of n > 1 tokens) on
+     * the thread that called backend_forward, after every layer, with how many of the call's
+     * tokens are done (fractional: a chunk part-way through its layers counts in proportion;
+     * n after the last layer). A non-zero return stops the call there: backend_forward then
+     * returns BACKEND_STOPPED, and the cache entries of the call's positions are undefined.
+     * This is how a cancel takes effect within one layer instead of a whole chunk. */
+    int (*on_layer)(void *user, double tokens_done);
+    void *on_layer_user;
 } backend_options;
+
+/* backend_forward's result when on_layer stopped it (not an error: err is left alone). */
+#define BACKEND_STOPPED (-1)
 
 typedef struct backend backend;
 
@@ -31,7 +42,8 @@ long backend_capacity(const backend *be);
  * (entries at >= start_pos are overwritten; earlier ones are reused as they are). logits is
  * [n_logit_rows][vocab]: row j receives the logits of token logit_rows[j] (an index into
  * tokens; each index at most once). n == 1 is a decode step (absorbed attention), n > 1 a
- * prefill; start_pos + n must not exceed backend_capacity (else KIMI_ERR_STATE). */
+ * prefill; start_pos + n must not exceed backend_capacity (else KIMI_ERR_STATE). Returns 0,
+ * an error code, or BACKEND_STOPPED (see backend_options.on_layer). */
 int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
                     const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err);
 

@@ -29,6 +29,8 @@ struct backend {
     const model_weights *mw;
     int tp, threads_per_rank, spin;
     long capacity;
+    int (*on_layer)(void *user, double tokens_done);
+    void *on_layer_user;
     tp_comm *comm;
     spin_barrier step_start, step_done;   /* the ranks and the calling thread */
     rank_slot ranks[MAX_RANKS];
@@ -38,6 +40,7 @@ struct backend {
     const int32_t *tokens;
     int n;
     long start_pos;
+    int layer_begin, layer_end;
     const int *logit_rows;
     int n_logit_rows;
     float *const *logit_out;
@@ -58,8 +61,8 @@ static void *rank_main(void *arg)
         spin_barrier_wait(&be->step_start);
         if (be->quit)
             break;
-        rank_forward(slot->model, be->tokens, be->n, be->start_pos, be->logit_rows, be->n_logit_rows,
-                     slot->rank == 0 ? be->logit_out : NULL);
+        rank_forward(slot->model, be->tokens, be->n, be->start_pos, be->layer_begin, be->layer_end, be->logit_rows,
+                     be->n_logit_rows, slot->rank == 0 ? be->logit_out : NULL);
         spin_barrier_wait(&be->step_done);
     }
     rank_model_close(slot->model);
@@ -89,10 +92,9 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
         return kimi_fail(err, KIMI_ERR_USAGE, "--backend cuda: this build has no CUDA backend");
     if (opt->tp < 1 || opt->tp > MAX_RANKS)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and %d", opt->tp, MAX_RANKS);
-    if (c->heads % opt->tp)
-        return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must divide the %d attention heads", opt->tp, c->heads);
-    if (config_check_tp(c, opt->tp, err))
-        return kimi_err_prefix(err, "--tp %d", opt->tp);
+    int rc = config_check_tp(c, opt->tp, err);
+    if (rc)
+        return rc;
     if (opt->max_context < 1)
         return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: the KV cache needs at least one position",
                          opt->max_context);
@@ -107,6 +109,8 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
     be->mw = mw;
     be->tp = opt->tp;
     be->capacity = opt->max_context;
+    be->on_layer = opt->on_layer;
+    be->on_layer_user = opt->on_layer_user;
     be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank
                                                  : (cores / opt->tp > 1 ? (int)(cores / opt->tp) : 1);
     /* Spinning only pays when every worker has a core of its own (the calling thread mostly
@@ -114,9 +118,9 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
     be->spin = (long)be->tp * be->threads_per_rank <= cores;
     spin_barrier_init(&be->step_start, be->tp + 1, be->spin);
     spin_barrier_init(&be->step_done, be->tp + 1, be->spin);
-    if (tp_comm_open(&be->comm, be->tp, (size_t)CHUNK_TOKENS * (size_t)c->hidden, be->spin, err)) {
+    if ((rc = tp_comm_open(&be->comm, be->tp, (size_t)CHUNK_TOKENS * (size_t)c->hidden, be->spin, err))) {
         free(be);
-        return err->code;
+        return rc;
     }
     int started = 0;
     for (int r = 0; r < be->tp; r++) {
@@ -137,9 +141,11 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
     spin_barrier_wait(&be->step_done);
     for (int r = 0; r < be->tp; r++) {
         if (be->ranks[r].err.code) {
-            *err = be->ranks[r].err;
+            rc = be->ranks[r].err.code;
+            if (err)
+                *err = be->ranks[r].err;
             backend_free(be);
-            return kimi_err_prefix(err, "rank %d of %d", r, opt->tp);
+            return kimi_err_prefix(err, rc, "rank %d of %d", r, opt->tp);
         }
     }
     *out = be;
@@ -157,13 +163,15 @@ long backend_capacity(const backend *be)
     return be->capacity;
 }
 
-/* One chunk on every rank. */
-static void run_step(struct backend *be, const int32_t *tokens, int n, long start_pos, const int *rows,
-                     int n_rows, float *const *out)
+/* Layers [layer_begin, layer_end) of one chunk on every rank. */
+static void run_step(struct backend *be, const int32_t *tokens, int n, long start_pos, int layer_begin,
+                     int layer_end, const int *rows, int n_rows, float *const *out)
 {
     be->tokens = tokens;
     be->n = n;
     be->start_pos = start_pos;
+    be->layer_begin = layer_begin;
+    be->layer_end = layer_end;
     be->logit_rows = rows;
     be->n_logit_rows = n_rows;
     be->logit_out = out;
@@ -203,7 +211,15 @@ int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
             chunk_rows[n_rows] = logit_rows[j] - first;
             chunk_out[n_rows++] = logits + (size_t)j * (size_t)c->vocab;
         }
-        run_step(be, tokens + first, count, start_pos + first, chunk_rows, n_rows, chunk_out);
+        /* A prefill with a watcher goes one layer per step (two barrier rounds each: small
+         * next to a layer over a chunk of tokens); a decode step runs whole. */
+        int layers = c->layers, per_step = be->on_layer && n > 1 ? 1 : layers;
+        for (int layer = 0; layer < layers; layer += per_step) {
+            int end = layer + per_step < layers ? layer + per_step : layers;
+            run_step(be, tokens + first, count, start_pos + first, layer, end, chunk_rows, n_rows, chunk_out);
+            if (per_step < layers && be->on_layer(be->on_layer_user, first + (double)count * end / layers))
+                return BACKEND_STOPPED;
+        }
     }
     return 0;
 }

@@ -392,6 +392,9 @@ void config_init(model_config *cfg)
 
 int config_parse_text(model_config *cfg, const char *file_name, const char *text, size_t len, kimi_err *err)
 {
+    /* The field parsers below read their status back from the error they filled. */
+    kimi_err unused;
+    err = err ? err : &unused;
     const char *base = strrchr(file_name, '/');
     base = base ? base + 1 : file_name;
     /* tokenizer_config.json holds integers past 64 bits (model_max_length 1e30) and no integer
@@ -461,22 +464,22 @@ int config_load(model_config *cfg, const char *model_dir, kimi_err *err)
         snprintf(path, sizeof path, "%s/%s", model_dir, files[i].name);
         if (!files[i].required && access(path, F_OK) != 0 && errno == ENOENT)
             continue;
-        if (file_read_all(path, &text, &len, err)) {
+        int rc = file_read_all(path, &text, &len, err);
+        if (rc) {
             config_free(cfg);
-            return err->code;
+            return rc;
         }
-        int rc = config_parse_text(cfg, path, text, len, err);
+        rc = config_parse_text(cfg, path, text, len, err);
         free(text);
         if (rc) {
             config_free(cfg);
             return rc;
         }
     }
-    if (config_validate(cfg, err)) {
+    int rc = config_validate(cfg, err);
+    if (rc)
         config_free(cfg);
-        return err->code;
-    }
-    return 0;
+    return rc;
 }
 
 int config_check_tp(const model_config *cfg, int tp, kimi_err *err)

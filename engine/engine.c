@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,12 +16,19 @@
 
 #include "engine/kv_cache.h"
 
-/* Prompt tokens per forward call during prefill: long prompts are split so a cancel (or a
- * shutdown) is seen between chunks, and backend scratch stays bounded. */
+/* Prompt tokens per forward call during prefill: a prefill stopped by a cancel (seen between
+ * layers, backend_options.on_layer) keeps the chunks it finished in the cache for reuse. */
 #define PREFILL_CHUNK 256
 #define MAX_PENDING 64
 #define DEFAULT_EVENT_CAPACITY 4096
 #define CPU_BUDGET_FRACTION 0.75
+/* Seconds between progress reports (loading, prefill): at most ~10 a second. */
+#define PROGRESS_INTERVAL 0.1
+/* Event slots past event_capacity that only a shutdown uses, so that it never waits for a
+ * reader who may be the very thread waiting in engine_shutdown: once shutting down, the
+ * running request emits at most 3 more events (one already on its way to the queue, then at
+ * most an ERROR or a TOKEN, then its DONE) and each pending one only its DONE. */
+#define SHUTDOWN_RESERVE (MAX_PENDING + 3)
 
 typedef struct request {
     uint64_t id;
@@ -42,6 +50,12 @@ struct engine {
     engine_info info;
     kv_cache cache;                 /* scheduler thread only */
     float *logits;                  /* [vocab], scheduler thread only */
+    /* The prefill in progress (scheduler thread only; on_layer reads it). */
+    struct {
+        request *r;
+        int done, total;            /* tokens before the current forward call; to prefill */
+        double start, last_report;  /* now_seconds() */
+    } prefill;
 
     pthread_t scheduler;
     int scheduler_running;
@@ -54,8 +68,9 @@ struct engine {
     request *running;
     uint64_t next_id;               /* ids 1 .. next_id - 1 were issued */
     int shutting_down;
+    int scheduler_exited;           /* no event can come any more */
 
-    engine_event *events;           /* ring [event_capacity] */
+    engine_event *events;           /* ring [event_capacity + SHUTDOWN_RESERVE] */
     int event_capacity, event_head, n_events;
     int event_fd;                   /* eventfd: non-zero count while events wait */
 };
@@ -107,19 +122,18 @@ static void event_fd_clear(int fd)
     (void)rc;
 }
 
-/* Queue ev; waits while the queue is full unless the engine is shutting down (then an event
- * that does not fit is discarded: nobody will read it). */
+/* Queue ev, waiting while the queue is full; during a shutdown the reserve slots hold what
+ * the reader has not made room for (see SHUTDOWN_RESERVE), so nothing is dropped. */
 static void push_event(engine *e, const engine_event *ev)
 {
+    int slots = e->event_capacity + SHUTDOWN_RESERVE;
     pthread_mutex_lock(&e->lock);
-    while (e->n_events == e->event_capacity && !e->shutting_down)
+    while (e->n_events >= (e->shutting_down ? slots : e->event_capacity))
         pthread_cond_wait(&e->space, &e->lock);
-    if (e->n_events < e->event_capacity) {
-        e->events[(e->event_head + e->n_events) % e->event_capacity] = *ev;
-        if (e->n_events++ == 0)
-            event_fd_raise(e->event_fd);
-        pthread_cond_broadcast(&e->arrived);
-    }
+    e->events[(e->event_head + e->n_events) % slots] = *ev;
+    if (e->n_events++ == 0)
+        event_fd_raise(e->event_fd);
+    pthread_cond_broadcast(&e->arrived);
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -141,7 +155,7 @@ int engine_next_event(engine *e, engine_event *ev, int timeout_ms)
         }
     }
     pthread_mutex_lock(&e->lock);
-    while (e->n_events == 0 && timeout_ms != 0) {
+    while (e->n_events == 0 && timeout_ms != 0 && !e->scheduler_exited) {
         if (timeout_ms < 0) {
             pthread_cond_wait(&e->arrived, &e->lock);
         } else if (pthread_cond_timedwait(&e->arrived, &e->lock, &deadline) == ETIMEDOUT) {
@@ -151,7 +165,7 @@ int engine_next_event(engine *e, engine_event *ev, int timeout_ms)
     int got = e->n_events > 0;
     if (got) {
         *ev = e->events[e->event_head];
-        e->event_head = (e->event_head + 1) % e->event_capacity;
+        e->event_head = (e->event_head + 1) % (e->event_capacity + SHUTDOWN_RESERVE);
         if (--e->n_events == 0)
             event_fd_clear(e->event_fd);
         pthread_cond_signal(&e->space);
@@ -191,14 +205,40 @@ static int is_stop_id(const request *r, int32_t id)
     return 0;
 }
 
+static void emit_prefill_progress(engine *e, double done)
+{
+    double now = now_seconds(), seconds = now - e->prefill.start;
+    engine_event ev = {.kind = ENGINE_EVENT_PROGRESS, .request = e->prefill.r->id,
+                       .progress = {ENGINE_PROGRESS_PREFILL, done, e->prefill.total, seconds,
+                                    seconds > 0 ? done / seconds : 0}};
+    e->prefill.last_report = now;
+    push_event(e, &ev);
+}
+
+/* backend_options.on_layer: stop a cancelled prefill within a layer, report progress at most
+ * every PROGRESS_INTERVAL (the final report, done == total, comes from run_request). */
+static int on_layer(void *user, double tokens_done)
+{
+    engine *e = user;
+    if (!e->prefill.r)
+        return 0;
+    if (atomic_load(&e->prefill.r->cancelled))
+        return 1;
+    double done = e->prefill.done + tokens_done;
+    if (done < e->prefill.total && now_seconds() - e->prefill.last_report >= PROGRESS_INTERVAL)
+        emit_prefill_progress(e, done);
+    return 0;
+}
+
 /* Run tokens [n] at the end of the cache; logits of the last one into e->logits when asked. On
- * failure the cache keeps only what came before this call. */
+ * failure, or BACKEND_STOPPED (a cancel), the cache keeps only what came before this call. */
 static int forward_append(engine *e, const int32_t *tokens, int n, int want_logits, kimi_err *err)
 {
     long start = e->cache.n;
     int last_row = n - 1;
-    if (backend_forward(e->be, tokens, n, start, &last_row, want_logits ? 1 : 0, e->logits, err))
-        return err->code ? err->code : KIMI_ERR_STATE;
+    int rc = backend_forward(e->be, tokens, n, start, &last_row, want_logits ? 1 : 0, e->logits, err);
+    if (rc)
+        return rc;
     return kv_cache_append(&e->cache, tokens, n, err);
 }
 
@@ -220,16 +260,23 @@ static void run_request(engine *e, request *r)
     st.prefilled_tokens = r->n_tokens - (int)reused;
 
     double t0 = now_seconds();
+    e->prefill.r = r;
+    e->prefill.total = st.prefilled_tokens;
+    e->prefill.start = e->prefill.last_report = t0;
     for (int done = (int)reused; done < r->n_tokens;) {
-        if (atomic_load(&r->cancelled)) {
-            st.prefill_seconds = now_seconds() - t0;
-            goto finish;
-        }
+        if (atomic_load(&r->cancelled))
+            goto stopped;
         int n = r->n_tokens - done < PREFILL_CHUNK ? r->n_tokens - done : PREFILL_CHUNK;
-        if (forward_append(e, r->tokens + done, n, done + n == r->n_tokens, &err))
+        e->prefill.done = done - (int)reused;
+        int rc = forward_append(e, r->tokens + done, n, done + n == r->n_tokens, &err);
+        if (rc == BACKEND_STOPPED)
+            goto stopped;
+        if (rc)
             goto failed;
         done += n;
     }
+    emit_prefill_progress(e, st.prefilled_tokens);
+    e->prefill.r = NULL;
     if (r->first_logits)
         memcpy(r->first_logits, e->logits, (size_t)e->info.vocab * sizeof *e->logits);
     int32_t token = sampler_sample(&smp, e->logits);
@@ -266,10 +313,14 @@ static void run_request(engine *e, request *r)
     }
     goto finish;
 
+stopped:
+    st.prefill_seconds = now_seconds() - t0;
+    goto finish;
 failed:
     emit_error(e, r, err.msg);
     st.stop_reason = ENGINE_STOP_ERROR;
 finish:
+    e->prefill.r = NULL;
     sampler_free(&smp);
     emit_done(e, r, &st);
 }
@@ -302,6 +353,8 @@ static void *scheduler_main(void *arg)
         e->running = NULL;
         request_free(r);
     }
+    e->scheduler_exited = 1;
+    pthread_cond_broadcast(&e->arrived);
     pthread_mutex_unlock(&e->lock);
     return NULL;
 }
@@ -321,8 +374,9 @@ int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *
     if (req->max_new_tokens < 0)
         return kimi_fail(err, KIMI_ERR_INPUT, "request: max_new_tokens %d must be 0 (until the context is full) or positive",
                          req->max_new_tokens);
-    if (sampler_params_check(&req->sampling, err))
-        return kimi_err_prefix(err, "request");
+    int rc = sampler_params_check(&req->sampling, err);
+    if (rc)
+        return kimi_err_prefix(err, rc, "request");
     long need = (long)req->n_tokens + (req->max_new_tokens > 0 ? req->max_new_tokens : 1);
     if (need > e->info.max_context) {
         char hint[128] = "";
@@ -339,7 +393,7 @@ int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *
     request *r = calloc(1, sizeof *r);
     if (r) {
         r->tokens = malloc((size_t)req->n_tokens * sizeof *r->tokens);
-        r->stop_ids = malloc((size_t)(req->n_stop_ids + 1) * sizeof *r->stop_ids);
+        r->stop_ids = malloc(((size_t)req->n_stop_ids + 1) * sizeof *r->stop_ids);
     }
     if (!r || !r->tokens || !r->stop_ids) {
         request_free(r);
@@ -356,7 +410,6 @@ int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *
     atomic_init(&r->cancelled, 0);
 
     pthread_mutex_lock(&e->lock);
-    int rc = 0;
     if (e->shutting_down)
         rc = kimi_fail(err, KIMI_ERR_STATE, "the engine is shut down: no new requests");
     else if (e->n_pending >= MAX_PENDING)
@@ -417,9 +470,29 @@ static const char *backend_name(backend_kind kind)
     return kind == BACKEND_CUDA ? "cuda" : "cpu";
 }
 
+/* weights_page_in's progress, passed on to engine_options.on_load_progress at most every
+ * PROGRESS_INTERVAL, and always for the last step. */
+typedef struct {
+    const engine_options *opt;
+    double start, last_report;
+} load_report;
+
+static void on_page_in(void *user, size_t done, size_t total)
+{
+    load_report *lr = user;
+    double now = now_seconds(), seconds = now - lr->start;
+    if (!lr->opt->on_load_progress || (done < total && now - lr->last_report < PROGRESS_INTERVAL))
+        return;
+    lr->last_report = now;
+    engine_progress p = {ENGINE_PROGRESS_LOAD, (double)done, (double)total, seconds,
+                         seconds > 0 ? (double)done / seconds : 0};
+    lr->opt->on_load_progress(lr->opt->progress_user, &p);
+}
+
 static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
 {
     double t0 = now_seconds();
+    int rc;
     if (opt->tp < 1 || opt->tp > 8)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and 8", opt->tp);
     if (opt->threads_per_rank < 0)
@@ -427,18 +500,18 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if (opt->max_context < 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: must be 0 (from the memory budget) or positive",
                          opt->max_context);
-    if (opt->event_capacity < 0)
-        return kimi_fail(err, KIMI_ERR_USAGE, "event queue capacity %d: must be 0 (default) or positive",
-                         opt->event_capacity);
+    if (opt->event_capacity < 0 || opt->event_capacity > INT_MAX - SHUTDOWN_RESERVE)
+        return kimi_fail(err, KIMI_ERR_USAGE, "event queue capacity %d: must be 0 (default) or in [1, %d]",
+                         opt->event_capacity, INT_MAX - SHUTDOWN_RESERVE);
     if (!opt->model_dir || !*opt->model_dir)
         return kimi_fail(err, KIMI_ERR_USAGE, "no model directory given (--model DIR)");
 
-    if (weights_load(&e->weights, opt->model_dir, err))
-        return err->code;
+    if ((rc = weights_load(&e->weights, opt->model_dir, err)))
+        return rc;
     e->weights_loaded = 1;
     const model_config *cfg = &e->weights.cfg;
-    if (config_check_tp(cfg, opt->tp, err))
-        return err->code;
+    if ((rc = config_check_tp(cfg, opt->tp, err)))
+        return rc;
 
     engine_info *info = &e->info;
     info->backend = opt->backend;
@@ -469,28 +542,35 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         rank_weights = 0;
         for (int r = 0; r < opt->tp; r++) {
             tp_shard shard;
-            if (tp_shard_plan(&e->weights, opt->tp, r, &shard, err))
-                return err->code;
+            if ((rc = tp_shard_plan(&e->weights, opt->tp, r, &shard, err)))
+                return rc;
             rank_weights = shard.weight_bytes > rank_weights ? shard.weight_bytes : rank_weights;
         }
     }
     kv_cache_plan plan;
-    if (kv_cache_plan_context(cfg, rank_weights, rank_budget, opt->tp, opt->max_context, budget_source, &plan, err))
-        return err->code;
+    if ((rc = kv_cache_plan_context(cfg, rank_weights, rank_budget, opt->tp, opt->max_context, budget_source, &plan,
+                                    err)))
+        return rc;
+
+    /* Only once the plan says the weights fit: the CPU backend computes from the mmap. */
+    if (opt->backend == BACKEND_CPU) {
+        load_report lr = {opt, now_seconds(), 0};
+        weights_page_in(&e->weights, on_page_in, &lr);
+    }
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,
-                          .max_context = plan.max_context};
-    if (backend_open(&e->be, &e->weights, &bo, err))
-        return err->code;
+                          .max_context = plan.max_context, .on_layer = on_layer, .on_layer_user = e};
+    if ((rc = backend_open(&e->be, &e->weights, &bo, err)))
+        return rc;
     info->max_context = backend_capacity(e->be);
     info->max_fit = plan.max_fit;
     info->rank_budget_bytes = plan.rank_budget_bytes;
     info->kv_bytes_per_token = plan.kv_bytes_per_token;
-    if (kv_cache_init(&e->cache, info->max_context, err))
-        return err->code;
+    if ((rc = kv_cache_init(&e->cache, info->max_context, err)))
+        return rc;
     e->logits = malloc((size_t)cfg->vocab * sizeof *e->logits);
     e->event_capacity = opt->event_capacity > 0 ? opt->event_capacity : DEFAULT_EVENT_CAPACITY;
-    e->events = calloc((size_t)e->event_capacity, sizeof *e->events);
+    e->events = calloc((size_t)e->event_capacity + SHUTDOWN_RESERVE, sizeof *e->events);
     if (!e->logits || !e->events)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the engine's buffers");
     e->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -505,7 +585,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         snprintf(info->summary, sizeof info->summary, "%s backend, tp %d; %s", backend_name(opt->backend),
                  opt->tp, plan.summary);
 
-    int rc = pthread_create(&e->scheduler, NULL, scheduler_main, e);
+    rc = pthread_create(&e->scheduler, NULL, scheduler_main, e);
     if (rc)
         return kimi_fail(err, KIMI_ERR_NOMEM, "cannot start the scheduler thread: %s", strerror(rc));
     e->scheduler_running = 1;
@@ -524,10 +604,10 @@ int engine_open(engine **out, const engine_options *opt, kimi_err *err)
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->space, NULL);
     pthread_cond_init(&e->arrived, NULL);
-    if (engine_start(e, opt, err)) {
-        int code = err ? err->code : KIMI_ERR_STATE;
+    int rc = engine_start(e, opt, err);
+    if (rc) {
         engine_close(e);
-        return code ? code : KIMI_ERR_STATE;
+        return rc;
     }
     *out = e;
     return 0;

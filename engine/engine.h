@@ -1,6 +1,6 @@
 /* engine: the public API the app drives a model through: open a checkpoint on a backend,
- * submit generation requests as token ids, and read typed events (tokens, done with stats,
- * errors) from a queue whose file descriptor wakes a poll() loop.
+ * submit generation requests as token ids, and read typed events (prefill progress, tokens,
+ * done with stats, errors) from a queue whose file descriptor wakes a poll() loop.
  *
  * Threads: engine_open starts one scheduler thread that owns the requests, the KV cache
  * bookkeeping and sampling; it drives the backend, whose rank workers run their shards in
@@ -8,14 +8,25 @@
  * scheduler reuses the longest common prefix between its tokens and the tokens already in the
  * cache, prefills only the rest, then decodes one token per step.
  *
- * Events of one request: zero or more ENGINE_EVENT_TOKEN (one per generated id, the stop id
- * included), then, only when something failed, one ENGINE_EVENT_ERROR, then exactly one
- * ENGINE_EVENT_DONE carrying the stats. Nothing is dropped: when the queue is full the
- * scheduler waits for the reader. The engine knows nothing of the chat format; turning ids
- * into text and reasoning/content/tool calls is the app's (tokenizer stream + stream parser).
+ * Events of one request, in this order:
+ *   1. ENGINE_EVENT_PROGRESS (kind ENGINE_PROGRESS_PREFILL) while its prompt is prefilled: at
+ *      most ~10 a second, done rising, and, once the prefill is complete, exactly one with
+ *      done == total (total = stats.prefilled_tokens, always >= 1). A request cancelled (or
+ *      failing) during its prefill has no done == total report; one cancelled before it
+ *      started has none at all.
+ *   2. zero or more ENGINE_EVENT_TOKEN, one per generated id (the stop id included);
+ *   3. only when something failed, one ENGINE_EVENT_ERROR;
+ *   4. exactly one ENGINE_EVENT_DONE carrying the stats, always, shutdown included.
+ * Nothing is dropped: when the queue is full the scheduler waits for the reader (during a
+ * shutdown a reserve past the capacity holds the last events, so a reader that comes only
+ * after engine_shutdown still finds every request's DONE). The engine knows nothing of the
+ * chat format; turning ids into text and reasoning/content/tool calls is the app's
+ * (tokenizer stream + stream parser).
  *
  * All functions are called from one app thread (the UI thread); none blocks on the scheduler
- * except engine_next_event (when asked to wait) and engine_shutdown / engine_close (one step). */
+ * except engine_next_event (when asked to wait) and engine_shutdown / engine_close (one step
+ * of decode, or one layer of a prefill). A NULL kimi_err is allowed everywhere: the status
+ * returned is the same, only the message is lost. */
 #ifndef KIMI_ENGINE_H
 #define KIMI_ENGINE_H
 
@@ -28,6 +39,18 @@
 #include "engine/sampler.h"
 #include "engine/weights.h"
 
+/* Progress of long work. LOAD: done/total in bytes of weights read into memory; PREFILL:
+ * done/total in prompt tokens of one request's prefill (fractional while a chunk of tokens is
+ * part-way through the layers). seconds since that work began, rate = done / seconds. */
+typedef enum { ENGINE_PROGRESS_LOAD, ENGINE_PROGRESS_PREFILL } engine_progress_kind;
+
+typedef struct {
+    engine_progress_kind kind;
+    double done, total;
+    double seconds;
+    double rate;                    /* per second: bytes/s for LOAD, tokens/s for PREFILL */
+} engine_progress;
+
 typedef struct {
     const char *model_dir;
     backend_kind backend;           /* BACKEND_CPU or BACKEND_CUDA */
@@ -39,6 +62,13 @@ typedef struct {
                                        open); CUDA: one device's memory for its shard and cache
                                        (0 = none known: max_context is then required) */
     int event_capacity;             /* events the queue holds; 0 = 4096 */
+    /* Optional: loading progress, called on the thread running engine_open, at most ~10 times
+     * a second and always once at the end (done == total). On the CPU backend engine_open
+     * reads the model's weights through the mmap into memory (weights_page_in), once the
+     * memory plan says they fit; "done" counts the bytes read so far, total is every byte of
+     * the tensors the model uses (engine_info.weight_bytes). */
+    void (*on_load_progress)(void *user, const engine_progress *p);
+    void *progress_user;
 } engine_options;
 
 /* What engine_open chose; summary says it in one line, for the app to print once. */
@@ -52,7 +82,7 @@ typedef struct {
     size_t weight_bytes;            /* language-model weights */
     size_t kv_bytes_per_token;      /* per rank */
     int vocab;                      /* logits per row */
-    double load_seconds;            /* weights + backend, wall clock */
+    double load_seconds;            /* weights (opened and read into memory) + backend, wall clock */
     char summary[640];
 } engine_info;
 
@@ -92,7 +122,12 @@ typedef struct {
     int32_t stop_id;                /* the stop id when stop_reason is ENGINE_STOP_TOKEN, else -1 */
 } engine_stats;
 
-typedef enum { ENGINE_EVENT_TOKEN, ENGINE_EVENT_ERROR, ENGINE_EVENT_DONE } engine_event_kind;
+typedef enum {
+    ENGINE_EVENT_TOKEN,
+    ENGINE_EVENT_ERROR,
+    ENGINE_EVENT_DONE,
+    ENGINE_EVENT_PROGRESS,
+} engine_event_kind;
 
 typedef struct {
     engine_event_kind kind;
@@ -100,6 +135,7 @@ typedef struct {
     int32_t token;                  /* TOKEN: the generated id */
     int index;                      /* TOKEN: 0 for the first generated id of the request */
     engine_stats stats;             /* DONE */
+    engine_progress progress;       /* PROGRESS: kind ENGINE_PROGRESS_PREFILL */
     char message[512];              /* ERROR: one line */
 } engine_event;
 
@@ -117,7 +153,8 @@ const model_weights *engine_weights(const engine *e);
  * memory budget holds) are KIMI_ERR_INPUT / KIMI_ERR_STATE errors. */
 int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *err);
 
-/* Stop a pending or running request within one step; the tokens generated so far stay
+/* Stop a pending or running request within one decode step or one layer of its prefill (the
+ * prefill's finished chunks of 256 tokens stay in the cache); the tokens generated so far stay
  * (events and cache) and its DONE says "cancelled". A request that already finished is left
  * as it is (0: the race with its DONE is harmless); an id never issued is KIMI_ERR_STATE. */
 int engine_cancel(engine *e, uint64_t id, kimi_err *err);
@@ -125,11 +162,12 @@ int engine_cancel(engine *e, uint64_t id, kimi_err *err);
 /* Readable (poll POLLIN) exactly while events are waiting. */
 int engine_event_fd(const engine *e);
 /* Take the next event: 1 when one was taken, 0 when none came. timeout_ms: 0 = don't wait,
- * -1 = wait until one comes. */
+ * -1 = wait until one comes or none can come any more (after engine_shutdown, once the queue
+ * is empty: it then returns 0 at once). */
 int engine_next_event(engine *e, engine_event *ev, int timeout_ms);
 
-/* Cancel every request, stop the scheduler (within one step) and refuse new requests;
- * events already queued can still be read. */
+/* Cancel every request, stop the scheduler (within one step or layer) and refuse new
+ * requests; every request's remaining events, its DONE included, stay queued to be read. */
 void engine_shutdown(engine *e);
 /* engine_shutdown, then free everything. */
 void engine_close(engine *e);

@@ -17,10 +17,10 @@ int kimi_fail(kimi_err *err, int code, const char *fmt, ...)
     return code;
 }
 
-int kimi_err_prefix(kimi_err *err, const char *fmt, ...)
+int kimi_err_prefix(kimi_err *err, int code, const char *fmt, ...)
 {
     if (!err)
-        return 0;
+        return code;
     char out[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
@@ -37,5 +37,5 @@ int kimi_err_prefix(kimi_err *err, const char *fmt, ...)
         memcpy(out + used + 2, err->msg, add - 2);
     out[used + add] = 0;
     memcpy(err->msg, out, sizeof out);
-    return err->code;
+    return code;
 }

@@ -22,7 +22,8 @@ typedef struct kimi_err {
 int kimi_fail(kimi_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Prefix an existing message: "context: previous message". Returns err->code. */
-int kimi_err_prefix(kimi_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefix the message a failed callee left in err (may be NULL): "context: previous message".
+ * Returns code, the callee's status (passed in because a NULL err holds none). */
+int kimi_err_prefix(kimi_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

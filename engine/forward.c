@@ -366,21 +366,21 @@ static void logits_block(rank_model *m, const int *rows, int n_rows, float *cons
     tp_comm_gather_columns(m->comm, m->rank, m->logits_part, n_rows, vocab_part, m->shard.vocab.begin, logit_out);
 }
 
-void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos,
+void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, int layer_begin, int layer_end,
                   const int *logit_rows, int n_logit_rows, float *const *logit_out)
 {
     const model_config *c = m->cfg;
     int rope = c->qk_rope_dim;
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; layer_begin == 0 && t < n; t++) {
         weight_matrix_decode_row(&m->mw->embed.w, tokens[t], m->h + (size_t)t * c->hidden);
         float *cos_t = m->cos_sin + (size_t)t * rope;
         rope_cos_sin(&m->rope, start_pos + t, cos_t, cos_t + rope / 2);
     }
-    for (int layer = 0; layer < c->layers; layer++) {
+    for (int layer = layer_begin; layer < layer_end; layer++) {
         attention_block(m, layer, n, start_pos);
         mlp_block(m, layer, n);
     }
-    if (n_logit_rows > 0)
+    if (layer_end == c->layers && n_logit_rows > 0)
         logits_block(m, logit_rows, n_logit_rows, logit_out);
 }
 
@@ -511,8 +511,9 @@ int rank_model_open(rank_model **out, const rank_setup *setup, kimi_err *err)
 {
     *out = NULL;
     const model_config *c = &setup->mw->cfg;
-    if (config_supported(c, err))
-        return err->code;
+    int status = config_supported(c, err);
+    if (status)
+        return status;
     rank_model *m = calloc(1, sizeof *m);
     if (!m)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for rank %d", setup->rank);
@@ -532,20 +533,20 @@ int rank_model_open(rank_model **out, const rank_setup *setup, kimi_err *err)
     m->routing = (moe_routing_config){c->experts, c->experts_per_token, c->n_group, c->topk_group,
                                       c->norm_topk_prob, c->routed_scaling_factor};
     if (rope_table_init(&m->rope, &rc)) {
-        kimi_fail(err, KIMI_ERR_MODEL, "config.json: qk_rope_head_dim %d must be even and at most %d",
-                  c->qk_rope_dim, ROPE_MAX_DIM);
+        status = kimi_fail(err, KIMI_ERR_MODEL, "config.json: qk_rope_head_dim %d must be even and at most %d",
+                           c->qk_rope_dim, ROPE_MAX_DIM);
         goto fail;
     }
-    if (tp_shard_plan(setup->mw, setup->tp, setup->rank, &m->shard, err))
+    if ((status = tp_shard_plan(setup->mw, setup->tp, setup->rank, &m->shard, err)))
         goto fail;
     m->heads = m->shard.heads.end - m->shard.heads.begin;
-    if (layer_shards_open(m, err) || buffers_open(m, worker_pool_size(setup->pool), err))
+    if ((status = layer_shards_open(m, err)) || (status = buffers_open(m, worker_pool_size(setup->pool), err)))
         goto fail;
     *out = m;
     return 0;
 fail:
     rank_model_close(m);
-    return err->code;
+    return status;
 }
 
 void rank_model_close(rank_model *m)

@@ -115,8 +115,9 @@ static int parse_entry(const char *name, json_t *entry, const uint8_t *data, siz
     if (dtype_from_name(json_string_value(type), &t->type))
         return kimi_fail(err, KIMI_ERR_MODEL, "%s: tensor %s: unknown dtype '%s'", path, name,
                          json_string_value(type));
-    if (parse_shape(json_object_get(entry, "shape"), t, path, err))
-        return err->code;
+    int rc = parse_shape(json_object_get(entry, "shape"), t, path, err);
+    if (rc)
+        return rc;
     json_t *offsets = json_object_get(entry, "data_offsets");
     json_t *b = json_array_get(offsets, 0), *e = json_array_get(offsets, 1);
     if (!json_is_array(offsets) || json_array_size(offsets) != 2 || !json_is_integer(b) ||
@@ -287,18 +288,20 @@ static int map_file(safetensors_set *set, const char *path, kimi_err *err)
         image = m;
     }
     close(fd);
-    if (add_file(set, path, image, size, size > 0, err)) {
+    int rc = add_file(set, path, image, size, size > 0, err);
+    if (rc) {
         if (image)
             munmap((void *)image, size);
-        return err->code;
+        return rc;
     }
     return 0;
 }
 
 static int open_shard(safetensors_set *set, const char *path, kimi_err *err)
 {
-    if (map_file(set, path, err))
-        return err->code;
+    int rc = map_file(set, path, err);
+    if (rc)
+        return rc;
     return parse_file(set, set->n_files - 1, err);
 }
 

@@ -2,6 +2,7 @@
  * order of operations and the RNG are documented in sampler.h). */
 #include "engine/sampler.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -53,8 +54,9 @@ int sampler_params_check(const sampler_params *p, kimi_err *err)
 int sampler_init(sampler *s, int vocab, const sampler_params *p, kimi_err *err)
 {
     s->scratch = NULL;
-    if (sampler_params_check(p, err))
-        return err ? err->code : KIMI_ERR_INPUT;
+    int rc = sampler_params_check(p, err);
+    if (rc)
+        return rc;
     if (vocab <= 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "sampler: vocabulary size %d must be positive", vocab);
     s->params = *p;
@@ -141,44 +143,50 @@ int32_t sampler_sample(sampler *s, const float *logits)
     if (p->temperature == 0)
         return sampler_argmax(logits, s->vocab);
 
+    int32_t best = sampler_argmax(logits, s->vocab);
+    if (best < 0)
+        return -1;
+    /* Shifted by the largest logit before dividing, in double: logit / temperature alone
+     * overflows to inf for a tiny temperature (and inf - inf is NaN), while the shifted value
+     * is at most 0 and, below the float range, becomes -inf: a probability of exactly 0. */
+    double max_logit = logits[best], temperature = p->temperature;
     sampler_candidate *c = s->scratch;
     int n = 0;
-    for (int i = 0; i < s->vocab; i++)
-        if (isfinite(logits[i]))
-            c[n++] = (sampler_candidate){i, logits[i] / p->temperature};
-    if (n == 0)
-        return -1;
+    for (int i = 0; i < s->vocab; i++) {
+        if (!isfinite(logits[i]))
+            continue;
+        double z = ((double)logits[i] - max_logit) / temperature;
+        c[n++] = (sampler_candidate){i, z < -FLT_MAX ? -INFINITY : (float)z};
+    }
 
-    int ranked = 0;
     if (p->top_k > 0 && p->top_k < n) {
         select_top_k(c, n, p->top_k);
         n = p->top_k;
-        ranked = 1;
     }
 
-    float z_max = c[0].z;
-    for (int i = 1; i < n; i++)
-        if (c[i].z > z_max)
-            z_max = c[i].z;
+    /* The largest z is 0, so every exp is in [0, 1] and the largest is exactly 1. */
     double total = 0;
     for (int i = 0; i < n; i++) {
-        c[i].z = expf(c[i].z - z_max);
+        c[i].z = expf(c[i].z);
         total += c[i].z;
     }
 
     if (p->top_p < 1 && n > 1) {
-        if (!ranked) {
-            /* Everything below this cutoff together holds less than (1 - top_p) of the mass and
-             * ranks below everything above it, so the nucleus lies entirely above it: sorting
-             * only the survivors keeps top-p cheap over a 160k vocabulary. */
-            double cutoff = (1.0 - p->top_p) / (n - 1) * total;
-            int kept = 0;
-            for (int i = 0; i < n; i++)
-                if (c[i].z >= cutoff)
-                    c[kept++] = c[i];
-            n = kept;
-            qsort(c, (size_t)n, sizeof *c, compare_rank);
-        }
+        /* Everything below this cutoff together holds less than (1 - top_p) of the mass and
+         * ranks below everything above it, so the nucleus lies entirely above it: sorting only
+         * the survivors keeps top-p cheap over a 160k vocabulary. The cutoff is at most 1, the
+         * largest probability, so that one always survives (a nearly flat row with
+         * top_p < 1/n would otherwise lose every id); when it is lowered to 1, because
+         * (1 - top_p) * total > n - 1, the at most n - 1 ids below it hold less than n - 1,
+         * so the argument still holds. The sort is by probability even after a top-k cut
+         * (ranked by z): distinct z can round to one probability, which ties go by id. */
+        double cutoff = fmin((1.0 - p->top_p) / (n - 1) * total, 1.0);
+        int kept = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].z >= cutoff)
+                c[kept++] = c[i];
+        n = kept;
+        qsort(c, (size_t)n, sizeof *c, compare_rank);
         double need = p->top_p * total, mass = 0;
         for (int i = 0; i < n; i++) {
             mass += c[i].z;
@@ -196,5 +204,9 @@ int32_t sampler_sample(sampler *s, const float *logits)
         if (u < mass)
             return c[i].id;
     }
+    /* u rounded up to the whole mass: the last kept id that has any probability (the largest,
+     * 1, is kept, so there is one). */
+    while (c[n - 1].z == 0)
+        n--;
     return c[n - 1].id;
 }

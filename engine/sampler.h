@@ -2,7 +2,9 @@
  * with a seedable RNG, so that a run with the same seed repeats exactly.
  *
  * Order of operations for temperature > 0:
- *   1. z_i = logit_i / temperature over every id with a finite logit;
+ *   1. z_i = (logit_i - max logit) / temperature over every id with a finite logit (the same
+ *      softmax as logit_i / temperature, computed in double so that a tiny temperature cannot
+ *      overflow: it tends to greedy, the tied largest logits sharing the mass);
  *   2. top-k (k > 0): keep the k largest z (ties: the lower id ranks first);
  *   3. top-p (p < 1): p_i = softmax(z) over what is left, sorted by p descending (ties: lower id
  *      first); keep the shortest prefix whose mass reaches top_p (always at least one id);

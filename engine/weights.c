@@ -7,8 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "engine/array.h"
 #include "engine/safetensors.h"
 #include "kernels/cpu/numeric.h"
 
@@ -18,7 +21,19 @@ typedef struct {
     const char *model_dir;
     kimi_err *err;
     size_t bytes;               /* every tensor resolved so far */
+    weight_span *spans;         /* [n_spans] of those tensors, capacity span_cap */
+    size_t n_spans, span_cap;
 } loader;
+
+/* Count a tensor the model uses: its bytes, and its span for weights_page_in. */
+static int use_tensor(loader *L, const st_tensor *t)
+{
+    if (array_reserve(&L->spans, &L->span_cap, L->n_spans + 1, sizeof *L->spans))
+        return kimi_fail(L->err, KIMI_ERR_NOMEM, "out of memory for the list of %zu tensors", L->n_spans + 1);
+    L->spans[L->n_spans++] = (weight_span){t->data, t->bytes};
+    L->bytes += t->bytes;
+    return 0;
+}
 
 static int missing(const loader *L, const char *name)
 {
@@ -106,7 +121,9 @@ static int load_nvfp4(loader *L, const st_tensor *w, const char *name, int rows,
         .format = WEIGHT_NVFP4, .rows = rows, .cols = cols, .data = w->data, .data_stride = (size_t)cols / 2,
         .scale = scale->data, .scale_stride = (size_t)cols / 16, .scale_2 = scale_2,
     };
-    L->bytes += w->bytes + scale->bytes + scale2->bytes;
+    int rc;
+    if ((rc = use_tensor(L, w)) || (rc = use_tensor(L, scale)) || (rc = use_tensor(L, scale2)))
+        return rc;
     return 0;
 }
 
@@ -127,14 +144,14 @@ static int load_linear(loader *L, const char *name, int rows, int cols, linear *
                          shard_of(L, w), w->name, dtype_name(w->type));
     if (!shape_is(w, 2, rows, cols))
         return wrong_shape(L, w, rows, cols, 2);
-    if (check_aligned(L, w))
-        return L->err->code;
+    int rc = check_aligned(L, w);
+    if (rc)
+        return rc;
     out->w = (weight_matrix){
         .format = float_format(w->type), .rows = rows, .cols = cols, .data = w->data,
         .data_stride = (size_t)cols * dtype_size(w->type), .scale = NULL, .scale_stride = 0, .scale_2 = 1.0f,
     };
-    L->bytes += w->bytes;
-    return 0;
+    return use_tensor(L, w);
 }
 
 static int load_vector(loader *L, const char *name, int n, int optional, weight_vector *out)
@@ -148,23 +165,24 @@ static int load_vector(loader *L, const char *name, int n, int optional, weight_
                          shard_of(L, t), t->name, dtype_name(t->type));
     if (!shape_is(t, 1, n, 0))
         return wrong_shape(L, t, n, 0, 1);
-    if (check_aligned(L, t))
-        return L->err->code;
+    int rc = check_aligned(L, t);
+    if (rc)
+        return rc;
     *out = (weight_vector){.type = t->type, .n = n, .data = t->data};
-    L->bytes += t->bytes;
-    return 0;
+    return use_tensor(L, t);
 }
 
 static int load_mlp(loader *L, const char *base, int hidden, int inter, mlp_weights *m)
 {
     char name[200];
+    int rc;
     m->inter = inter;
     snprintf(name, sizeof name, "%sgate_proj", base);
-    if (load_linear(L, name, inter, hidden, &m->gate))
-        return L->err->code;
+    if ((rc = load_linear(L, name, inter, hidden, &m->gate)))
+        return rc;
     snprintf(name, sizeof name, "%sup_proj", base);
-    if (load_linear(L, name, inter, hidden, &m->up))
-        return L->err->code;
+    if ((rc = load_linear(L, name, inter, hidden, &m->up)))
+        return rc;
     snprintf(name, sizeof name, "%sdown_proj", base);
     return load_linear(L, name, hidden, inter, &m->down);
 }
@@ -180,32 +198,36 @@ static int load_layer(loader *L, const char *prefix, int i, layer_weights *lw)
 {
     const model_config *c = L->cfg;
     char p[128], name[200];
+    int rc;
     snprintf(p, sizeof p, "%slayers.%d.", prefix, i);
 #define NAME(suffix) in_layer(name, p, suffix)
-    if (load_vector(L, NAME("input_layernorm.weight"), c->hidden, 0, &lw->input_norm) ||
-        load_vector(L, NAME("post_attention_layernorm.weight"), c->hidden, 0, &lw->post_attn_norm) ||
-        load_linear(L, NAME("self_attn.q_a_proj"), c->q_lora_rank, c->hidden, &lw->q_a) ||
-        load_vector(L, NAME("self_attn.q_a_layernorm.weight"), c->q_lora_rank, 0, &lw->q_a_norm) ||
-        load_linear(L, NAME("self_attn.q_b_proj"), c->heads * (c->qk_nope_dim + c->qk_rope_dim), c->q_lora_rank, &lw->q_b) ||
-        load_linear(L, NAME("self_attn.kv_a_proj_with_mqa"), c->kv_lora_rank + c->qk_rope_dim, c->hidden, &lw->kv_a) ||
-        load_vector(L, NAME("self_attn.kv_a_layernorm.weight"), c->kv_lora_rank, 0, &lw->kv_a_norm) ||
-        load_linear(L, NAME("self_attn.kv_b_proj"), c->heads * (c->qk_nope_dim + c->v_head_dim), c->kv_lora_rank, &lw->kv_b) ||
-        load_linear(L, NAME("self_attn.o_proj"), c->hidden, c->heads * c->v_head_dim, &lw->o))
-        return L->err->code;
+    if ((rc = load_vector(L, NAME("input_layernorm.weight"), c->hidden, 0, &lw->input_norm)) ||
+        (rc = load_vector(L, NAME("post_attention_layernorm.weight"), c->hidden, 0, &lw->post_attn_norm)) ||
+        (rc = load_linear(L, NAME("self_attn.q_a_proj"), c->q_lora_rank, c->hidden, &lw->q_a)) ||
+        (rc = load_vector(L, NAME("self_attn.q_a_layernorm.weight"), c->q_lora_rank, 0, &lw->q_a_norm)) ||
+        (rc = load_linear(L, NAME("self_attn.q_b_proj"), c->heads * (c->qk_nope_dim + c->qk_rope_dim), c->q_lora_rank,
+                          &lw->q_b)) ||
+        (rc = load_linear(L, NAME("self_attn.kv_a_proj_with_mqa"), c->kv_lora_rank + c->qk_rope_dim, c->hidden,
+                          &lw->kv_a)) ||
+        (rc = load_vector(L, NAME("self_attn.kv_a_layernorm.weight"), c->kv_lora_rank, 0, &lw->kv_a_norm)) ||
+        (rc = load_linear(L, NAME("self_attn.kv_b_proj"), c->heads * (c->qk_nope_dim + c->v_head_dim), c->kv_lora_rank,
+                          &lw->kv_b)) ||
+        (rc = load_linear(L, NAME("self_attn.o_proj"), c->hidden, c->heads * c->v_head_dim, &lw->o)))
+        return rc;
     lw->is_moe = config_layer_is_moe(c, i);
     if (!lw->is_moe)
         return load_mlp(L, NAME("mlp."), c->hidden, c->intermediate, &lw->dense);
-    if (load_linear(L, NAME("mlp.gate"), c->experts, c->hidden, &lw->router) ||
-        load_vector(L, NAME("mlp.gate.e_score_correction_bias"), c->experts, 1, &lw->router_bias))
-        return L->err->code;
+    if ((rc = load_linear(L, NAME("mlp.gate"), c->experts, c->hidden, &lw->router)) ||
+        (rc = load_vector(L, NAME("mlp.gate.e_score_correction_bias"), c->experts, 1, &lw->router_bias)))
+        return rc;
 #undef NAME
     lw->experts = calloc((size_t)c->experts, sizeof *lw->experts);
     if (!lw->experts)
         return kimi_fail(L->err, KIMI_ERR_NOMEM, "layer %d: out of memory for %d experts", i, c->experts);
     for (int e = 0; e < c->experts; e++) {
         snprintf(name, sizeof name, "%smlp.experts.%d.", p, e);
-        if (load_mlp(L, name, c->hidden, c->moe_intermediate, &lw->experts[e]))
-            return L->err->code;
+        if ((rc = load_mlp(L, name, c->hidden, c->moe_intermediate, &lw->experts[e])))
+            return rc;
     }
     if (c->shared_experts > 0) {
         snprintf(name, sizeof name, "%smlp.shared_experts.", p);
@@ -296,21 +318,48 @@ static int count_linear(const linear *l, int is_embedding, void *ctx)
     return 0;
 }
 
+static int compare_span(const void *pa, const void *pb)
+{
+    const weight_span *a = pa, *b = pb;
+    return a->data < b->data ? -1 : a->data > b->data;
+}
+
+/* Sort spans [n] by address and merge the ones that touch or overlap; returns how many remain. */
+static size_t merge_spans(weight_span *spans, size_t n)
+{
+    if (n == 0)
+        return 0;
+    qsort(spans, n, sizeof *spans, compare_span);
+    size_t kept = 0;
+    for (size_t i = 1; i < n; i++) {
+        weight_span *last = &spans[kept];
+        if (spans[i].data <= last->data + last->bytes) {
+            const uint8_t *end = spans[i].data + spans[i].bytes;
+            if (end > last->data + last->bytes)
+                last->bytes = (size_t)(end - last->data);
+        } else {
+            spans[++kept] = spans[i];
+        }
+    }
+    return kept + 1;
+}
+
 int weights_load(model_weights *mw, const char *model_dir, kimi_err *err)
 {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     memset(mw, 0, sizeof *mw);
-    if (config_load(&mw->cfg, model_dir, err))
-        return err->code;
-    if (safetensors_open_dir(&mw->files, model_dir, err)) {
+    int rc = config_load(&mw->cfg, model_dir, err);
+    if (rc)
+        return rc;
+    if ((rc = safetensors_open_dir(&mw->files, model_dir, err))) {
         config_free(&mw->cfg);
-        return err->code;
+        return rc;
     }
-    loader L = {mw->files, &mw->cfg, model_dir, err, 0};
+    loader L = {.files = mw->files, .cfg = &mw->cfg, .model_dir = model_dir, .err = err};
     const model_config *c = &mw->cfg;
     char name[200];
-    int rc = detect_prefix(&L, mw->prefix, sizeof mw->prefix);
+    rc = detect_prefix(&L, mw->prefix, sizeof mw->prefix);
     if (!rc) {
         snprintf(name, sizeof name, "%sembed_tokens", mw->prefix);
         rc = load_linear(&L, name, c->vocab, c->hidden, &mw->embed);
@@ -331,10 +380,13 @@ int weights_load(model_weights *mw, const char *model_dir, kimi_err *err)
     for (int i = 0; !rc && i < c->layers; i++)
         rc = load_layer(&L, mw->prefix, i, &mw->layers[i]);
     if (rc) {
+        free(L.spans);
         weights_free(mw);
         return rc;
     }
     mw->weight_bytes = L.bytes;
+    mw->spans = L.spans;
+    mw->n_spans = merge_spans(L.spans, L.n_spans);
     visit_linears(mw, count_linear, mw);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     mw->load_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
@@ -347,9 +399,38 @@ void weights_free(model_weights *mw)
         for (int i = 0; i < mw->cfg.layers; i++)
             free(mw->layers[i].experts);
     free(mw->layers);
+    free(mw->spans);
     safetensors_close(mw->files);
     config_free(&mw->cfg);
     memset(mw, 0, sizeof *mw);
+}
+
+/* Large enough that madvise reads ahead in big requests, small enough for ~10 reports a
+ * second from a fast disk. */
+#define PAGE_IN_STEP ((size_t)64 << 20)
+
+void weights_page_in(const model_weights *mw, void (*progress)(void *user, size_t done, size_t total), void *user)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), total = 0, done = 0;
+    for (size_t i = 0; i < mw->n_spans; i++)
+        total += mw->spans[i].bytes;
+    for (size_t i = 0; i < mw->n_spans; i++) {
+        for (size_t off = 0; off < mw->spans[i].bytes; off += PAGE_IN_STEP) {
+            const uint8_t *start = mw->spans[i].data + off;
+            size_t len = mw->spans[i].bytes - off < PAGE_IN_STEP ? mw->spans[i].bytes - off : PAGE_IN_STEP;
+            uintptr_t first_page = (uintptr_t)start & ~(uintptr_t)(page - 1);
+            /* Only advice: memory that is not a file mapping (a test's image) just says no. */
+            (void)madvise((void *)first_page, (uintptr_t)start + len - first_page, MADV_WILLNEED);
+            /* Volatile, so the reads that fault each page in happen. */
+            const volatile uint8_t *bytes = start;
+            for (size_t k = 0; k < len; k += page)
+                (void)bytes[k];
+            (void)bytes[len - 1];
+            done += len;
+            if (progress)
+                progress(user, done, total);
+        }
+    }
 }
 
 typedef struct {
@@ -453,8 +534,9 @@ static int check_mlp_split(const mlp_weights *m, int tp, const char *field, int 
 int tp_shard_plan(const model_weights *mw, int tp, int rank, tp_shard *out, kimi_err *err)
 {
     const model_config *c = &mw->cfg;
-    if (config_check_tp(c, tp, err))
-        return err->code;
+    int rc = config_check_tp(c, tp, err);
+    if (rc)
+        return rc;
     if (rank < 0 || rank >= tp)
         return kimi_fail(err, KIMI_ERR_USAGE, "rank %d is outside [0, %d)", rank, tp);
     memset(out, 0, sizeof *out);
@@ -474,8 +556,8 @@ int tp_shard_plan(const model_weights *mw, int tp, int rank, tp_shard *out, kimi
     int heads_per_rank = c->heads / tp;
     for (int i = 0; i < c->layers; i++) {
         const layer_weights *lw = &mw->layers[i];
-        if (check_k_split(&lw->o, heads_per_rank * c->v_head_dim, tp, "num_attention_heads", c->heads, err))
-            return err->code;
+        if ((rc = check_k_split(&lw->o, heads_per_rank * c->v_head_dim, tp, "num_attention_heads", c->heads, err)))
+            return rc;
         weight_matrix q_b = weight_rows(&lw->q_b.w, scaled(out->heads, c->qk_nope_dim + c->qk_rope_dim));
         weight_matrix kv_b = weight_rows(&lw->kv_b.w, scaled(out->heads, c->qk_nope_dim + c->v_head_dim));
         weight_matrix o = weight_cols(&lw->o.w, scaled(out->heads, c->v_head_dim));
@@ -483,21 +565,21 @@ int tp_shard_plan(const model_weights *mw, int tp, int rank, tp_shard *out, kimi
                  vector_bytes(&lw->kv_a_norm) + view_bytes(&lw->q_a.w) + view_bytes(&lw->kv_a.w) + view_bytes(&q_b) +
                  view_bytes(&kv_b) + view_bytes(&o);
         if (!lw->is_moe) {
-            if (check_mlp_split(&lw->dense, tp, "intermediate_size", c->intermediate, err))
-                return err->code;
+            if ((rc = check_mlp_split(&lw->dense, tp, "intermediate_size", c->intermediate, err)))
+                return rc;
             bytes += mlp_shard_bytes(&lw->dense, out->dense_inter);
             continue;
         }
         bytes += view_bytes(&lw->router.w) + vector_bytes(&lw->router_bias);
         for (int e = 0; e < c->experts; e++) {
-            if (check_mlp_split(&lw->experts[e], tp, "moe_intermediate_size", c->moe_intermediate, err))
-                return err->code;
+            if ((rc = check_mlp_split(&lw->experts[e], tp, "moe_intermediate_size", c->moe_intermediate, err)))
+                return rc;
             bytes += mlp_shard_bytes(&lw->experts[e], out->moe_inter);
         }
         if (c->shared_experts > 0) {
-            if (check_mlp_split(&lw->shared, tp, "n_shared_experts x moe_intermediate_size",
-                                c->shared_experts * c->moe_intermediate, err))
-                return err->code;
+            if ((rc = check_mlp_split(&lw->shared, tp, "n_shared_experts x moe_intermediate_size",
+                                      c->shared_experts * c->moe_intermediate, err)))
+                return rc;
             bytes += mlp_shard_bytes(&lw->shared, out->shared_inter);
         }
     }

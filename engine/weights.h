@@ -44,6 +44,12 @@ typedef struct {
 
 typedef struct safetensors_set safetensors_set;
 
+/* Bytes of the mmap'ed checkpoint that the model uses. */
+typedef struct {
+    const uint8_t *data;
+    size_t bytes;
+} weight_span;
+
 typedef struct {
     model_config cfg;
     safetensors_set *files;         /* owns the mmaps every view points into */
@@ -55,12 +61,21 @@ typedef struct {
     int n_nvfp4_linears, n_dense_linears;   /* linears of the language model (lm_head included
                                                unless tied; the embedding table is not a linear) */
     size_t weight_bytes;            /* bytes of every language-model tensor used */
+    weight_span *spans;             /* [n_spans] those tensors, in address order, adjacent
+                                       and overlapping ones merged */
+    size_t n_spans;
     double load_seconds;
 } model_weights;
 
 /* Open model_dir: config, every shard, every tensor resolved and checked. */
 int weights_load(model_weights *mw, const char *model_dir, kimi_err *err);
 void weights_free(model_weights *mw);
+
+/* Read the model's weights into memory through the mmap, in address order and large steps
+ * (madvise WILLNEED, then one byte of every page), so that the first forward pass does not
+ * wait for the disk. progress (may be NULL) gets the bytes of the spans read so far and
+ * their total after every step; the last call has done == total. */
+void weights_page_in(const model_weights *mw, void (*progress)(void *user, size_t done, size_t total), void *user);
 
 /* Look up any linear by checkpoint name (without ".weight"), for kimi-probe weights. */
 const linear *weights_find_linear(const model_weights *mw, const char *name);

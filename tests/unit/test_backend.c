@@ -1,7 +1,9 @@
 /* test_backend: the CPU backend on the tiny checkpoint: tensor-parallel degrees and worker
  * counts agree, decode (absorbed attention) agrees with prefill (expanded attention), prefix
  * reuse gives the logits of a full prefill, the cache reads back as [layer][position][row],
- * and bad requests are clear errors. Also the communicator on its own. */
+ * the between-layers watcher reports and stops a prefill, and bad requests are clear errors
+ * (also with no kimi_err to fill). Also the communicator on its own. */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -144,6 +146,7 @@ static void check_tp_and_threads(void)
     backend *none = NULL;
     CHECK_INT(backend_open(&none, &mw, &opt, &err), KIMI_ERR_USAGE);
     CHECK(strstr(err.msg, "--tp 3") != NULL && none == NULL);
+    CHECK_MSG(strstr(strstr(err.msg, "--tp") + 1, "--tp") == NULL, "the flag twice: %s", err.msg);
     opt.tp = 1;
     opt.max_context = 0;
     CHECK(backend_open(&none, &mw, &opt, &err) != 0);
@@ -155,6 +158,82 @@ static void check_tp_and_threads(void)
     free(two);
     free(all);
     free(few);
+}
+
+/* ---- the between-layers watcher (backend_options.on_layer) ---- */
+
+typedef struct {
+    int calls, stop_at;             /* stop (return 1) on call number stop_at; 0 = never */
+    double seen[64];                /* tokens_done of each call */
+} watch_log;
+
+static int watch(void *user, double tokens_done)
+{
+    watch_log *w = user;
+    if (w->calls < 64)
+        w->seen[w->calls] = tokens_done;
+    return ++w->calls == w->stop_at;
+}
+
+/* A prefill reports after every layer, done rising to n; the logits are exactly those of an
+ * unwatched run; a stop ends the call at once (BACKEND_STOPPED, err untouched) and the next
+ * call over the same positions gives the same logits again. A decode step is not watched. */
+static void check_on_layer(const float *want)
+{
+    kimi_err err = {0};
+    watch_log w = {0};
+    int layers = mw.cfg.layers;
+    backend_options opt = {.kind = BACKEND_CPU, .tp = 2, .threads_per_rank = 1, .max_context = N_TOKENS,
+                           .on_layer = watch, .on_layer_user = &w};
+    backend *be = NULL;
+    if (backend_open(&be, &mw, &opt, &err)) {
+        CHECK_MSG(0, "backend_open: %s", err.msg);
+        return;
+    }
+    size_t count = (size_t)N_TOKENS * mw.cfg.vocab;
+    float *got = malloc(count * sizeof *got);
+    CHECK_INT(backend_forward(be, tokens, N_TOKENS, 0, rows, N_TOKENS, got, &err), 0);
+    CHECK_INT(w.calls, layers);
+    int rising = 1;
+    for (int i = 0; i < w.calls && i < 64; i++)
+        rising &= w.seen[i] > (i ? w.seen[i - 1] : 0);
+    CHECK(rising);
+    CHECK_NEAR(w.seen[layers - 1], N_TOKENS, 0);
+    CHECK(memcmp(got, want, count * sizeof *got) == 0);
+
+    w = (watch_log){.stop_at = 2};
+    err = (kimi_err){0};
+    CHECK_INT(backend_forward(be, tokens, N_TOKENS, 0, rows, N_TOKENS, got, &err), BACKEND_STOPPED);
+    CHECK_INT(w.calls, 2);
+    CHECK_INT(err.code, 0);
+    w = (watch_log){0};
+    CHECK_INT(backend_forward(be, tokens, N_TOKENS, 0, rows, N_TOKENS, got, &err), 0);
+    CHECK(memcmp(got, want, count * sizeof *got) == 0);
+    w = (watch_log){0};
+    CHECK_INT(backend_forward(be, tokens, 1, N_TOKENS - 1, rows, 1, got, &err), 0);
+    CHECK_INT(w.calls, 0);
+    free(got);
+    backend_close(be);
+}
+
+/* Failures are failures without an error to fill: *out stays NULL, the status is non-zero. */
+static void check_null_err(void)
+{
+    backend *none = NULL;
+    backend_options opt = {.kind = BACKEND_CPU, .tp = 3, .threads_per_rank = 1, .max_context = 8};
+    CHECK_INT(backend_open(&none, &mw, &opt, NULL), KIMI_ERR_USAGE);
+    CHECK(none == NULL);
+    /* A cache no memory holds fails inside the rank threads. */
+    opt.tp = 2;
+    opt.max_context = LONG_MAX / 4;
+    CHECK_INT(backend_open(&none, &mw, &opt, NULL), KIMI_ERR_NOMEM);
+    CHECK(none == NULL);
+    kimi_err err = {0};
+    CHECK_INT(backend_open(&none, &mw, &opt, &err), KIMI_ERR_NOMEM);
+    CHECK_MSG(strstr(err.msg, "rank 0 of 2") != NULL, "%s", err.msg);
+    model_weights missing;
+    CHECK(weights_load(&missing, "tests/golden/fixtures/no-such-model", NULL) != 0);
+    CHECK_INT(kimi_err_prefix(NULL, KIMI_ERR_IO, "context"), KIMI_ERR_IO);
 }
 
 /* ---- the communicator on its own ---- */
@@ -215,6 +294,10 @@ int main(void)
         rows[t] = t;
     }
     check_tp_and_threads();
+    float *want = prefill_logits(2, 1);
+    check_on_layer(want);
+    free(want);
+    check_null_err();
     weights_free(&mw);
     return check_finish();
 }

@@ -1,11 +1,16 @@
 /* test_engine: the engine on the tiny-k25 checkpoint and the CPU backend, against the
  * independent reference (tests/golden/reference/tiny-k25/model_cases.json): greedy ids and
  * first-step logits, prefix reuse (reused count and logits of the second turn), cancel
- * mid-decode, the context limit, stop ids, the poll() descriptor, back-pressure, and API
- * misuse as clear errors. */
+ * mid-decode, the context limit, stop ids, the poll() descriptor, back-pressure, API misuse
+ * as clear errors (with and without a kimi_err), progress events (loading, prefill), shutdown
+ * with a full queue and an idle reader, and cancel latency during a long prefill. */
 #include <jansson.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "tests/unit/check.h"
@@ -90,6 +95,9 @@ typedef struct {
     int n_errors;
     char error[512];
     engine_stats stats;
+    int n_progress, n_progress_final;   /* PROGRESS events; those with done == total */
+    int progress_ok;                    /* all PREFILL, before every TOKEN, done rising, <= total */
+    engine_progress last_progress;
 } outcome;
 
 /* Read events until the DONE of request id; events of other requests fail the test. */
@@ -97,6 +105,7 @@ static void collect(engine *e, uint64_t id, outcome *o)
 {
     memset(o, 0, sizeof *o);
     o->indices_in_order = 1;
+    o->progress_ok = 1;
     engine_event ev;
     for (;;) {
         if (!engine_next_event(e, &ev, 60000)) {
@@ -108,14 +117,34 @@ static void collect(engine *e, uint64_t id, outcome *o)
             o->indices_in_order &= ev.index == o->n_tokens;
             if (o->n_tokens < 1024)
                 o->tokens[o->n_tokens++] = ev.token;
+        } else if (ev.kind == ENGINE_EVENT_PROGRESS) {
+            const engine_progress *p = &ev.progress;
+            o->progress_ok &= p->kind == ENGINE_PROGRESS_PREFILL && o->n_tokens == 0 && p->done <= p->total &&
+                              (o->n_progress == 0 || p->done > o->last_progress.done) && p->seconds >= 0;
+            o->n_progress_final += p->done == p->total;
+            o->n_progress++;
+            o->last_progress = *p;
         } else if (ev.kind == ENGINE_EVENT_ERROR) {
             o->n_errors++;
             snprintf(o->error, sizeof o->error, "%s", ev.message);
         } else {
+            CHECK_INT(ev.kind, ENGINE_EVENT_DONE);
             o->stats = ev.stats;
             return;
         }
     }
+}
+
+/* What every request that ran to completion shows: progress events in order, ending with
+ * exactly one done == total == the tokens prefilled, and no more than ~10 a second. */
+static void check_progress(const char *what, const outcome *o)
+{
+    CHECK_MSG(o->progress_ok, "%s: progress events out of order", what);
+    CHECK_MSG(o->n_progress_final == 1, "%s: %d final progress events", what, o->n_progress_final);
+    CHECK_NEAR(o->last_progress.done, o->stats.prefilled_tokens, 0);
+    CHECK_NEAR(o->last_progress.total, o->stats.prefilled_tokens, 0);
+    CHECK_MSG(o->n_progress <= 2 + 10 * o->stats.prefill_seconds * 1.5, "%s: %d progress events in %.2f s", what,
+              o->n_progress, o->stats.prefill_seconds);
 }
 
 static uint64_t submit(engine *e, const int32_t *tokens, int n, int max_new, const int32_t *stop, int n_stop,
@@ -168,6 +197,7 @@ static void test_greedy_and_prefix_reuse(int tp)
     CHECK_INT(o.stats.decode_steps, want.n - 1);
     CHECK_INT(o.stats.stop_reason, ENGINE_STOP_MAX_TOKENS);
     CHECK(o.stats.prefill_tok_s > 0 && o.stats.decode_tok_s > 0);
+    check_progress("greedy", &o);
 
     id_list second = case_ids("turns_second_prompt", "tokens");
     long common = json_integer_value(json_object_get(find_case("turns_second_prompt"), "common_prefix"));
@@ -184,6 +214,7 @@ static void test_greedy_and_prefix_reuse(int tp)
     collect(e, id, &o);
     CHECK_INT(o.stats.reused_tokens, second.n - 1);
     check_logits("second turn fully cached", again, want_second);
+    check_progress("one token prefilled", &o);
 
     /* A prompt that differs at its first token reuses nothing; then the second prompt is a
      * fresh prefill, and its logits must agree with the reused run's. */
@@ -216,8 +247,9 @@ static void test_cancel_and_backpressure(void)
     uint64_t id = submit(e, prompt.ids, prompt.n, 300, NULL, 0, NULL);
     engine_event ev;
     int seen = 0;
-    while (seen < 5 && engine_next_event(e, &ev, 60000) && ev.kind == ENGINE_EVENT_TOKEN)
-        seen++;
+    while (seen < 5 && engine_next_event(e, &ev, 60000) &&
+           (ev.kind == ENGINE_EVENT_TOKEN || ev.kind == ENGINE_EVENT_PROGRESS))
+        seen += ev.kind == ENGINE_EVENT_TOKEN;
     CHECK_INT(seen, 5);
     kimi_err err = {0};
     CHECK_INT(engine_cancel(e, id, &err), 0);
@@ -368,6 +400,236 @@ static void test_misuse(void)
     engine_close(e);
 }
 
+/* ---- loading progress ---- */
+
+typedef struct {
+    int calls, in_order;
+    engine_progress last;
+} load_log;
+
+static void on_load(void *user, const engine_progress *p)
+{
+    load_log *l = user;
+    l->in_order &= p->kind == ENGINE_PROGRESS_LOAD && p->done <= p->total && p->done > l->last.done &&
+                   p->total > 0 && (l->calls == 0 || p->total == l->last.total);
+    l->last = *p;
+    l->calls++;
+}
+
+/* engine_open reports the weights read into memory: done rising to the model's weight bytes,
+ * at most ~10 times a second plus the last. */
+static void test_load_progress(void)
+{
+    load_log log = {.in_order = 1};
+    engine_options opt = {.model_dir = MODEL, .backend = BACKEND_CPU, .tp = 1, .threads_per_rank = 1,
+                          .max_context = 64, .on_load_progress = on_load, .progress_user = &log};
+    engine *e = NULL;
+    kimi_err err = {0};
+    if (engine_open(&e, &opt, &err)) {
+        CHECK_MSG(0, "engine_open: %s", err.msg);
+        return;
+    }
+    const engine_info *info = engine_get_info(e);
+    CHECK(log.calls >= 1);
+    CHECK(log.in_order);
+    CHECK_NEAR(log.last.done, log.last.total, 0);
+    CHECK_NEAR(log.last.total, (double)info->weight_bytes, 0);
+    CHECK(log.last.seconds >= 0 && log.last.seconds <= info->load_seconds);
+    CHECK_MSG(log.calls <= 2 + 10 * info->load_seconds * 1.5, "%d reports in %.2f s", log.calls, info->load_seconds);
+    engine_close(e);
+}
+
+/* ---- shutdown ---- */
+
+/* A shutdown (or close) would hang forever in the old engine; the alarm turns that into a
+ * failure with a name. */
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_engine: a shutdown test hung (alarm)\n";
+    ssize_t rc = write(2, msg, sizeof msg - 1);
+    (void)rc;
+    _exit(1);
+}
+
+/* Requests submitted with a queue of 2 that nobody reads: the running one waits for the
+ * reader. Shutting down must not wait for the reader nor drop anything: afterwards every
+ * request's events are all there, each ending with exactly one DONE, and engine_next_event
+ * (-1) on the drained queue returns 0 instead of waiting forever. */
+static void test_shutdown_with_full_queue(void)
+{
+    enum { n_requests = 5 };
+    engine *e = open_engine(1, 512, 2);
+    id_list prompt = case_ids("greedy_sys_user", "tokens");
+    uint64_t ids[n_requests];
+    for (int i = 0; i < n_requests; i++)
+        ids[i] = submit(e, prompt.ids, prompt.n, 100, NULL, 0, NULL);
+    /* Give the first one time to fill the queue and block. */
+    while (!fd_readable(e))
+        usleep(1000);
+    usleep(200000);
+    alarm(60);
+    engine_shutdown(e);
+    int done[n_requests] = {0}, tokens_after_done = 0, strangers = 0;
+    engine_event ev;
+    while (engine_next_event(e, &ev, -1)) {
+        int k = (int)(ev.request - ids[0]);
+        if (k < 0 || k >= n_requests) {
+            strangers++;
+            continue;
+        }
+        if (ev.kind == ENGINE_EVENT_DONE) {
+            done[k]++;
+            CHECK_INT(ev.stats.stop_reason, ENGINE_STOP_CANCELLED);
+        } else if (done[k]) {
+            tokens_after_done++;
+        }
+    }
+    CHECK(engine_next_event(e, &ev, -1) == 0);
+    alarm(0);
+    CHECK_INT(strangers, 0);
+    CHECK_INT(tokens_after_done, 0);
+    for (int i = 0; i < n_requests; i++)
+        CHECK_MSG(done[i] == 1, "request %d: %d DONE events", i, done[i]);
+    CHECK(!fd_readable(e));
+    engine_close(e);
+    free(prompt.ids);
+}
+
+typedef struct {
+    engine *e;
+    int events, dones;
+} reader;
+
+static void *read_until_none(void *arg)
+{
+    reader *r = arg;
+    engine_event ev;
+    while (engine_next_event(r->e, &ev, -1)) {
+        r->events++;
+        r->dones += ev.kind == ENGINE_EVENT_DONE;
+    }
+    return NULL;
+}
+
+/* A reader already waiting in engine_next_event(-1), on another thread, while the engine
+ * shuts down: it gets the last DONE and then returns 0. */
+static void test_waiting_reader_at_shutdown(void)
+{
+    engine *e = open_engine(1, 512, 0);
+    reader r = {e, 0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, read_until_none, &r);
+    int32_t prompt[3] = {5, 6, 7};
+    submit(e, prompt, 3, 400, NULL, 0, NULL);
+    usleep(100000);
+    alarm(60);
+    engine_shutdown(e);
+    pthread_join(t, NULL);
+    alarm(0);
+    CHECK_INT(r.dones, 1);
+    engine_close(e);
+}
+
+/* ---- no kimi_err ---- */
+
+/* A NULL err is allowed everywhere: the statuses stay those of a real err. */
+static void test_null_err(void)
+{
+    engine *e = NULL;
+    engine_options opt = {.model_dir = MODEL, .backend = BACKEND_CPU, .tp = 3, .threads_per_rank = 1, .max_context = 64};
+    CHECK_INT(engine_open(&e, &opt, NULL), KIMI_ERR_USAGE);
+    CHECK(e == NULL);
+    opt.tp = 9;
+    CHECK_INT(engine_open(&e, &opt, NULL), KIMI_ERR_USAGE);
+    opt.tp = 1;
+    opt.model_dir = "tests/golden/fixtures/no-such-model";
+    CHECK(engine_open(&e, &opt, NULL) != 0);
+    CHECK(e == NULL);
+    opt.model_dir = MODEL;
+    opt.max_context = 1L << 40;
+    CHECK(engine_open(&e, &opt, NULL) != 0);
+    CHECK(e == NULL);
+
+    e = open_engine(1, 64, 0);
+    int32_t tokens[3] = {1, 2, 3};
+    uint64_t id = 12345;
+    engine_request req = {.tokens = tokens, .n_tokens = 3, .sampling = {0, 0, 2, 0}, .max_new_tokens = 2};
+    CHECK_INT(engine_submit(e, &req, &id, NULL), KIMI_ERR_INPUT);
+    CHECK_INT(id, 12345);
+    req.sampling = (sampler_params){-1, 0, 1, 0};
+    CHECK_INT(engine_submit(e, &req, &id, NULL), KIMI_ERR_INPUT);
+    req.sampling = (sampler_params){0, 0, 1, 0};
+    tokens[1] = VOCAB;
+    CHECK_INT(engine_submit(e, &req, &id, NULL), KIMI_ERR_INPUT);
+    tokens[1] = 2;
+    req.max_new_tokens = 100;
+    CHECK_INT(engine_submit(e, &req, &id, NULL), KIMI_ERR_STATE);
+    req.max_new_tokens = 2;
+    CHECK_INT(engine_cancel(e, 777, NULL), KIMI_ERR_STATE);
+    CHECK_INT(engine_submit(e, &req, &id, NULL), 0);
+    outcome o;
+    collect(e, id, &o);
+    CHECK_INT(o.n_tokens, 2);
+    engine_shutdown(e);
+    CHECK_INT(engine_submit(e, &req, &id, NULL), KIMI_ERR_STATE);
+    engine_close(e);
+    sampler s;
+    CHECK_INT(sampler_init(&s, 10, &(sampler_params){1, 0, 0, 0}, NULL), KIMI_ERR_INPUT);
+}
+
+/* ---- cancel during a long prefill ---- */
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A cancel during a prefill takes effect between layers, not only between chunks of 256
+ * tokens: cancelled shortly after a long prefill starts, the time from engine_cancel to the
+ * DONE must stay well under the time of that first chunk alone (the old granularity). Also
+ * progress over a prefill of several chunks. */
+static void test_cancel_during_prefill(void)
+{
+    enum { n = 768, chunk = 256, runs = 3 };
+    engine *e = open_engine(1, n + 8, 0);
+    int32_t *prompt = malloc(n * sizeof *prompt);
+    for (int i = 0; i < n; i++)
+        prompt[i] = (int32_t)((i * 577 + 11) % 2048);
+    outcome o;
+    collect(e, submit(e, prompt, n, 1, NULL, 0, NULL), &o);
+    check_progress("long prefill", &o);
+    CHECK(o.n_progress >= 2);
+    prompt[0] = 99;
+    collect(e, submit(e, prompt, chunk, 1, NULL, 0, NULL), &o);
+    double chunk_seconds = o.stats.prefill_seconds;
+    double worst = 0;
+    for (int r = 0; r < runs; r++) {
+        prompt[0] = (int32_t)(100 + r);   /* nothing reused */
+        uint64_t id = submit(e, prompt, n, 1, NULL, 0, NULL);
+        usleep((useconds_t)(chunk_seconds / 10 * 1e6));
+        double t = seconds_now();
+        CHECK_INT(engine_cancel(e, id, NULL), 0);
+        engine_event ev;
+        int got_done = 0;
+        while (!got_done && engine_next_event(e, &ev, 60000))
+            got_done = ev.kind == ENGINE_EVENT_DONE;
+        double latency = seconds_now() - t;
+        worst = latency > worst ? latency : worst;
+        CHECK(got_done);
+        CHECK_INT(ev.stats.stop_reason, ENGINE_STOP_CANCELLED);
+        CHECK_INT(ev.stats.generated_tokens, 0);
+    }
+    printf("cancel during prefill: worst %.1f ms from cancel to DONE; the first %d-token chunk takes %.1f ms\n",
+           worst * 1e3, chunk, chunk_seconds * 1e3);
+    CHECK_MSG(worst < chunk_seconds / 2, "cancel took %.1f ms, the first chunk %.1f ms", worst * 1e3,
+              chunk_seconds * 1e3);
+    free(prompt);
+    engine_close(e);
+}
+
 int main(void)
 {
     json_error_t jerr;
@@ -376,11 +638,17 @@ int main(void)
         fprintf(stderr, "%s: %s\n", REFERENCE "/model_cases.json", jerr.text);
         return 1;
     }
+    signal(SIGALRM, on_alarm);
     test_greedy_and_prefix_reuse(1);
     test_greedy_and_prefix_reuse(2);
     test_cancel_and_backpressure();
     test_stop_ids_and_context_full();
     test_misuse();
+    test_load_progress();
+    test_null_err();
+    test_shutdown_with_full_queue();
+    test_waiting_reader_at_shutdown();
+    test_cancel_during_prefill();
     json_decref(cases);
     return check_finish();
 }

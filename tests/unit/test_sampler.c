@@ -1,11 +1,15 @@
-/* test_sampler: the RNG against independently computed values, the greedy tie rule, and,
- * over many seeded draws, that top-k / top-p never leave their set and that empirical
- * frequencies follow the documented distribution. */
+/* test_sampler: the RNG against independently computed values, the greedy tie rule, over
+ * many seeded draws that top-k / top-p never leave their set and that empirical frequencies
+ * follow the documented distribution, and a property test over hostile rows and parameter
+ * extremes (every draw allowed by the rule; greedy as the temperature tends to 0). */
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "engine/sampler.h"
 #include "tests/unit/check.h"
+#include "tests/unit/sampler_rule.h"
 
 static sampler make_sampler(int vocab, float temperature, int top_k, float top_p, uint64_t seed)
 {
@@ -226,6 +230,124 @@ static void test_repeatable(void)
     sampler_free(&c);
 }
 
+/* xorshift64*: the test's own random stream, apart from the sampler's RNG. */
+static uint64_t test_rand(uint64_t *x)
+{
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * 2685821657736338717ull;
+}
+
+static double test_unit(uint64_t *x)
+{
+    return (double)(test_rand(x) >> 11) * 0x1.0p-53;
+}
+
+/* One row of logits of a kind that has broken samplers: flat, one spike, a few ties at the
+ * top, non-finite values sprinkled in, values near the float range's ends, subnormals. */
+static void random_row(float *row, int n, int kind, uint64_t *x)
+{
+    for (int i = 0; i < n; i++) {
+        double u = test_unit(x);
+        switch (kind) {
+        case 0: row[i] = 1.5f; break;                                       /* flat */
+        case 1: row[i] = (float)(u * 1e-3); break;                          /* nearly flat */
+        case 2: row[i] = (float)(u * 4 - 2); break;                         /* ordinary */
+        case 3: row[i] = (float)((u * 2 - 1) * FLT_MAX); break;             /* huge, both signs */
+        case 4: row[i] = (float)(u * 64) * FLT_TRUE_MIN; break;             /* subnormal */
+        case 5: row[i] = u < 0.5 ? -FLT_MAX : FLT_MAX * (float)u; break;    /* huge gaps */
+        default: row[i] = (float)(u * 20 - 10); break;
+        }
+    }
+    int spike = (int)(test_rand(x) % (uint64_t)n);
+    if (kind == 1 || kind == 6)
+        row[spike] = kind == 1 ? 50.0f : 1e30f;
+    if (kind == 6 && n > 2)
+        row[(spike + 1) % n] = row[spike];                                  /* tied top */
+    /* One row in three gets NaN and +-inf sprinkled in, which the sampler must ignore. */
+    if (test_rand(x) % 3 == 0) {
+        static const float bad[3] = {NAN, INFINITY, -INFINITY};
+        for (int i = 0; i < n; i++)
+            if (test_rand(x) % 4 == 0)
+                row[i] = bad[test_rand(x) % 3];
+    }
+}
+
+/* Random rows, temperatures, top-k and top-p, the extremes sampler_params_check accepts
+ * included: every draw is an id the rule of sampler.h gives a nonzero probability
+ * (tests/unit/sampler_rule.h), so inside the vocabulary and never a non-finite logit. */
+static void test_properties(void)
+{
+    static const float temperatures[] = {0, FLT_TRUE_MIN, 1e-38f, 1e-20f, 1e-6f, 0.3f, 1, 7, 1e20f, FLT_MAX};
+    enum { max_vocab = 300 };
+    float row[max_vocab];
+    uint64_t x = 0x243F6A8885A308D3ull;
+    int draws = 0, violations = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        int n = trial % 10 == 0 ? 1 + (int)(test_rand(&x) % 3) : 2 + (int)(test_rand(&x) % (max_vocab - 1));
+        random_row(row, n, (int)(test_rand(&x) % 7), &x);
+        float top_ps[] = {FLT_TRUE_MIN, 1e-6f, 0.5f / (float)n, (float)test_unit(&x), 0.5f, 0.9f,
+                          nextafterf(1, 0), 1};
+        int top_ks[] = {0, 1, 2, n - 1, n, n + 5, INT_MAX, 1 + (int)(test_rand(&x) % (uint64_t)n)};
+        sampler_params p = {temperatures[test_rand(&x) % (sizeof temperatures / sizeof *temperatures)],
+                            top_ks[test_rand(&x) % 8], top_ps[test_rand(&x) % 8], test_rand(&x)};
+        sampler s;
+        kimi_err err = {0};
+        if (sampler_init(&s, n, &p, &err)) {
+            CHECK_MSG(0, "sampler_init: %s", err.msg);
+            continue;
+        }
+        for (int d = 0; d < 8; d++, draws++) {
+            int32_t id = sampler_sample(&s, row);
+            const char *why = sampler_rule_violation(row, n, &p, id);
+            if (why && violations++ < 5)
+                fprintf(stderr, "trial %d: vocab %d, T %g, top_k %d, top_p %g: id %d: %s\n", trial, n,
+                        (double)p.temperature, p.top_k, (double)p.top_p, id, why);
+        }
+        sampler_free(&s);
+    }
+    CHECK_MSG(violations == 0, "%d of %d draws broke the sampling rule", violations, draws);
+}
+
+/* As the temperature tends to 0 from above, sampling becomes greedy: the argmax when it is
+ * unique, else one of the tied largest logits. */
+static void test_tiny_temperature(void)
+{
+    static const float temperatures[] = {FLT_TRUE_MIN, 1e-38f, 1e-30f, 1e-12f};
+    float issue[4] = {10, 20, 30, 5}, ties[5] = {1, 7, -3, 7, 2};
+    float wide[4] = {-FLT_MAX, FLT_MAX, 0, FLT_MAX / 2};
+    for (size_t t = 0; t < sizeof temperatures / sizeof *temperatures; t++) {
+        for (int top_p = 0; top_p < 2; top_p++) {
+            float tp = top_p ? 0.9f : 1;
+            sampler a = make_sampler(4, temperatures[t], 0, tp, 1), b = make_sampler(5, temperatures[t], 0, tp, 2);
+            sampler c = make_sampler(4, temperatures[t], 2, tp, 3);
+            for (int i = 0; i < 50; i++) {
+                CHECK_INT(sampler_sample(&a, issue), 2);
+                int32_t id = sampler_sample(&b, ties);
+                CHECK_MSG(id == 1 || id == 3, "T %g: tied top gave id %d", (double)temperatures[t], id);
+                CHECK_INT(sampler_sample(&c, wide), 1);
+            }
+            sampler_free(&a);
+            sampler_free(&b);
+            sampler_free(&c);
+        }
+    }
+}
+
+/* top_p below 1/n on a flat row: the nucleus is the single best-ranked id (the lowest). */
+static void test_top_p_below_one_over_n(void)
+{
+    enum { n = 1000 };
+    static float flat[n];
+    for (int i = 0; i < n; i++)
+        flat[i] = 0.25f;
+    sampler s = make_sampler(n, 1, 0, 1e-4f, 5);
+    for (int i = 0; i < 100; i++)
+        CHECK_INT(sampler_sample(&s, flat), 0);
+    sampler_free(&s);
+}
+
 static void test_bad_params(void)
 {
     kimi_err err = {0};
@@ -252,5 +374,8 @@ int main(void)
     test_top_p_ties();
     test_repeatable();
     test_bad_params();
+    test_properties();
+    test_tiny_temperature();
+    test_top_p_below_one_over_n();
     return check_finish();
 }
