@@ -38,6 +38,26 @@ static void forward_parse_event(void *user, const parse_event *ev)
     g->on_event(g->user, &out);
 }
 
+static generator_progress progress_of(const engine_progress *p)
+{
+    return (generator_progress){
+        .kind = p->kind == ENGINE_PROGRESS_LOAD ? GENERATOR_PROGRESS_LOAD : GENERATOR_PROGRESS_PREFILL,
+        .done = p->done, .total = p->total, .seconds = p->seconds, .rate = p->rate,
+    };
+}
+
+typedef struct {
+    generator_event_fn fn;
+    void *user;
+} load_relay;
+
+static void relay_load_progress(void *user, const engine_progress *p)
+{
+    const load_relay *relay = user;
+    generator_event ev = {.kind = GENERATOR_EVENT_PROGRESS, .progress = progress_of(p)};
+    relay->fn(relay->user, &ev);
+}
+
 static int local_start(generator *base, const generator_request *req, kimi_err *err)
 {
     local_generator *g = (local_generator *)base;
@@ -129,6 +149,11 @@ static int local_pump(generator *base, generator_event_fn on_event, void *user, 
             break;
         case ENGINE_EVENT_DONE:
             return finish_answer(g, &ev.stats, err);
+        case ENGINE_EVENT_PROGRESS: {
+            generator_event out = {.kind = GENERATOR_EVENT_PROGRESS, .progress = progress_of(&ev.progress)};
+            on_event(user, &out);
+            break;
+        }
         }
     }
     return 0;
@@ -183,6 +208,11 @@ int generator_local_open(generator **out, const generator_local_options *o, kimi
     g->base.ops = &local_ops;
     engine_options eo = o->engine;
     eo.model_dir = o->model_dir;
+    load_relay relay = {o->on_load, o->load_user};
+    if (o->on_load) {
+        eo.on_load_progress = relay_load_progress;
+        eo.progress_user = &relay;
+    }
     if (engine_open(&g->eng, &eo, err))
         goto fail;
     if (tokenizer_load(&g->tok, o->model_dir, engine_model_config(g->eng), err))

@@ -128,7 +128,7 @@ static int set_path(char **field, const char *value, const parse_state *ps, cons
         if (asprintf(&path, "%s/%s", ps->config_dir, value) < 0)
             return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", what);
     } else if (!(path = paths_expand_home(value, err))) {
-        return kimi_err_prefix(err, "%s", what);
+        return kimi_err_prefix(err, KIMI_ERR_USAGE, "%s", what);
     }
     free(*field);
     *field = path;
@@ -408,7 +408,7 @@ static int load_config(app_options *o, parse_state *ps, const char *required, ki
     char *path;
     if (required) {
         if (!(path = paths_expand_home(required, err)))
-            return kimi_err_prefix(err, "--config");
+            return kimi_err_prefix(err, KIMI_ERR_USAGE, "--config");
         if (access(path, F_OK) != 0) {
             kimi_fail(err, KIMI_ERR_USAGE, "--config %s: %s", required, strerror(errno));
             free(path);

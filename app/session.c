@@ -811,8 +811,9 @@ static int from_json(session *t, const json_t *root, const reader *r)
         char where[48];
         snprintf(where, sizeof where, "%s[%zu]", list_path, i);
         chat_message m;
-        if (chat_message_from_json(&m, json_array_get(messages, i), where, r->err))
-            return r->err ? kimi_err_prefix(r->err, "%s", r->where) : KIMI_ERR_INPUT;
+        int bad = chat_message_from_json(&m, json_array_get(messages, i), where, r->err);
+        if (bad)
+            return kimi_err_prefix(r->err, bad, "%s", r->where);
         int rc = chat_append_copy(&t->conv, &m, r->err);
         chat_message_free(&m);
         if (rc)
@@ -1008,8 +1009,9 @@ int session_save(const session *s, const char *path, kimi_err *err)
 {
     char *text;
     size_t len;
-    if (session_to_text(s, &text, &len, err))
-        return kimi_err_prefix(err, "%s", path);
+    int failed = session_to_text(s, &text, &len, err);
+    if (failed)
+        return kimi_err_prefix(err, failed, "%s", path);
     int rc = atomic_write(path, text, len, err);
     free(text);
     return rc;
@@ -1280,8 +1282,9 @@ int session_export_markdown(const session *s, const char *path, kimi_err *err)
 {
     char *text;
     size_t len;
-    if (session_to_markdown(s, &text, &len, err))
-        return kimi_err_prefix(err, "%s", path);
+    int failed = session_to_markdown(s, &text, &len, err);
+    if (failed)
+        return kimi_err_prefix(err, failed, "%s", path);
     int rc = atomic_write(path, text, len, err);
     free(text);
     return rc;
