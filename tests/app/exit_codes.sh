@@ -65,9 +65,10 @@ rm -rf "$tmp/data"
 { echo "/set temperature 0"; for i in $(seq 40); do echo "What time is it?"; done; } > "$tmp/long.kc"
 "$kimi_chat" --script "$tmp/long.kc" --allow-tools all > "$tmp/out" 2> "$tmp/err" &
 pid=$!
-for _ in $(seq 300); do
+# Two turns done (the third echoed) before the signal; a slow sanitizer build gets two minutes.
+for _ in $(seq 1200); do
     [[ $(grep -c "^you>" "$tmp/out" 2>/dev/null) -ge 3 ]] && break
-    sleep 0.05
+    sleep 0.1
 done
 kill -INT $pid
 wait $pid

@@ -11,7 +11,7 @@ set_tests_properties(session_template_check PROPERTIES LABELS unit)
 kimi_exe(session_durability_writer SOURCES session_durability_writer.c DEPS kimi_session)
 kimi_exe(test_session_durability SOURCES test_session_durability.c DEPS kimi_session)
 add_test(NAME test_session_durability COMMAND test_session_durability $<TARGET_FILE:session_durability_writer>)
-set_tests_properties(test_session_durability PROPERTIES LABELS unit TIMEOUT 60)
+set_tests_properties(test_session_durability PROPERTIES LABELS unit TIMEOUT 120)
 # The same tests under a locale with a decimal comma.
 add_test(NAME test_session_locale
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/session_locale.sh $<TARGET_FILE:test_session>

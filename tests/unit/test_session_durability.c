@@ -6,6 +6,7 @@
  *   test_session_durability WRITER   (SESSION_DURABILITY_SEED=N repeats a run's kill times) */
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,17 +69,33 @@ int main(int argc, char **argv)
     double start = now_s();
     int kills = 0, loads = 0, progressed = 0, temp_seen = 0, max_temps = 0;
     uint64_t last = 0;
-    for (int round = 0; round < KILLS && now_s() - start < 20; round++) {
+    for (int round = 0; round < KILLS && now_s() - start < 60; round++) {
+        int saved_pipe[2];
+        if (pipe(saved_pipe)) {
+            perror("pipe");
+            return 1;
+        }
         pid_t pid = fork();
         if (pid < 0) {
             perror("fork");
             return 1;
         }
         if (pid == 0) {
+            dup2(saved_pipe[1], 1);
+            close(saved_pipe[0]);
+            close(saved_pipe[1]);
             execl(argv[1], argv[1], path, (char *)NULL);
             _exit(127);
         }
-        /* early rounds kill soon after start (mid first save), the rest anywhere in the loop */
+        close(saved_pipe[1]);
+        /* Early rounds kill soon after start (mid first save); the rest wait for the writer's
+           first save (however slow a loaded machine starts it) and then kill anywhere in its
+           loop, so every one of those rounds moves the generation on. */
+        if (round >= 5) {
+            struct pollfd pfd = {.fd = saved_pipe[0], .events = POLLIN};
+            poll(&pfd, 1, 10000);
+        }
+        close(saved_pipe[0]);
         useconds_t delay = (useconds_t)(rand() % (round < 5 ? 3000 : MAX_DELAY_US));
         usleep(delay);
         kill(pid, SIGKILL);
