@@ -11,6 +11,7 @@
 #include "app/script_run.h"
 #include "engine/file_io.h"
 #include "ui/plain.h"
+#include "ui/tui.h"
 
 enum { EXIT_OK = 0, EXIT_SCRIPT = 1, EXIT_USAGE = 2, EXIT_ENGINE = 3, EXIT_INTERRUPTED = 130 };
 
@@ -87,6 +88,25 @@ static int run_prompt(const app_options *o, app *a, plain_ui *ui)
     return outcome == APP_TURN_FAILED ? EXIT_ENGINE : EXIT_OK;
 }
 
+/* The full-screen view over the core; the terminal is given back before any message. */
+static int run_tui(const app_options *o, tui *view)
+{
+    kimi_err err = {0};
+    app_frontend fe = tui_frontend(view);
+    app *a = NULL;
+    int code;
+    if (app_open(&a, o, &fe, &err)) {
+        tui_free(view);
+        return fail(open_failure_code(&err), err.msg);
+    }
+    code = tui_run(view, a);
+    if (app_save(a, &err))
+        fprintf(stderr, "kimi-chat: %s\n", err.msg);
+    app_close(a);
+    tui_free(view);
+    return code;
+}
+
 int main(int argc, char **argv)
 {
     app_options o;
@@ -116,8 +136,19 @@ int main(int argc, char **argv)
         return code;
     }
 
+    /* The full screen, when the terminal can take it; else the plain REPL. */
+    if (o.mode == APP_MODE_TUI) {
+        tui *view = tui_new(&o);
+        if (view) {
+            code = run_tui(&o, view);
+            options_free(&o);
+            return code;
+        }
+        o.mode = APP_MODE_PLAIN;
+    }
+
     /* Only the interactive REPL asks before running a tool. */
-    plain_ui *ui = plain_ui_new(&o, o.mode == APP_MODE_PLAIN || o.mode == APP_MODE_TUI);
+    plain_ui *ui = plain_ui_new(&o, o.mode == APP_MODE_PLAIN);
     app_frontend fe = plain_ui_frontend(ui);
     app *a = NULL;
     if (!ui) {
