@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <langinfo.h>
 #include <locale.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -425,8 +426,12 @@ static int call_box(tui *t, int call, const char *name, const char *id)
             t->call_block[i] = -1;
         t->n_call_block = call + 1;
     }
-    if (t->call_block[call] < 0)
+    if (t->call_block[call] < 0) {
         t->call_block[call] = render_model_append_tool(t->rm, name ? name : "", id ? id : "", NULL);
+        /* a new box would say "waiting for approval": it is still being written */
+        if (t->call_block[call] >= 0)
+            render_model_set_tool_state(t->rm, t->call_block[call], RM_TOOL_RUNNING, "writing", -1, NULL);
+    }
     return t->call_block[call];
 }
 
@@ -718,7 +723,7 @@ static const char *state_word(const tui *t)
     case GEN_THINKING: return "thinking…";
     case GEN_ANSWERING: return "answering…";
     case GEN_CALLING: return "writing a tool call";
-    case GEN_APPROVAL: return "approve the tool call? y/a/n";
+    case GEN_APPROVAL: return "approve? y/a/n";
     case GEN_TOOL: return "running a tool";
     case GEN_STOPPING: return "stopping";
     }
@@ -743,11 +748,10 @@ static void status_text(tui *t, char *buf, size_t cap)
     if (app_busy(t->a) && t->first_token && now_s() - t->first_token > 0.2)
         tps = t->gen_tokens / (now_s() - t->first_token);
     if (tps > 0)
-        snprintf(speed, sizeof speed, " · %.1f tok/s", tps);
+        snprintf(speed, sizeof speed, tps < 100 ? " · %.1f tok/s" : " · %.0f tok/s", tps);
     buf[0] = 0;
-    append(buf, cap, " %s · %s · ctx %s/%s%s", g->model, g->backend, u, l, speed);
-    append(buf, cap, " · thinking %s · T %g · %s", s->settings.thinking ? "on" : "off",
-           (double)s->settings.temperature, state_word(t));
+    append(buf, cap, " %s │ %s · %s · ctx %s/%s%s", state_word(t), g->model, g->backend, u, l, speed);
+    append(buf, cap, " · thinking %s · T %g", s->settings.thinking ? "on" : "off", (double)s->settings.temperature);
     if (t->save_state[0])
         append(buf, cap, " · %s", t->save_state);
 }
@@ -1335,6 +1339,10 @@ tui *tui_new(const app_options *opt)
     free(history);
 
     setlocale(LC_ALL, "");
+    /* the view is UTF-8 throughout; a C locale (ssh, cron-like shells) would make ncursesw
+       print it as escapes */
+    if (strcmp(nl_langinfo(CODESET), "UTF-8") && !setlocale(LC_CTYPE, "C.UTF-8"))
+        setlocale(LC_CTYPE, "en_US.UTF-8");
     if (tcgetattr(STDIN_FILENO, &saved_termios) == 0)
         have_saved_termios = 1;
     if (opt->no_alt_screen) {

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# A question streams; its reasoning folds to one line when the answer starts; Ctrl-T unfolds
+# every reasoning block and folds it back.
+. "$(dirname "$0")/lib.sh"
+start main 80 24
+wait_ready
+tm send-keys -t "$PANE" 'Hello! Who are you?' Enter
+wait_for '^  you  Hello! Who are you\?'
+wait_ready
+screen | grep -Eq '^  kimi ▸ thought for [0-9.]+ s · [0-9]+ tokens$' || fail "no folded reasoning line"
+# folded: one line of reasoning, the answer right below it
+folded=$(screen | grep -n '▸ thought for' | cut -d: -f1)
+answer_line=$(screen | sed -n "$((folded + 1))p")
+[ -n "${answer_line// /}" ] || fail "nothing under the folded reasoning"
+tm send-keys -t "$PANE" C-t
+wait_for '^  kimi ▾ thought for'
+unfolded=$(screen | sed -n "$((folded + 1))p")
+[ "$unfolded" != "$answer_line" ] || fail "Ctrl-T did not show the reasoning text"
+tm send-keys -t "$PANE" C-t
+wait_for '^  kimi ▸ thought for'
+[ "$(screen | sed -n "$((folded + 1))p")" = "$answer_line" ] || fail "Ctrl-T did not fold it back"
+tm send-keys -t "$PANE" C-d
+check_sane main
+[ "$(cat "$TMP/main.exit")" = 0 ] || fail "exit status $(cat "$TMP/main.exit")"
+echo PASS
