@@ -2,7 +2,10 @@
 #include "ui/paint.h"
 
 #include <string.h>
+#include <wchar.h>
 #include <term.h>
+
+#include "ui/text_width.h"
 
 paint_depth paint_detect_depth(int no_color)
 {
@@ -112,6 +115,59 @@ void paint_style(WINDOW *w, const paint_palette *p, int element, int extra)
     wattr_set(w, p->attr[element] | paint_attrs((unsigned)extra), (short)0, &pair);
 }
 
+/* ncurses measures a character at a time with wcwidth(); the render model measures grapheme
+ * clusters. Where they disagree (an emoji with a skin tone or ZWJ sequence: 4+ columns to
+ * wcwidth, 2 on screen; a narrow symbol with VS16: 1 to wcwidth, 2 here), the cluster is painted
+ * as its first character padded with spaces to the model's width, so curses' idea of the
+ * cursor and the terminal's never drift apart and every later column stays where the model put
+ * it. */
+static void add_span_text(WINDOW *w, const char *s, size_t len)
+{
+    size_t ascii = 0;
+    while (ascii < len && (unsigned char)s[ascii] < 0x80)
+        ascii++;
+    if (ascii == len) {
+        waddnstr(w, s, (int)len);
+        return;
+    }
+    size_t run = 0, p = 0;
+    while (p < len) {
+        int cw;
+        size_t n = text_cluster(s, len, p, &cw);
+        int curses_w = 0;
+        wchar_t first = 0;
+        mbstate_t st = {0};
+        for (size_t q = p; q < p + n;) {
+            wchar_t wc;
+            size_t k = mbrtowc(&wc, s + q, p + n - q, &st);
+            if (k == 0 || k > n) {
+                curses_w = -1;
+                break;
+            }
+            int ww = wcwidth(wc);
+            if (!first)
+                first = wc;
+            curses_w += ww < 0 ? 1 : ww;
+            q += k;
+        }
+        if (curses_w != cw) {
+            waddnstr(w, s + run, (int)(p - run));
+            int fw = first ? wcwidth(first) : -1;
+            if (fw >= 0 && fw <= cw) {
+                wchar_t one[2] = {first, 0};
+                waddnwstr(w, one, 1);
+            } else {
+                fw = 0;
+            }
+            for (int k = fw; k < cw; k++)
+                waddch(w, ' ');
+            run = p + n;
+        }
+        p += n;
+    }
+    waddnstr(w, s + run, (int)(len - run));
+}
+
 void paint_row(WINDOW *w, const paint_palette *p, int y, const rm_row *row)
 {
     paint_style(w, p, THEME_TEXT, 0);
@@ -123,7 +179,8 @@ void paint_row(WINDOW *w, const paint_palette *p, int y, const rm_row *row)
         if (s->col >= maxx)
             break;
         paint_style(w, p, s->element, s->attrs);
-        mvwaddnstr(w, y, s->col, s->s, (int)s->len);
+        wmove(w, y, s->col);
+        add_span_text(w, s->s, s->len);
     }
 }
 

@@ -745,7 +745,8 @@ static void status_text(tui *t, char *buf, size_t cap)
     count_text(u, sizeof u, used);
     count_text(l, sizeof l, g->context_limit);
     double tps = t->tok_s;
-    if (app_busy(t->a) && t->first_token && now_s() - t->first_token > 0.2)
+    int decoding = t->state == GEN_THINKING || t->state == GEN_ANSWERING || t->state == GEN_CALLING;
+    if (decoding && t->first_token && now_s() - t->first_token > 0.2)
         tps = t->gen_tokens / (now_s() - t->first_token);
     if (tps > 0)
         snprintf(speed, sizeof speed, tps < 100 ? " · %.1f tok/s" : " · %.0f tok/s", tps);

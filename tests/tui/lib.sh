@@ -25,7 +25,7 @@ start() {
   [ $# -gt 0 ] && shift
   local cmd="env XDG_CONFIG_HOME=$TMP/config XDG_DATA_HOME=$TMP/data XDG_STATE_HOME=$TMP/state"
   cmd+=" LANG=C.UTF-8 ${envs[*]:-} $BIN --temperature 0 $*"
-  local shell="$cmd; echo \$? > $TMP/$name.exit; stty -a > $TMP/$name.stty; PS1='sh\$ ' exec sh"
+  local shell="ulimit -c 0; $cmd; echo \$? > $TMP/$name.exit; stty -a > $TMP/$name.stty; PS1='sh\$ ' exec sh"
   if tm has-session 2>/dev/null; then
     tm new-window -d -n "$name" "$shell"
   else
