@@ -182,12 +182,6 @@ static void curses_end(tui *t)
     if (t->help_win)
         delwin(t->help_win);
     t->help_win = NULL;
-    if (t->opt->no_alt_screen) {
-        /* the view was drawn on the normal screen: wipe it so the printed conversation follows
-           the shell's earlier output */
-        erase();
-        refresh();
-    }
     endwin();
     paste_mode(0);
     t->active = 0;
@@ -1364,10 +1358,15 @@ tui *tui_new(const app_options *opt)
     if (opt->no_alt_screen) {
         /* newterm has switched to the alternate screen already: switch back, and drop the
            capabilities so neither refresh nor endwin switch again */
-        if (exit_ca_mode)
-            putp(exit_ca_mode);
+        char *rmcup = exit_ca_mode ? strdup(exit_ca_mode) : NULL;
         enter_ca_mode = NULL;
         exit_ca_mode = NULL;
+        refresh(); /* sends what newterm buffered (smcup) */
+        if (rmcup) {
+            ssize_t ignored = write(STDOUT_FILENO, rmcup, strlen(rmcup));
+            (void)ignored;
+            free(rmcup);
+        }
     }
     t->active = 1;
     curses_on = 1;
@@ -1436,14 +1435,22 @@ static void print_transcript(tui *t)
     render_model_set_size(t->rm, t->cols > 0 ? t->cols : 80, (int)total);
     render_model_scroll_to_top(t->rm);
     const rm_frame *f = render_model_frame(t->rm);
+    /* Without the alternate screen the view is still on the screen: write over it from the top
+       (erasing each line's rest, then below the end) rather than clearing it, which terminals
+       like tmux would push into the scrollback as a stale frame. */
+    int inline_view = t->opt->no_alt_screen;
+    if (inline_view)
+        fputs("\033[H", stdout);
     char buf[8192];
     for (int i = 0; i < f->n_rows; i++) {
         size_t n = render_model_row_text(&f->rows[i], buf, sizeof buf);
         while (n && buf[n - 1] == ' ')
             n--;
         buf[n] = 0;
-        printf("%s\n", buf);
+        printf(inline_view ? "%s\033[K\n" : "%s\n", buf);
     }
+    if (inline_view)
+        fputs("\033[J", stdout);
     fflush(stdout);
 }
 
@@ -1528,6 +1535,8 @@ int tui_run(tui *t, app *a)
     }
     if (t->quit && app_busy(a))
         app_stop(a);
+    end_reasoning(t);
+    end_answer(t);
     curses_end(t);
     print_transcript(t);
     if (t->fatal.data)

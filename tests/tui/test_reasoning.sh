@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A question streams; its reasoning folds to one line when the answer starts; Ctrl-T unfolds
-# every reasoning block and folds it back.
+# every reasoning block and folds it back. --no-alt-screen keeps the session on the normal screen.
 . "$(dirname "$0")/lib.sh"
 start main 80 24
 wait_ready
@@ -22,4 +22,19 @@ wait_for '^  kimi ▸ thought for'
 tm send-keys -t "$PANE" C-d
 check_sane main
 [ "$(cat "$TMP/main.exit")" = 0 ] || fail "exit status $(cat "$TMP/main.exit")"
+
+# --no-alt-screen: the view runs on the normal screen; on quit the conversation replaces it,
+# and no stale frame (status bar, separator) is left in the scrollback
+start inline 80 24 -- --no-alt-screen
+wait_ready
+[ "$(tm display -p -t "$PANE" '#{alternate_on}')" = 0 ] || fail "--no-alt-screen: on the alternate screen"
+tm send-keys -t "$PANE" 'Hello! Who are you?' Enter
+wait_for '▸ thought for'
+wait_ready
+tm send-keys -t "$PANE" C-d
+wait_file "$TMP/inline.exit"
+check_sane inline
+all=$(screen -S -1000)
+echo "$all" | grep -q '^  you  Hello! Who are you?' || fail "--no-alt-screen: the conversation was not printed"
+echo "$all" | grep -q '│ demo model' && fail "--no-alt-screen: a stale status bar in the scrollback"
 echo PASS
