@@ -498,6 +498,8 @@ static void on_stream(void *user, const parse_event *ev)
     }
 }
 
+static void paint_now(tui *t);
+
 static void on_progress(void *user, const generator_progress *p)
 {
     tui *t = user;
@@ -520,9 +522,10 @@ static void on_progress(void *user, const generator_progress *p)
             t->state = GEN_IDLE;
     }
     t->dirty = 1;
+    /* app_open blocks while the model loads: paint from here, at the frame rate */
+    if (!t->a && now_s() - t->last_paint >= FRAME_US / 1e6)
+        paint_now(t);
 }
-
-static void paint_now(tui *t);
 
 static void on_answer_done(void *user, const chat_message *m, const session_message_meta *meta)
 {
@@ -1273,11 +1276,14 @@ static void read_keys(tui *t)
             /* Esc with another key right behind it: Alt-key; alone: Esc */
             wint_t next;
             int rc2 = get_wch(&next);
-            if (rc2 == ERR) {
+            if (rc2 == ERR || rc2 == KEY_CODE_YES) {
+                /* alone, or before a function key (Esc then F1): two keys */
                 handle_key(t, 27, 1, 0);
-                continue;
+                if (rc2 == ERR)
+                    continue;
+            } else {
+                alt = 1;
             }
-            alt = 1;
             rc = rc2;
             ch = next;
         }
@@ -1385,6 +1391,9 @@ tui *tui_new(const app_options *opt)
     nonl();
     keypad(stdscr, TRUE);
     nodelay(stdscr, TRUE);
+    /* while following a stream the transcript moves up a row at a time: let curses scroll the
+       terminal instead of rewriting every row (less output over ssh, no flicker) */
+    idlok(stdscr, TRUE);
     set_escdelay(25);
     bind_key("kUP5", "\033[1;5A", K_CTRL_UP);
     bind_key("kDN5", "\033[1;5B", K_CTRL_DOWN);
