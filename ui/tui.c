@@ -1533,8 +1533,12 @@ int tui_run(tui *t, app *a)
             code = 130;
             break;
         }
-        if (fds[0].revents & POLLIN)
+        if (fds[0].revents & POLLIN) {
             read_keys(t);
+            /* keys paint at once (typing stays instant); streamed text waits for the frame timer */
+            if (!t->quit && (t->dirty || t->input_dirty))
+                paint_now(t);
+        }
         kimi_err err = {0};
         if (n > 2 && app_dispatch(a, &err)) {
             strbuf_str(&t->fatal, err.msg);

@@ -8,7 +8,10 @@ TMP=$(mktemp -d)
 mkdir -p "$TMP/config" "$TMP/data" "$TMP/state"
 export LANG=C.UTF-8
 cleanup() {
+  local socket
+  socket=$(tmux -L "$SOCK" display -p '#{socket_path}' 2>/dev/null || true)
   tmux -L "$SOCK" kill-server 2>/dev/null || true
+  [ -n "$socket" ] && rm -f "$socket"
   rm -rf "$TMP" 2>/dev/null || { sleep 1; rm -rf "$TMP"; }
 }
 trap cleanup EXIT
