@@ -87,7 +87,6 @@ struct tui {
     strbuf paste_buf;
     char flash[200];
     double flash_until;
-    int ctrl_c_armed;               /* Ctrl-C on empty input once: the next says how to quit */
     int quit;
     int exit_code;
     int dirty;                      /* something to paint */
@@ -1024,7 +1023,6 @@ static void submit(tui *t)
         render_model_scroll_to_bottom(t->rm);
     }
     free(copy);
-    t->ctrl_c_armed = 0;
 }
 
 static void stop(tui *t)
@@ -1216,11 +1214,8 @@ static void handle_key(tui *t, int key, int is_char, int alt)
             stop(t);
         } else if (!input_is_empty(t->in)) {
             input_clear(t->in);
-            t->ctrl_c_armed = 0;
-        } else if (t->ctrl_c_armed) {
-            hint(t, "Ctrl-D on an empty input or /quit leaves kimi-chat");
         } else {
-            t->ctrl_c_armed = 1;
+            hint(t, "Ctrl-D on an empty input or /quit leaves kimi-chat");
         }
         return;
     case 4: /* Ctrl-D */
@@ -1262,7 +1257,6 @@ static void handle_key(tui *t, int key, int is_char, int alt)
         int n = wctomb(mb, (wchar_t)key);
         if (n > 0)
             input_insert(t->in, mb, (size_t)n);
-        t->ctrl_c_armed = 0;
     }
 }
 
