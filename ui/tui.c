@@ -34,7 +34,7 @@ enum {
 /* Keys that terminfo may not name; bound with define_key to these codes. */
 enum {
     K_PASTE_BEGIN = KEY_MAX + 1, K_PASTE_END, K_CTRL_UP, K_CTRL_DOWN, K_CTRL_HOME, K_CTRL_END,
-    K_SHIFT_UP, K_SHIFT_DOWN, K_ALT_ENTER,
+    K_SHIFT_UP, K_SHIFT_DOWN,
 };
 
 typedef enum {
@@ -69,7 +69,7 @@ struct tui {
     int *call_block;                /* [n_call_block] call index -> tool block */
     int n_call_block;
     int gen_tokens;
-    double first_token, gen_begin;
+    double first_token;             /* when this generation's first token came */
     double tok_s;                   /* the last answer's decode speed, or live */
     int shown_messages;             /* session messages mirrored into the render model */
     int pending_rebuild;            /* session_reset came during app_open */
@@ -88,7 +88,6 @@ struct tui {
     char flash[200];
     double flash_until;
     int quit;
-    int exit_code;
     int dirty;                      /* something to paint */
     int force;                      /* repaint every row */
     int input_dirty;
@@ -351,12 +350,12 @@ static void mirror_message(tui *t, const session *s, int i, int *call_blocks, in
     }
 }
 
-/* Mirror session messages from..n into blocks. */
+/* Mirror session messages from..n into blocks (from is 0, or a user message: tool messages
+ * always follow their assistant message within the range). */
 static void mirror_from(tui *t, int from)
 {
     const session *s = app_session(t->a);
     int call_blocks[64], n_calls = 0;
-    /* tool messages right after `from` belong to an assistant message mirrored earlier */
     for (int i = from; i < s->conv.n_messages; i++)
         mirror_message(t, s, i, call_blocks, &n_calls);
     t->shown_messages = s->conv.n_messages;
@@ -401,7 +400,6 @@ static void on_generation_begin(void *user, int round)
     t->n_call_block = 0;
     t->gen_tokens = 0;
     t->first_token = 0;
-    t->gen_begin = now_s();
     t->state = GEN_WAITING;
     t->dirty = 1;
 }
@@ -1192,7 +1190,6 @@ static void handle_key(tui *t, int key, int is_char, int alt)
         case KEY_BACKSPACE: input_edit_apply(t->in, INPUT_BACKSPACE); break;
         case KEY_DC: input_edit_apply(t->in, INPUT_DELETE); break;
         case KEY_ENTER: submit(t); break;
-        case K_ALT_ENTER: input_insert(t->in, "\n", 1); break;
         case KEY_UP:
             if (!input_line_up(t->in, t->cols))
                 input_history_prev(t->in);

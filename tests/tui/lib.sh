@@ -85,4 +85,10 @@ check_sane() {
 }
 
 # The pid of kimi-chat in the pane (the shell's child).
-chat_pid() { pgrep -P "$(tm display -p -t "$PANE" '#{pane_pid}')" -x kimi-chat | head -n 1; }
+chat_pid() {
+  local shell_pid
+  shell_pid=$(tm display -p -t "$PANE" '#{pane_pid}')
+  for pid in $(cat "/proc/$shell_pid/task/$shell_pid/children"); do
+    [ "$(cat "/proc/$pid/comm")" = kimi-chat ] && { echo "$pid"; return; }
+  done
+}
