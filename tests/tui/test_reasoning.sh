@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A question streams; its reasoning folds to one line when the answer starts; Ctrl-T unfolds
-# every reasoning block and folds it back. --no-alt-screen keeps the session on the normal screen.
+# every reasoning block and folds it back. --mouse: the wheel scrolls, a click folds.
+# --no-alt-screen keeps the session on the normal screen.
 . "$(dirname "$0")/lib.sh"
 start main 80 24
 wait_ready
@@ -22,6 +23,26 @@ wait_for '^  kimi ▸ thought for'
 tm send-keys -t "$PANE" C-d
 check_sane main
 [ "$(cat "$TMP/main.exit")" = 0 ] || fail "exit status $(cat "$TMP/main.exit")"
+
+# --mouse: the wheel scrolls (3 rows), a click on the folded reasoning unfolds it (X10 reports,
+# as tmux-256color's kmous reads them: ESC [ M, button+32, column+33, row+33)
+start mouse 80 10 -- --mouse
+wait_ready
+tm send-keys -t "$PANE" 'Hello! Who are you?' Enter
+wait_for '▸ thought for'
+wait_ready
+before=$(screen)
+tm send-keys -t "$PANE" -l $'\e[M`!!'
+end=$((SECONDS + 5))
+while [ "$(screen)" = "$before" ]; do [ $SECONDS -lt $end ] || fail "--mouse: the wheel did not scroll"; sleep 0.1; done
+screen | tail -n 1 | grep -q '↓ new' && fail "--mouse: '↓ new' with nothing new"
+row=$(screen | grep -n '▸ thought for' | head -n 1 | cut -d: -f1)
+[ -n "$row" ] || fail "--mouse: the folded reasoning scrolled away"
+y=$(printf "\\$(printf '%03o' $((32 + row)))")
+tm send-keys -t "$PANE" -l $'\e[M !'"$y"$'\e[M#!'"$y"
+wait_for '▾ thought for'
+tm send-keys -t "$PANE" C-d
+check_sane mouse
 
 # --no-alt-screen: the view runs on the normal screen; on quit the conversation replaces it,
 # and no stale frame (status bar, separator) is left in the scrollback
