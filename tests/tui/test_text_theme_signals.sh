@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A CJK + emoji + combining-mark message lines up (every row within the width, continuation rows
 # at the gutter, nothing lost); NO_COLOR paints without colours; /theme light changes the colours;
-# kill -TERM and a crash signal (SIGSEGV) give the terminal back (stty sane, the shell answers).
+# kill -TERM and a crash signal (SIGSEGV) give the terminal back (stty sane, the shell answers);
+# TERM=dumb runs the plain REPL.
 . "$(dirname "$0")/lib.sh"
 
 sgr_params() { # the SGR parameters the screen uses, one per line, sorted
@@ -76,4 +77,11 @@ kill -SEGV "$pid"
 wait_file "$TMP/mono.exit"
 [ "$(cat "$TMP/mono.exit")" = 139 ] || fail "SIGSEGV: exit status $(cat "$TMP/mono.exit")"
 check_sane mono
+
+# TERM=dumb: the plain REPL instead
+start dumb 80 24 TERM=dumb --
+wait_for '^you>'
+tm send-keys -t "$PANE" '/quit' Enter
+wait_file "$TMP/dumb.exit"
+[ "$(cat "$TMP/dumb.exit")" = 0 ] || fail "TERM=dumb: exit status $(cat "$TMP/dumb.exit")"
 echo PASS
