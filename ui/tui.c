@@ -744,11 +744,23 @@ static void status_text(tui *t, char *buf, size_t cap)
         tps = t->gen_tokens / (now_s() - t->first_token);
     if (tps > 0)
         snprintf(speed, sizeof speed, tps < 100 ? " · %.1f tok/s" : " · %.0f tok/s", tps);
-    buf[0] = 0;
-    append(buf, cap, " %s │ %s · %s · ctx %s/%s%s", state_word(t), g->model, g->backend, u, l, speed);
-    append(buf, cap, " · thinking %s · T %g", s->settings.thinking ? "on" : "off", (double)s->settings.temperature);
-    if (t->save_state[0])
-        append(buf, cap, " · %s", t->save_state);
+    /* the full line, then shorter ones until it fits (room for "↓ new" kept): "thinking" as
+       "think", then without the backend, then without the temperature */
+    int room = t->cols - (t->new_below ? 8 : 0);
+    for (int level = 0; level < 4; level++) {
+        buf[0] = 0;
+        append(buf, cap, " %s │ %s", state_word(t), g->model);
+        if (level < 2)
+            append(buf, cap, " · %s", g->backend);
+        append(buf, cap, " · ctx %s/%s%s · %s %s", u, l, speed, level ? "think" : "thinking",
+               s->settings.thinking ? "on" : "off");
+        if (level < 3)
+            append(buf, cap, " · T %g", (double)s->settings.temperature);
+        if (t->save_state[0])
+            append(buf, cap, " · %s", t->save_state);
+        if (text_width(buf, strlen(buf)) <= room)
+            break;
+    }
 }
 
 /* Paint text from column x, cut to the width; returns the column after it. */
