@@ -235,6 +235,20 @@ static int theme_dirs(char **dirs)
     return n;
 }
 
+/* The palette for the theme; says so when the terminal's colour pairs ran out. */
+static void apply_palette(tui *t)
+{
+    paint_palette_init(&t->pal, &t->th, t->depth);
+    int pair = t->pal.pair[THEME_TEXT];
+    wbkgdset(stdscr, ' ' | (pair < 256 ? COLOR_PAIR(pair) : 0));
+    if (t->pal.pairs_short) {
+        char line[160];
+        snprintf(line, sizeof line, "the terminal has %d colour pairs: %d theme elements keep its default colours",
+                 COLOR_PAIRS, t->pal.pairs_short);
+        add_block(t, RM_NOTE, line);
+    }
+}
+
 static int load_theme(tui *t, const char *name, kimi_err *err)
 {
     char *dirs[2] = {0};
@@ -248,9 +262,7 @@ static int load_theme(tui *t, const char *name, kimi_err *err)
         return rc;
     t->th = th;
     if (t->active) {
-        paint_palette_init(&t->pal, &t->th, t->depth);
-        int pair = t->pal.pair[THEME_TEXT];
-        wbkgdset(stdscr, ' ' | (pair < 256 ? COLOR_PAIR(pair) : 0));
+        apply_palette(t);
         render_model_repaint(t->rm);
         t->force = t->dirty = 1;
     }
@@ -1358,6 +1370,9 @@ tui *tui_new(const app_options *opt)
             (void)ignored;
         }
     }
+    /* before newterm: a resize while starting up reaches the pipe (and curses then leaves
+       SIGWINCH to us) */
+    install_signals();
     t->screen = newterm(NULL, stdout, stdin);
     if (!t->screen) {
         tui_free(t);
@@ -1394,9 +1409,6 @@ tui *tui_new(const app_options *opt)
     nonl();
     keypad(stdscr, TRUE);
     nodelay(stdscr, TRUE);
-    /* while following a stream the transcript moves up a row at a time: let curses scroll the
-       terminal instead of rewriting every row (less output over ssh, no flicker) */
-    idlok(stdscr, TRUE);
     set_escdelay(25);
     bind_key("kUP5", "\033[1;5A", K_CTRL_UP);
     bind_key("kDN5", "\033[1;5B", K_CTRL_DOWN);
@@ -1411,9 +1423,7 @@ tui *tui_new(const app_options *opt)
         use_default_colors();
     }
     t->depth = paint_detect_depth(opt->no_color);
-    paint_palette_init(&t->pal, &t->th, t->depth);
-    int pair = t->pal.pair[THEME_TEXT];
-    wbkgdset(stdscr, ' ' | (pair < 256 ? COLOR_PAIR(pair) : 0));
+    apply_palette(t);
     if (opt->mouse)
         mousemask(BUTTON1_CLICKED | BUTTON4_PRESSED
 #ifdef BUTTON5_PRESSED
@@ -1424,11 +1434,7 @@ tui *tui_new(const app_options *opt)
                                            : opt->reasoning == REASONING_HIDDEN ? RM_REASONING_HIDDEN
                                                                                 : RM_REASONING_COLLAPSED);
     paste_mode(1);
-    install_signals();
-    t->rows = LINES;
-    t->cols = COLS;
-    erase();
-    t->force = t->dirty = 1;
+    resize(t);
     snprintf(t->save_state, sizeof t->save_state, "%s", opt->no_save ? "not saved" : "");
     paint_now(t);
     return t;
@@ -1506,7 +1512,7 @@ int tui_run(tui *t, app *a)
     }
     t->state = GEN_IDLE;
     t->progress[0] = 0;
-    t->dirty = t->force = 1;
+    resize(t); /* the terminal may have changed size while the model loaded */
     int code = 0;
     while (!t->quit && !app_quit_requested(a)) {
         int timeout = -1;
