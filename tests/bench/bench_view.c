@@ -1,8 +1,9 @@
 /* bench_view: what the full-screen view adds to the render model per streamed token and per page
  * scrolled, in a short (~1k tokens) and a long (~100k tokens) transcript: the frame, the curses
  * painting of its changed rows (ui/paint) and doupdate(), on a real ncurses screen (newterm,
- * xterm-256color, 120x50) whose output goes to /dev/null. Prints one JSON object (median and p99
- * microseconds). Not a test: run build/tests/bench/bench_view. */
+ * xterm-256color, 120x50). Prints one JSON object (median and p99
+ * microseconds) and the bytes curses wrote per token and per page (to a temporary file: what
+ * would cross an ssh link). Not a test: run build/tests/bench/bench_view. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,8 +81,10 @@ static void add_turn(render_model *rm, unsigned *seed, int *tokens)
 
 typedef struct {
     int tokens;
-    double token_us, token_p99_us, token_rows, page_us, page_p99_us;
+    double token_us, token_p99_us, token_rows, token_bytes, page_us, page_p99_us, page_bytes;
 } result;
+
+static FILE *screen_out; /* where curses writes */
 
 /* The view's frame: the model's frame, its changed rows painted, one doupdate. */
 static int view_frame(render_model *rm, const paint_palette *pal)
@@ -109,6 +112,8 @@ static result run(int target_tokens, const paint_palette *pal)
 
     static double t[SAMPLES];
     long rows = 0;
+    fflush(screen_out);
+    long bytes0 = ftell(screen_out);
     for (int i = 0; i < SAMPLES; i++) {
         double a = now_us();
         add_words(rm, live, 1, &seed);
@@ -118,11 +123,16 @@ static result run(int target_tokens, const paint_palette *pal)
     res.token_us = sorted_at(t, SAMPLES, 500);
     res.token_p99_us = sorted_at(t, SAMPLES, 990);
     res.token_rows = (double)rows / SAMPLES;
+    fflush(screen_out);
+    res.token_bytes = (double)(ftell(screen_out) - bytes0) / SAMPLES;
 
     /* page up until the top, then back to the bottom; laid-out blocks are reused after the first
        pass, as in a session that scrolls back and forth */
     int n = 0;
+    long page_bytes = 0;
     while (n < SAMPLES) {
+        fflush(screen_out);
+        long b0 = ftell(screen_out);
         double a = now_us();
         render_model_scroll_page(rm, -1);
         int painted = view_frame(rm, pal);
@@ -132,8 +142,11 @@ static result run(int target_tokens, const paint_palette *pal)
             view_frame(rm, pal);
             continue;
         }
+        fflush(screen_out);
+        page_bytes += ftell(screen_out) - b0;
         t[n++] = dt;
     }
+    res.page_bytes = (double)page_bytes / n;
     res.page_us = sorted_at(t, n, 500);
     res.page_p99_us = sorted_at(t, n, 990);
     render_model_free(rm);
@@ -143,9 +156,10 @@ static result run(int target_tokens, const paint_palette *pal)
 static void print(const char *name, const result *r, int last)
 {
     printf("  \"%s\": {\"tokens\": %d, \"token_frame_paint_us\": %.2f, \"token_frame_paint_p99_us\": %.2f, "
-           "\"rows_painted_per_token\": %.2f, \"page_up_frame_paint_us\": %.2f, \"page_up_p99_us\": %.2f}%s\n",
-           name, r->tokens, r->token_us, r->token_p99_us, r->token_rows, r->page_us, r->page_p99_us,
-           last ? "" : ",");
+           "\"rows_painted_per_token\": %.2f, \"bytes_per_token\": %.0f, \"page_up_frame_paint_us\": %.2f, "
+           "\"page_up_p99_us\": %.2f, \"bytes_per_page\": %.0f}%s\n",
+           name, r->tokens, r->token_us, r->token_p99_us, r->token_rows, r->token_bytes, r->page_us,
+           r->page_p99_us, r->page_bytes, last ? "" : ",");
 }
 
 int main(void)
@@ -155,8 +169,9 @@ int main(void)
     snprintf(cols, sizeof cols, "%d", WIDTH);
     setenv("LINES", lines, 1);
     setenv("COLUMNS", cols, 1);
-    FILE *out = fopen("/dev/null", "w"), *in = fopen("/dev/null", "r");
-    if (!out || !in || !newterm("xterm-256color", out, in)) {
+    FILE *in = fopen("/dev/null", "r");
+    screen_out = tmpfile();
+    if (!screen_out || !in || !newterm("xterm-256color", screen_out, in)) {
         fprintf(stderr, "bench_view: no curses screen (terminfo xterm-256color?)\n");
         return 1;
     }
