@@ -121,7 +121,7 @@ void paint_style(WINDOW *w, const paint_palette *p, int element, int extra)
  * as its first character padded with spaces to the model's width, so curses' idea of the
  * cursor and the terminal's never drift apart and every later column stays where the model put
  * it. */
-static void add_span_text(WINDOW *w, const char *s, size_t len)
+void paint_text(WINDOW *w, const char *s, size_t len)
 {
     size_t ascii = 0;
     while (ascii < len && (unsigned char)s[ascii] < 0x80)
@@ -180,7 +180,7 @@ void paint_row(WINDOW *w, const paint_palette *p, int y, const rm_row *row)
             break;
         paint_style(w, p, s->element, s->attrs);
         wmove(w, y, s->col);
-        add_span_text(w, s->s, s->len);
+        paint_text(w, s->s, s->len);
     }
 }
 

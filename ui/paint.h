@@ -40,6 +40,11 @@ void paint_palette_init(paint_palette *p, const theme *t, paint_depth depth);
 /* Set w's drawing style to element plus extra THEME_ATTR_* attributes. */
 void paint_style(WINDOW *w, const paint_palette *p, int element, int extra);
 
+/* Add UTF-8 text at the cursor, each grapheme cluster as wide as text_width says: a cluster
+ * wcwidth() would measure otherwise (skin tones, ZWJ sequences, VS16) is painted as its first
+ * character padded with spaces, so curses and the terminal agree on every later column. */
+void paint_text(WINDOW *w, const char *s, size_t len);
+
 /* Paint one transcript row at screen row y (cleared first, in the text style), each span at
  * its column. */
 void paint_row(WINDOW *w, const paint_palette *p, int y, const rm_row *row);

@@ -784,7 +784,8 @@ static int put_cut(tui *t, int y, int x, const char *s, int element, int extra)
     int w;
     size_t len = text_fit(s, strlen(s), room, &w);
     paint_style(stdscr, &t->pal, element, extra);
-    mvaddnstr(y, x, s, (int)len);
+    move(y, x);
+    paint_text(stdscr, s, len);
     return x + w;
 }
 
@@ -846,7 +847,8 @@ static void paint_status(tui *t, int y)
     int right = new_below ? 8 : 0;
     int w;
     size_t len = text_fit(text, strlen(text), t->cols - right > 0 ? t->cols - right : 0, &w);
-    mvaddnstr(y, 0, text, (int)len);
+    move(y, 0);
+    paint_text(stdscr, text, len);
     if (new_below && t->cols > 8)
         put_cut(t, y, t->cols - 7, "↓ new", THEME_STATUS_ACCENT, 0);
 }
@@ -872,7 +874,8 @@ static void paint_input(tui *t, int top)
         else if (i == 0)
             put_cut(t, top + i, 0, "↑ ", THEME_FOLD_HINT, 0);
         paint_style(stdscr, &t->pal, THEME_INPUT, 0);
-        mvaddnstr(top + i, INPUT_PROMPT_WIDTH, text + rows[r].start, (int)(rows[r].end - rows[r].start));
+        move(top + i, INPUT_PROMPT_WIDTH);
+        paint_text(stdscr, text + rows[r].start, rows[r].end - rows[r].start);
     }
     if (t->input_top + t->input_h < n)
         put_cut(t, top + t->input_h - 1, t->cols - 2, "↓", THEME_FOLD_HINT, 0);
