@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A CJK + emoji + combining-mark message lines up (every row within the width, continuation rows
 # at the gutter, nothing lost); NO_COLOR paints without colours; /theme light changes the colours;
-# kill -TERM and a crash signal (SIGSEGV) give the terminal back (stty sane, the shell answers);
+# kill -TERM, kill -HUP and a crash signal (SIGSEGV) give the terminal back (stty sane, the shell answers);
 # TERM=dumb runs the plain REPL.
 . "$(dirname "$0")/lib.sh"
 
@@ -61,6 +61,14 @@ kill -TERM "$pid"
 wait_file "$TMP/main.exit"
 [ "$(cat "$TMP/main.exit")" = 130 ] || fail "SIGTERM: exit status $(cat "$TMP/main.exit")"
 check_sane main
+
+# kill -HUP (the terminal went away) takes the same way out
+start hup 80 24
+wait_ready
+kill -HUP "$(chat_pid)"
+wait_file "$TMP/hup.exit"
+[ "$(cat "$TMP/hup.exit")" = 130 ] || fail "SIGHUP: exit status $(cat "$TMP/hup.exit")"
+check_sane hup
 
 # NO_COLOR: attributes only
 start mono 80 24 NO_COLOR=1 --
