@@ -16,6 +16,7 @@
 #include "app/script_run.h"
 #include "engine/file_io.h"
 #include "ui/plain.h"
+#include "ui/tui.h"
 
 enum { EXIT_OK = 0, EXIT_SCRIPT = 1, EXIT_USAGE = 2, EXIT_ENGINE = 3, EXIT_INTERRUPTED = 130 };
 
@@ -174,28 +175,33 @@ int main(int argc, char **argv)
         return code;
     }
 
-    /* Only the interactive REPL asks before running a tool. */
-    plain_ui *ui = plain_ui_new(&o, o.mode == APP_MODE_PLAIN || o.mode == APP_MODE_TUI);
-    app_frontend fe = plain_ui_frontend(ui);
+    /* The full screen when the terminal can take it, else the plain front end; only the
+       interactive REPL asks before running a tool. */
+    tui *view = o.mode == APP_MODE_TUI ? tui_new(&o) : NULL;
+    if (o.mode == APP_MODE_TUI && !view)
+        o.mode = APP_MODE_PLAIN;
+    plain_ui *ui = view ? NULL : plain_ui_new(&o, o.mode == APP_MODE_PLAIN);
+    app_frontend fe = view ? tui_frontend(view) : ui ? plain_ui_frontend(ui) : (app_frontend){0};
     app *a = NULL;
     generator *gen = NULL;
-    if (!ui) {
+    if (!view && !ui) {
         code = fail(EXIT_ENGINE, "out of memory");
-    } else if (open_generator(&o, &fe, &gen, &err)) {
-        code = fail(open_failure_code(&err), err.msg);
-    } else if (app_open(&a, &o, &fe, gen, &err)) {
+    } else if (open_generator(&o, &fe, &gen, &err) || app_open(&a, &o, &fe, gen, &err)) {
+        tui_free(view);     /* the terminal is given back before the message */
+        view = NULL;
         code = fail(open_failure_code(&err), err.msg);
     } else {
         switch (o.mode) {
         case APP_MODE_PROMPT: code = run_prompt(&o, a, ui); break;
         case APP_MODE_SCRIPT: code = script_run(&s, a, ui, o.keep_going); break;
-        case APP_MODE_TUI:
+        case APP_MODE_TUI: code = tui_run(view, a); break;
         case APP_MODE_PLAIN: code = plain_ui_repl(ui, a); break;
         }
         if (app_save(a, &err))
             fprintf(stderr, "kimi-chat: %s\n", err.msg);
     }
     app_close(a);
+    tui_free(view);
     plain_ui_free(ui);
     script_free(&s);
     options_free(&o);

@@ -1,0 +1,196 @@
+/* paint: theme styles as curses attributes and colour pairs; frames of rows into a window. */
+#include "ui/paint.h"
+
+#include <string.h>
+#include <wchar.h>
+#include <term.h>
+
+#include "ui/text_width.h"
+
+paint_depth paint_detect_depth(int no_color)
+{
+    if (no_color || !has_colors())
+        return PAINT_COLORS_NONE;
+    if (tigetflag("RGB") > 0 || COLORS >= 0x1000000)
+        return PAINT_COLORS_DIRECT;
+    if (COLORS >= 256)
+        return PAINT_COLORS_256;
+    return COLORS >= 16 ? PAINT_COLORS_16 : PAINT_COLORS_8;
+}
+
+static long rgb_distance(uint32_t a, uint32_t b)
+{
+    long dr = (long)(a >> 16 & 255) - (long)(b >> 16 & 255);
+    long dg = (long)(a >> 8 & 255) - (long)(b >> 8 & 255);
+    long db = (long)(a & 255) - (long)(b & 255);
+    return dr * dr + dg * dg + db * db;
+}
+
+int paint_map_color(theme_color c, paint_depth depth)
+{
+    if (c.index == THEME_COLOR_DEFAULT && !c.is_rgb)
+        return -1;
+    uint32_t rgb = c.is_rgb ? c.rgb : theme_256_to_rgb(c.index);
+    switch (depth) {
+    case PAINT_COLORS_NONE: return -1;
+    case PAINT_COLORS_DIRECT:
+        /* direct-colour terminfo keeps 0..7 as the ANSI colours: named colours stay named, an
+           RGB value that small is nudged to the next (visually equal) one */
+        if (!c.is_rgb && c.index < 8)
+            return c.index;
+        return rgb < 8 ? 8 : (int)rgb;
+    case PAINT_COLORS_256:
+        return c.is_rgb ? theme_rgb_to_256(rgb) : c.index;
+    case PAINT_COLORS_16:
+    case PAINT_COLORS_8: {
+        int n = depth == PAINT_COLORS_16 ? 16 : 8;
+        if (!c.is_rgb && c.index < n)
+            return c.index;
+        if (!c.is_rgb && c.index < 16) /* bright named colour on an 8-colour terminal */
+            return c.index - 8;
+        int best = 0;
+        long best_d = -1;
+        for (int i = 0; i < n; i++) {
+            long d = rgb_distance(rgb, theme_256_to_rgb(i));
+            if (best_d < 0 || d < best_d) {
+                best = i;
+                best_d = d;
+            }
+        }
+        return best;
+    }
+    }
+    return -1;
+}
+
+attr_t paint_attrs(unsigned a)
+{
+    attr_t r = A_NORMAL;
+    if (a & THEME_ATTR_BOLD)
+        r |= A_BOLD;
+    if (a & THEME_ATTR_DIM)
+        r |= A_DIM;
+    if (a & THEME_ATTR_ITALIC)
+        r |= A_ITALIC;
+    if (a & THEME_ATTR_UNDERLINE)
+        r |= A_UNDERLINE;
+    if (a & THEME_ATTR_REVERSE)
+        r |= A_REVERSE;
+    return r;
+}
+
+void paint_palette_init(paint_palette *p, const theme *t, paint_depth depth)
+{
+    memset(p, 0, sizeof *p);
+    p->depth = depth;
+    int fgs[THEME_N_ELEMENTS], bgs[THEME_N_ELEMENTS];
+    for (int e = 0; e < THEME_N_ELEMENTS; e++) {
+        const theme_style *s = &t->style[e];
+        p->attr[e] = paint_attrs(s->attrs);
+        if (depth == PAINT_COLORS_NONE)
+            continue;
+        int fg = paint_map_color(s->fg, depth), bg = paint_map_color(s->bg, depth);
+        if (fg < 0 && bg < 0)
+            continue;
+        int found = 0;
+        for (int k = 0; k < p->pairs_used && !found; k++)
+            if (fgs[k] == fg && bgs[k] == bg)
+                found = k + 1;
+        if (!found) {
+            if (p->pairs_used + 1 >= COLOR_PAIRS || init_extended_pair(p->pairs_used + 1, fg, bg) != OK) {
+                p->pairs_short++;
+                continue;
+            }
+            fgs[p->pairs_used] = fg;
+            bgs[p->pairs_used] = bg;
+            found = ++p->pairs_used;
+        }
+        p->pair[e] = found;
+    }
+}
+
+void paint_style(WINDOW *w, const paint_palette *p, int element, int extra)
+{
+    int pair = p->pair[element];
+    wattr_set(w, p->attr[element] | paint_attrs((unsigned)extra), (short)0, &pair);
+}
+
+/* ncurses measures a character at a time with wcwidth(); the render model measures grapheme
+ * clusters. Where they disagree (an emoji with a skin tone or ZWJ sequence: 4+ columns to
+ * wcwidth, 2 on screen; a narrow symbol with VS16: 1 to wcwidth, 2 here), the cluster is painted
+ * as its first character padded with spaces to the model's width, so curses' idea of the
+ * cursor and the terminal's never drift apart and every later column stays where the model put
+ * it. */
+void paint_text(WINDOW *w, const char *s, size_t len)
+{
+    size_t ascii = 0;
+    while (ascii < len && (unsigned char)s[ascii] < 0x80)
+        ascii++;
+    if (ascii == len) {
+        waddnstr(w, s, (int)len);
+        return;
+    }
+    size_t run = 0, p = 0;
+    while (p < len) {
+        int cw;
+        size_t n = text_cluster(s, len, p, &cw);
+        int curses_w = 0;
+        wchar_t first = 0;
+        mbstate_t st = {0};
+        for (size_t q = p; q < p + n;) {
+            wchar_t wc;
+            size_t k = mbrtowc(&wc, s + q, p + n - q, &st);
+            if (k == 0 || k > n) {
+                curses_w = -1;
+                break;
+            }
+            int ww = wcwidth(wc);
+            if (!first)
+                first = wc;
+            curses_w += ww < 0 ? 1 : ww;
+            q += k;
+        }
+        if (curses_w != cw) {
+            waddnstr(w, s + run, (int)(p - run));
+            int fw = first ? wcwidth(first) : -1;
+            if (fw >= 0 && fw <= cw) {
+                wchar_t one[2] = {first, 0};
+                waddnwstr(w, one, 1);
+            } else {
+                fw = 0;
+            }
+            for (int k = fw; k < cw; k++)
+                waddch(w, ' ');
+            run = p + n;
+        }
+        p += n;
+    }
+    waddnstr(w, s + run, (int)(len - run));
+}
+
+void paint_row(WINDOW *w, const paint_palette *p, int y, const rm_row *row)
+{
+    paint_style(w, p, THEME_TEXT, 0);
+    wmove(w, y, 0);
+    wclrtoeol(w);
+    int maxx = getmaxx(w);
+    for (int i = 0; i < row->n_spans; i++) {
+        const rm_span *s = &row->spans[i];
+        if (s->col >= maxx)
+            break;
+        paint_style(w, p, s->element, s->attrs);
+        wmove(w, y, s->col);
+        paint_text(w, s->s, s->len);
+    }
+}
+
+int paint_frame(WINDOW *w, const paint_palette *p, int top, const rm_frame *f, int force)
+{
+    int painted = 0;
+    for (int y = 0; y < f->n_rows; y++)
+        if (force || f->rows[y].changed) {
+            paint_row(w, p, top + y, &f->rows[y]);
+            painted++;
+        }
+    return painted;
+}

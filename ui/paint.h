@@ -1,0 +1,58 @@
+/* paint: the ncurses side of the render model: the theme's styles as curses attributes and
+ * colour pairs (direct colour, the 256 palette or the nearest of 16/8, within the terminal's
+ * pair budget; none at all for NO_COLOR) and frames of rows painted into a window. */
+#ifndef KIMI_UI_PAINT_H
+#define KIMI_UI_PAINT_H
+
+#include <curses.h>
+
+#include "ui/render_model.h"
+#include "ui/theme.h"
+
+typedef enum {
+    PAINT_COLORS_NONE,      /* NO_COLOR or a terminal without colours: attributes only */
+    PAINT_COLORS_8,
+    PAINT_COLORS_16,
+    PAINT_COLORS_256,
+    PAINT_COLORS_DIRECT,    /* 24-bit: #rrggbb as given */
+} paint_depth;
+
+typedef struct {
+    paint_depth depth;
+    attr_t attr[THEME_N_ELEMENTS];  /* A_BOLD, A_DIM, ... of each element */
+    int pair[THEME_N_ELEMENTS];     /* its colour pair (0: the terminal's defaults) */
+    int pairs_used;                 /* pairs allocated (distinct fg/bg combinations) */
+    int pairs_short;                /* elements left with pair 0: the budget ran out */
+} paint_palette;
+
+/* What the terminal can show (call after start_color()); no_color forces NONE. */
+paint_depth paint_detect_depth(int no_color);
+
+/* A theme colour as a curses colour number for the depth: -1 for the terminal's default, the
+ * RGB value itself for DIRECT, the xterm-256 index for 256, the nearest of the first 16 / 8
+ * (by RGB distance to xterm's defaults) below that. */
+int paint_map_color(theme_color c, paint_depth depth);
+
+/* Allocate the pairs for t (init_extended_pair; pairs are reused across elements with the same
+ * colours and reallocated from 1 on every call, so /theme does not leak pairs). */
+void paint_palette_init(paint_palette *p, const theme *t, paint_depth depth);
+
+/* Set w's drawing style to element plus extra THEME_ATTR_* attributes. */
+void paint_style(WINDOW *w, const paint_palette *p, int element, int extra);
+
+/* Add UTF-8 text at the cursor, each grapheme cluster as wide as text_width says: a cluster
+ * wcwidth() would measure otherwise (skin tones, ZWJ sequences, VS16) is painted as its first
+ * character padded with spaces, so curses and the terminal agree on every later column. */
+void paint_text(WINDOW *w, const char *s, size_t len);
+
+/* Paint one transcript row at screen row y (cleared first, in the text style), each span at
+ * its column. */
+void paint_row(WINDOW *w, const paint_palette *p, int y, const rm_row *row);
+
+/* Paint the frame's changed rows (all when force) from screen row top; returns rows painted. */
+int paint_frame(WINDOW *w, const paint_palette *p, int top, const rm_frame *f, int force);
+
+/* THEME_ATTR_* as curses attributes. */
+attr_t paint_attrs(unsigned theme_attrs);
+
+#endif
