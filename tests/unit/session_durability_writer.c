@@ -2,6 +2,7 @@
  * is killed (test_session_durability kills it with SIGKILL at random moments). It resumes from
  * the generation the file holds; a file it cannot load is exit status 3. After its first save it
  * writes one byte to stdout, so the test can time most kills from there whatever the load. */
+#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@ int main(int argc, char **argv)
     kimi_err err = {0};
     uint64_t g = 0;
     int told = 0;
+    signal(SIGPIPE, SIG_IGN);
     FILE *f = fopen(argv[1], "r");
     if (f) {
         fclose(f);
@@ -36,8 +38,8 @@ int main(int argc, char **argv)
         session_free(&s);
         if (!told) {
             told = 1;
-            if (write(1, "s", 1) != 1)
-                return 1;
+            ssize_t ignored = write(1, "s", 1);  /* the test may have stopped listening */
+            (void)ignored;
         }
     }
 }
