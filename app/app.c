@@ -973,7 +973,10 @@ static int run_command(app *a, command *c, kimi_err *err)
         case SET_MAX_TOKENS: a->sess.settings.max_tokens = (int)c->integer; break;
         case SET_SEED: a->sess.settings.seed = c->integer; break;
         }
-        say_info(a, "%s", c->arg);
+        say_info(a, "temperature %g · top_p %g · top_k %d · max_tokens %d · seed %llu",
+                 (double)a->sess.settings.temperature, (double)a->sess.settings.top_p,
+                 a->sess.settings.top_k, a->sess.settings.max_tokens,
+                 (unsigned long long)a->sess.settings.seed);
         return 0;
     case CMD_RETRY: {
         if (require_idle(a, c, err))
