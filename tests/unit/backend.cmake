@@ -1,2 +1,3 @@
 # Unit tests: backend.
 kimi_unit_test(test_backend SOURCES test_backend.c DEPS kimi_backend m)
+kimi_unit_test(test_device_plan SOURCES test_device_plan.c DEPS kimi_device_plan kimi_backend kimi_kernels_cpu m)

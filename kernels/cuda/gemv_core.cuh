@@ -1,0 +1,119 @@
+/* gemv_core: the inner loop every CUDA matrix-vector kernel shares: the dot product of one
+ * 16-byte chunk of a packed weight row (32 NVFP4, 8 BF16/F16 or 4 F32 weights) with the
+ * matching float activations, decoded with the helpers the CPU kernels use. NVFP4 chunks give
+ * sum((e2m1 * e4m3) * x) without scale_2, which the caller applies once per row, as the CPU's
+ * linear_rows does. */
+#ifndef KIMI_KERNELS_CUDA_GEMV_CORE_CUH
+#define KIMI_KERNELS_CUDA_GEMV_CORE_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/half_math.h"
+#include "kernels/nvfp4_math.h"
+#include "kernels/tensor.h"
+
+static __device__ __forceinline__ int gemv_chunk_elements(weight_format format)
+{
+    return format == WEIGHT_NVFP4 ? 32 : format == WEIGHT_F32 ? 4 : 8;
+}
+
+/* Chunk `chunk` of a row: elements [chunk * E, chunk * E + E), those >= cols are padding. */
+template <weight_format F>
+static __device__ __forceinline__ float gemv_chunk_dot(const uint8_t *row, const uint8_t *scales, int chunk,
+                                                       const float *x, int cols)
+{
+    uint4 raw = __ldg(reinterpret_cast<const uint4 *>(row) + chunk);
+    uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    float sum = 0.0f;
+    if (F == WEIGHT_NVFP4) {
+        int first = chunk * 32;
+        float block_scale[2];
+        block_scale[0] = nvfp4_e4m3_to_float(scales[2 * chunk]);
+        block_scale[1] = first + 16 < cols ? nvfp4_e4m3_to_float(scales[2 * chunk + 1]) : 0.0f;
+        int valid = cols - first < 32 ? cols - first : 32;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            if (j < valid) {
+                uint8_t nibble = (uint8_t)((words[j / 8] >> (4 * (j % 8))) & 15);
+                float w = nvfp4_e2m1_to_float(nibble) * block_scale[j / 16];
+                sum += w * __ldg(x + first + j);
+            }
+        }
+    } else if (F == WEIGHT_F32) {
+        int first = chunk * 4;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (first + j < cols)
+                sum += __uint_as_float(words[j]) * __ldg(x + first + j);
+    } else {
+        int first = chunk * 8;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (first + j < cols) {
+                uint16_t bits = (uint16_t)(words[j / 2] >> (16 * (j % 2)));
+                float w = F == WEIGHT_BF16 ? bf16_bits_to_float(bits) : half_to_float(bits);
+                sum += w * __ldg(x + first + j);
+            }
+        }
+    }
+    return sum;
+}
+
+/* Chunks [c_begin, c_end) of row `row` stepping by `stride` from c_begin + lane, any format. */
+static __device__ __forceinline__ float gemv_row_partial(const weight_matrix &w, int row, const float *x,
+                                                         int c_begin, int c_end, int lane, int stride)
+{
+    const uint8_t *data = w.data + (size_t)row * w.data_stride;
+    const uint8_t *scales = w.scale ? w.scale + (size_t)row * w.scale_stride : nullptr;
+    float sum = 0.0f;
+    switch (w.format) {
+    case WEIGHT_NVFP4:
+        for (int c = c_begin + lane; c < c_end; c += stride)
+            sum += gemv_chunk_dot<WEIGHT_NVFP4>(data, scales, c, x, w.cols);
+        break;
+    case WEIGHT_BF16:
+        for (int c = c_begin + lane; c < c_end; c += stride)
+            sum += gemv_chunk_dot<WEIGHT_BF16>(data, scales, c, x, w.cols);
+        break;
+    case WEIGHT_F16:
+        for (int c = c_begin + lane; c < c_end; c += stride)
+            sum += gemv_chunk_dot<WEIGHT_F16>(data, scales, c, x, w.cols);
+        break;
+    case WEIGHT_F32:
+        for (int c = c_begin + lane; c < c_end; c += stride)
+            sum += gemv_chunk_dot<WEIGHT_F32>(data, scales, c, x, w.cols);
+        break;
+    }
+    return sum;
+}
+
+static __device__ __forceinline__ int gemv_row_chunks(const weight_matrix &w)
+{
+    int e = gemv_chunk_elements(w.format);
+    return (w.cols + e - 1) / e;
+}
+
+/* Sum over the `width` lanes of a group (width a power of two <= 32, groups aligned). */
+static __device__ __forceinline__ float gemv_group_sum(float value, int width)
+{
+    for (int offset = width / 2; offset > 0; offset /= 2)
+        value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
+    return value;
+}
+
+static __device__ __forceinline__ float gemv_row_scale(const weight_matrix &w)
+{
+    return w.format == WEIGHT_NVFP4 ? w.scale_2 : 1.0f;
+}
+
+/* Lanes per row for rows of `chunks` chunks: 32, or the power of two that covers them. */
+static inline int gemv_lanes_per_row(int chunks)
+{
+    int lanes = 1;
+    while (lanes < 32 && lanes < chunks)
+        lanes *= 2;
+    return lanes;
+}
+
+#endif
