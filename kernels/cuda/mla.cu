@@ -17,7 +17,7 @@ constexpr int kChunk = 16;
 constexpr int kHeadsPerBlock = 8;
 constexpr int kMaxLatentPerThread = 4; /* kv_lora <= 1024 */
 
-__global__ void __launch_bounds__(kThreads) mla_partial_kernel(const float *q_latent, const float *q, int heads,
+__global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q_latent, const float *q, int heads,
                                                                int kv_lora, int rope, int nope, float softmax_scale,
                                                                const uint16_t *cache, const int *pos, int splits,
                                                                float *partials)
@@ -103,12 +103,10 @@ __global__ void __launch_bounds__(kThreads) mla_partial_kernel(const float *q_la
         __syncthreads();
 #pragma unroll
         for (int g = 0; g < kHeadsPerBlock; g++) {
-            if (g >= group)
-                break;
 #pragma unroll
             for (int k = 0; k < kMaxLatentPerThread; k++) {
                 int c = threadIdx.x + k * kThreads;
-                if (c < kv_lora) {
+                if (g < group && c < kv_lora) {
                     float a = acc[g][k] * rescale[g];
                     for (int j = 0; j < n; j++)
                         a += scores[g * kChunk + j] * half_to_float(chunk[j * row + c]);
@@ -122,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) mla_partial_kernel(const float *q_la
 #pragma unroll
     for (int g = 0; g < kHeadsPerBlock; g++) {
         if (g >= group)
-            break;
+            continue;
         float *out = partials + ((size_t)blockIdx.x * heads + head0 + g) * stride;
         if (threadIdx.x == 0) {
             out[0] = max_state[g];

@@ -204,16 +204,23 @@ __global__ void __launch_bounds__(kMlpWarps * 32) mlp_gate_up_kernel(const mlp_d
     int slot = blockIdx.y;
     const mlp_device *mlp = &table[index ? index[slot] : 0];
     const float *input = x + (size_t)(slot / slots_per_input) * hidden;
-    float gate = 0.0f, up = 0.0f;
-    if (row < inter) {
-        gate = gemv_row_partial(mlp->gate, row, input, 0, gemv_row_chunks(mlp->gate), group_lane, lanes_per_row);
-        up = gemv_row_partial(mlp->up, row, input, 0, gemv_row_chunks(mlp->up), group_lane, lanes_per_row);
+    float gate = 0.0f, up = 0.0f, gate_scale, up_scale;
+    {
+        const weight_matrix w = mlp->gate;
+        gate_scale = gemv_row_scale(w);
+        if (row < inter)
+            gate = gemv_row_partial(w, row, input, 0, gemv_row_chunks(w), group_lane, lanes_per_row);
+    }
+    {
+        const weight_matrix w = mlp->up;
+        up_scale = gemv_row_scale(w);
+        if (row < inter)
+            up = gemv_row_partial(w, row, input, 0, gemv_row_chunks(w), group_lane, lanes_per_row);
     }
     gate = gemv_group_sum(gate, lanes_per_row);
     up = gemv_group_sum(up, lanes_per_row);
     if (row < inter && group_lane == 0)
-        act[(size_t)slot * inter + row] =
-            silu_gate_element(gate * gemv_row_scale(mlp->gate), up * gemv_row_scale(mlp->up));
+        act[(size_t)slot * inter + row] = silu_gate_element(gate * gate_scale, up * up_scale);
 }
 
 __global__ void __launch_bounds__(kMlpWarps * 32) mlp_down_kernel(const mlp_device *table, const int *index,
