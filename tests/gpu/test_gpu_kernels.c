@@ -5,7 +5,8 @@
  *   GEMV / MLP / absorption: |gpu - cpu| <= 2e-5 * sum_k |w_k x_k| (+1e-30) per output;
  *   RMSNorm, routing weights: relative 2e-6;  attention: 2e-5 of the output's largest value.
  * Weights are packed with engine/device_plan.h (the layout the backend uploads), so the test
- * also covers that the kernels read that layout. Exits 77 (skipped) without a device. */
+ * also covers that the kernels read that layout, and that the packed copy on the device
+ * dequantizes bit for bit to the CPU decoder's values. Exits 77 (skipped) without a device. */
 #include <math.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/forward.h"
+#include "kernels/cuda/nvfp4.h"
 #include "tests/gpu/gpu_test.h"
 
 /* A random host matrix [rows][cols] of a format (NVFP4: random codes, non-NaN scales near 1). */
@@ -75,6 +77,28 @@ static void matrix_free(test_matrix *m)
     cudaFree(m->dev_data);
     free(m->data);
     free(m->scale);
+}
+
+/* The packed copy on the device decodes to exactly the checkpoint view's values (the upload
+ * path of the backend: packed_rows_write, then a copy). */
+static void check_packed_upload(int rows, int cols)
+{
+    test_matrix m;
+    matrix_make(&m, WEIGHT_NVFP4, rows, cols, 0.000372314453125f);
+    float *dout = NULL, *got = malloc((size_t)rows * cols * 4), *want = malloc((size_t)cols * 4);
+    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)rows * cols * 4));
+    CHECK_INT(nvfp4_dequantize_rows_cuda(&m.dev, 0, rows, dout, NULL), 0);
+    gpu_test_download(got, dout, (size_t)rows * cols * 4);
+    int bad = 0;
+    for (int r = 0; r < rows; r++) {
+        weight_matrix_decode_row(&m.host, r, want);
+        bad += memcmp(want, got + (size_t)r * cols, (size_t)cols * 4) != 0;
+    }
+    CHECK_MSG(bad == 0, "packed upload [%d x %d]: %d rows decode differently on the device", rows, cols, bad);
+    cudaFree(dout);
+    free(got);
+    free(want);
+    matrix_free(&m);
 }
 
 static float *random_floats(size_t n, float scale)
@@ -495,6 +519,8 @@ int main(void)
     gpu_test_require_device();
     int sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+    check_packed_upload(256, 7168);
+    check_packed_upload(5, 48);
     /* GEMV: every format, odd widths (a half chunk at the end), rank shapes, split-K */
     check_gemv(WEIGHT_NVFP4, 256, 7168, sm, "nvfp4 gate slice");
     check_gemv(WEIGHT_NVFP4, 7168, 256, sm, "nvfp4 down slice");
