@@ -2,11 +2,12 @@
  * load (engine/device_plan.h) and uploaded through pinned staging buffers, two at a time so the
  * host packs one while the other is copied; ranks of one process share one device and one
  * stream and meet in the local communicator (engine/cuda_comm.h). A decode step mirrors the
- * CPU's forward.c with device kernels (kernels/cuda/forward.h): routing, expert choice and the
- * weighted sum stay on the device, and the position lives in device memory, so one captured CUDA
- * graph per step kind (with or without logits) serves every step. A prefill runs its tokens
- * as consecutive decode steps (absorbed attention); the embedding row is looked up on the host
- * (one row per token, so the 2.3 GB table never needs device memory). */
+ * CPU's forward.c with device kernels (kernels/cuda/forward.h) over up to DEVICE_MAX_TOKENS tokens
+ * (one for a decode step; a prefill runs in steps of that many, each weight read once per
+ * step, attention absorbed and causal): routing, expert choice and the weighted sum stay on the
+ * device, and the position lives in device memory, so one captured CUDA graph per step shape
+ * (token count, with or without logits) serves every step. The embedding rows are looked up on
+ * the host (one row per token, so the 2.3 GB table never needs device memory). */
 #include "engine/backend_impl.h"
 
 #include <cuda_runtime_api.h>
@@ -21,6 +22,7 @@
 #include "kernels/cuda/forward.h"
 
 enum { MAX_RANKS = 8, STAGING_BYTES = 32 << 20 };
+_Static_assert((int)DEVICE_MAX_TOKENS == (int)FORWARD_MAX_TOKENS, "the workspace plan and the kernels serve as many tokens");
 
 /* Bytes kept free for the CUDA runtime, graphs and the driver, per device. */
 #define DEVICE_RESERVE_BYTES ((size_t)512 << 20)
@@ -62,14 +64,14 @@ struct cuda_backend {
     double cos_sin_scale;
     float softmax_scale;
     moe_routing_config routing;
-    float *logits;              /* device [vocab]: rank 0's gathered logits */
-    float *host_h;              /* pinned [hidden]: the embedding row of the step */
-    int *host_pos;              /* pinned */
-    float *host_logits;         /* pinned [vocab] */
+    float *logits;              /* device [DEVICE_MAX_TOKENS][vocab]: rank 0's gathered logits */
+    float *host_h;              /* pinned [DEVICE_MAX_TOKENS][hidden]: the embedding rows of the step */
+    int *host_pos;              /* pinned: the step's first position */
+    float *host_logits;         /* pinned [DEVICE_MAX_TOKENS][vocab] */
     uint8_t *staging[2];        /* pinned upload buffers */
     cudaEvent_t staged[2];      /* the copy out of staging[i] has finished */
     int next_staging;
-    cudaGraphExec_t graph[2];   /* [with logits] */
+    cudaGraphExec_t graph[DEVICE_MAX_TOKENS + 1][2]; /* [tokens][with logits] */
 };
 
 static int cuda_fail(kimi_err *err, cudaError_t status, const char *what)
@@ -315,9 +317,11 @@ void cuda_backend_close(cuda_backend *be)
         return;
     if (be->stream)
         cudaStreamSynchronize(be->stream);
+    for (int t = 0; t <= DEVICE_MAX_TOKENS; t++)
+        for (int i = 0; i < 2; i++)
+            if (be->graph[t][i])
+                cudaGraphExecDestroy(be->graph[t][i]);
     for (int i = 0; i < 2; i++) {
-        if (be->graph[i])
-            cudaGraphExecDestroy(be->graph[i]);
         if (be->staged[i])
             cudaEventDestroy(be->staged[i]);
         cudaFreeHost(be->staging[i]);
@@ -365,10 +369,12 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, ki
         CUDA_TRY(cudaEventCreateWithFlags(&be->staged[i], cudaEventDisableTiming), "event");
     }
     CUDA_TRY(cudaMalloc((void **)&be->pos, sizeof(int)), "position");
-    CUDA_TRY(cudaMalloc((void **)&be->logits, (size_t)c->vocab * sizeof(float)), "logits");
-    CUDA_TRY(cudaHostAlloc((void **)&be->host_h, (size_t)c->hidden * sizeof(float), cudaHostAllocDefault), "pinned");
+    size_t T = DEVICE_MAX_TOKENS;
+    CUDA_TRY(cudaMalloc((void **)&be->logits, T * (size_t)c->vocab * sizeof(float)), "logits");
+    CUDA_TRY(cudaHostAlloc((void **)&be->host_h, T * (size_t)c->hidden * sizeof(float), cudaHostAllocDefault),
+             "pinned");
     CUDA_TRY(cudaHostAlloc((void **)&be->host_pos, sizeof(int), cudaHostAllocDefault), "pinned");
-    CUDA_TRY(cudaHostAlloc((void **)&be->host_logits, (size_t)c->vocab * sizeof(float), cudaHostAllocDefault),
+    CUDA_TRY(cudaHostAlloc((void **)&be->host_logits, T * (size_t)c->vocab * sizeof(float), cudaHostAllocDefault),
              "pinned");
 
     rope_config rc = {c->qk_rope_dim, c->rope_theta, c->rope_yarn, c->rope_factor, c->rope_original_max,
@@ -441,9 +447,11 @@ static float *ws(rank_device *rd, size_t offset)
     return rd->ws + offset;
 }
 
-static int gemv(rank_device *rd, const weight_matrix *w, const float *x, float *y, cudaStream_t s)
+/* y[t] = W x[t] for the step's tokens (x rows of x_width floats, y rows of w->rows). */
+static int gemv(rank_device *rd, const weight_matrix *w, const float *x, size_t x_width, float *y, int tokens,
+                cudaStream_t s)
 {
-    return linear_gemv_cuda(w, w->rows, 1, 0, x, 0, y, 0, &rd->gemv, s);
+    return linear_gemv_tokens_cuda(w, w->rows, 1, 0, x, 0, x_width, y, 0, (size_t)w->rows, tokens, &rd->gemv, s);
 }
 
 static uint16_t *layer_cache(struct cuda_backend *be, rank_device *rd, int layer)
@@ -451,132 +459,138 @@ static uint16_t *layer_cache(struct cuda_backend *be, rank_device *rd, int layer
     return rd->cache + (size_t)layer * (size_t)be->capacity * be->cache_row;
 }
 
-/* h -> partial = this rank's share of o_proj(attention(rmsnorm(h))), cache row written. */
-static int attention_step(struct cuda_backend *be, rank_device *rd, int layer)
+/* h -> partial = this rank's share of o_proj(attention(rmsnorm(h))), cache rows written; for
+ * the step's T tokens at positions *pos + t. */
+static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
 {
     const model_config *c = be->cfg;
     const layer_device *ld = &rd->layers[layer];
     const device_workspace *l = &rd->layout;
     cudaStream_t s = be->stream;
     int q_width = c->qk_nope_dim + c->qk_rope_dim, kv_b_rows = c->qk_nope_dim + c->v_head_dim;
+    size_t hidden = (size_t)c->hidden, heads = (size_t)rd->heads, kv_lora = (size_t)c->kv_lora_rank;
     float *x = ws(rd, l->x), *q_a = ws(rd, l->q_a), *q = ws(rd, l->q), *kv = ws(rd, l->kv);
-    STEP_TRY(rmsnorm_cuda(x, ws(rd, l->h), ld->input_norm, 1, c->hidden, c->rms_norm_eps, s));
-    STEP_TRY(gemv(rd, &ld->q_a, x, q_a, s));
-    STEP_TRY(gemv(rd, &ld->kv_a, x, kv, s));
-    STEP_TRY(rmsnorm_cuda(q_a, q_a, ld->q_a_norm, 1, c->q_lora_rank, c->rms_norm_eps, s));
-    STEP_TRY(gemv(rd, &ld->q_b, q_a, q, s));
+    STEP_TRY(rmsnorm_cuda(x, ws(rd, l->h), ld->input_norm, T, c->hidden, c->rms_norm_eps, s));
+    STEP_TRY(gemv(rd, &ld->q_a, x, hidden, q_a, T, s));
+    STEP_TRY(gemv(rd, &ld->kv_a, x, hidden, kv, T, s));
+    STEP_TRY(rmsnorm_cuda(q_a, q_a, ld->q_a_norm, T, c->q_lora_rank, c->rms_norm_eps, s));
+    STEP_TRY(gemv(rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
     STEP_TRY(mla_kv_rope_cache_cuda(kv, c->kv_lora_rank, c->qk_rope_dim, ld->kv_a_norm, c->rms_norm_eps, q, rd->heads,
                                     c->qk_nope_dim, be->inv_freq, be->cos_sin_scale, be->pos,
-                                    layer_cache(be, rd, layer), s));
+                                    layer_cache(be, rd, layer), T, s));
     STEP_TRY(mla_absorb_q_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, q, q_width, ws(rd, l->q_latent),
-                               s));
+                               T, s));
     STEP_TRY(mla_decode_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
                              be->softmax_scale, layer_cache(be, rd, layer), be->pos, be->splits,
-                             ws(rd, l->attn_partials), ws(rd, l->o_latent), s));
+                             ws(rd, l->attn_partials), ws(rd, l->o_latent), T, s));
     /* W_UV per head: rows [nope, nope + v) of each head's kv_b rows */
     weight_matrix w_uv = ld->kv_b;
     w_uv.data += (size_t)c->qk_nope_dim * w_uv.data_stride;
     if (w_uv.scale)
         w_uv.scale += (size_t)c->qk_nope_dim * w_uv.scale_stride;
-    STEP_TRY(linear_gemv_cuda(&w_uv, c->v_head_dim, rd->heads, kv_b_rows, ws(rd, l->o_latent), (size_t)c->kv_lora_rank,
-                              ws(rd, l->attn), (size_t)c->v_head_dim, &rd->gemv, s));
-    return gemv(rd, &ld->o, ws(rd, l->attn), ws(rd, l->partial), s);
+    STEP_TRY(linear_gemv_tokens_cuda(&w_uv, c->v_head_dim, rd->heads, kv_b_rows, ws(rd, l->o_latent), kv_lora,
+                                     heads * kv_lora, ws(rd, l->attn), (size_t)c->v_head_dim,
+                                     heads * (size_t)c->v_head_dim, T, &rd->gemv, s));
+    return gemv(rd, &ld->o, ws(rd, l->attn), heads * (size_t)c->v_head_dim, ws(rd, l->partial), T, s);
 }
 
-/* h -> partial = this rank's share of the dense MLP or the MoE of rmsnorm(h). */
-static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer)
+/* h -> partial = this rank's share of the dense MLP or the MoE of rmsnorm(h), T tokens. */
+static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
 {
     const model_config *c = be->cfg;
     const layer_device *ld = &rd->layers[layer];
     const device_workspace *l = &rd->layout;
     cudaStream_t s = be->stream;
     float *x = ws(rd, l->x);
-    STEP_TRY(rmsnorm_cuda(x, ws(rd, l->h), ld->post_norm, 1, c->hidden, c->rms_norm_eps, s));
+    STEP_TRY(rmsnorm_cuda(x, ws(rd, l->h), ld->post_norm, T, c->hidden, c->rms_norm_eps, s));
     if (!ld->is_moe) {
         int inter = rd->shard.dense_inter.end - rd->shard.dense_inter.begin;
-        STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, 1, 1, x, c->hidden, inter, ws(rd, l->act), s));
-        return mlp_down_cuda(ld->table, NULL, 1, ws(rd, l->act), c->hidden, inter, ws(rd, l->partial), s);
+        STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->act), s));
+        return mlp_down_cuda(ld->table, NULL, T, ws(rd, l->act), c->hidden, inter, ws(rd, l->partial), s);
     }
     int k = c->experts_per_token, moe_inter = rd->shard.moe_inter.end - rd->shard.moe_inter.begin;
     int *chosen = (int *)ws(rd, l->chosen);
-    STEP_TRY(gemv(rd, &ld->router, x, ws(rd, l->router_logits), s));
+    STEP_TRY(gemv(rd, &ld->router, x, (size_t)c->hidden, ws(rd, l->router_logits), T, s));
     STEP_TRY(moe_route_cuda(&be->routing, ws(rd, l->router_logits), ld->router_bias, chosen, ws(rd, l->route_weights),
-                            s));
+                            T, s));
     const float *shared_y = NULL;
     if (ld->has_shared) {
         int inter = rd->shard.shared_inter.end - rd->shard.shared_inter.begin;
-        STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, 1, 1, x, c->hidden, inter, ws(rd, l->shared_act), s));
-        STEP_TRY(mlp_down_cuda(ld->table, NULL, 1, ws(rd, l->shared_act), c->hidden, inter, ws(rd, l->shared_y), s));
+        STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->shared_act), s));
+        STEP_TRY(mlp_down_cuda(ld->table, NULL, T, ws(rd, l->shared_act), c->hidden, inter, ws(rd, l->shared_y), s));
         shared_y = ws(rd, l->shared_y);
     }
-    STEP_TRY(mlp_gate_up_cuda(ld->table + 1, chosen, k, k, x, c->hidden, moe_inter, ws(rd, l->act), s));
-    STEP_TRY(mlp_down_cuda(ld->table + 1, chosen, k, ws(rd, l->act), c->hidden, moe_inter, ws(rd, l->routed_y), s));
+    /* slot t * k + j: token t's j-th choice */
+    STEP_TRY(mlp_gate_up_cuda(ld->table + 1, chosen, T * k, k, x, c->hidden, moe_inter, ws(rd, l->act), s));
+    STEP_TRY(mlp_down_cuda(ld->table + 1, chosen, T * k, ws(rd, l->act), c->hidden, moe_inter, ws(rd, l->routed_y),
+                           s));
     return moe_combine_cuda(shared_y, ws(rd, l->routed_y), chosen, ws(rd, l->route_weights), k, c->hidden,
-                            ws(rd, l->partial), s);
+                            ws(rd, l->partial), T, s);
 }
 
 /* Every rank's partial summed (local communicator), then added to every rank's h. */
-static int reduce_into_h(struct cuda_backend *be)
+static int reduce_into_h(struct cuda_backend *be, int T)
 {
-    int hidden = be->cfg->hidden;
+    size_t n = (size_t)T * (size_t)be->cfg->hidden;
     for (int r = 0; r < be->tp; r++)
-        STEP_TRY(cuda_comm_allreduce_sum(be->comm, r, ws(&be->ranks[r], be->ranks[r].layout.partial), (size_t)hidden,
-                                         be->stream));
+        STEP_TRY(cuda_comm_allreduce_sum(be->comm, r, ws(&be->ranks[r], be->ranks[r].layout.partial), n, be->stream));
     for (int r = 0; r < be->tp; r++)
-        STEP_TRY(add_cuda(ws(&be->ranks[r], be->ranks[r].layout.h), ws(&be->ranks[r], be->ranks[r].layout.partial),
-                          (size_t)hidden, be->stream));
+        STEP_TRY(add_cuda(ws(&be->ranks[r], be->ranks[r].layout.h), ws(&be->ranks[r], be->ranks[r].layout.partial), n,
+                          be->stream));
     return 0;
 }
 
-static int step_enqueue(struct cuda_backend *be, int with_logits)
+static int step_enqueue(struct cuda_backend *be, int T, int with_logits)
 {
     const model_config *c = be->cfg;
     for (int layer = 0; layer < c->layers; layer++) {
         for (int r = 0; r < be->tp; r++)
-            STEP_TRY(attention_step(be, &be->ranks[r], layer));
-        STEP_TRY(reduce_into_h(be));
+            STEP_TRY(attention_step(be, &be->ranks[r], layer, T));
+        STEP_TRY(reduce_into_h(be, T));
         for (int r = 0; r < be->tp; r++)
-            STEP_TRY(mlp_step(be, &be->ranks[r], layer));
-        STEP_TRY(reduce_into_h(be));
+            STEP_TRY(mlp_step(be, &be->ranks[r], layer, T));
+        STEP_TRY(reduce_into_h(be, T));
     }
     if (!with_logits)
         return 0;
     for (int r = 0; r < be->tp; r++) {
         rank_device *rd = &be->ranks[r];
         const device_workspace *l = &rd->layout;
-        STEP_TRY(rmsnorm_cuda(ws(rd, l->logits_x), ws(rd, l->h), rd->final_norm, 1, c->hidden, c->rms_norm_eps,
+        int part = rd->shard.vocab.end - rd->shard.vocab.begin;
+        STEP_TRY(rmsnorm_cuda(ws(rd, l->logits_x), ws(rd, l->h), rd->final_norm, T, c->hidden, c->rms_norm_eps,
                               be->stream));
-        STEP_TRY(gemv(rd, &rd->lm_head, ws(rd, l->logits_x), ws(rd, l->logits_part), be->stream));
-        STEP_TRY(cuda_comm_gather(be->comm, r, ws(rd, l->logits_part), (size_t)(rd->shard.vocab.end - rd->shard.vocab.begin),
-                                  be->logits, (size_t)rd->shard.vocab.begin, be->stream));
+        STEP_TRY(gemv(rd, &rd->lm_head, ws(rd, l->logits_x), (size_t)c->hidden, ws(rd, l->logits_part), T, be->stream));
+        STEP_TRY(cuda_comm_gather(be->comm, r, ws(rd, l->logits_part), T, (size_t)part, be->logits, (size_t)c->vocab,
+                                  (size_t)rd->shard.vocab.begin, be->stream));
     }
     return 0;
 }
 
 /* Runs the step, as the captured graph of its kind (captured at first use) or as launches. */
-static int step_run(struct cuda_backend *be, int with_logits, kimi_err *err)
+static int step_run(struct cuda_backend *be, int T, int with_logits, kimi_err *err)
 {
     if (!be->use_graphs) {
-        int status = step_enqueue(be, with_logits);
+        int status = step_enqueue(be, T, with_logits);
         return status ? cuda_fail(err, (cudaError_t)status, "decode step") : 0;
     }
-    if (!be->graph[with_logits]) {
+    cudaGraphExec_t *exec = &be->graph[T][with_logits];
+    if (!*exec) {
         cudaGraph_t graph;
         CUDA_TRY(cudaStreamBeginCapture(be->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
-        int status = step_enqueue(be, with_logits);
+        int status = step_enqueue(be, T, with_logits);
         cudaError_t end = cudaStreamEndCapture(be->stream, &graph);
         if (status)
             return cuda_fail(err, (cudaError_t)status, "decode step (capture)");
         if (end != cudaSuccess)
             return cuda_fail(err, end, "graph capture");
-        cudaError_t inst = cudaGraphInstantiate(&be->graph[with_logits], graph, 0);
+        cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
         cudaGraphDestroy(graph);
         if (inst != cudaSuccess) {
-            be->graph[with_logits] = NULL;
+            *exec = NULL;
             return cuda_fail(err, inst, "graph instantiate");
         }
     }
-    CUDA_TRY(cudaGraphLaunch(be->graph[with_logits], be->stream), "graph launch");
+    CUDA_TRY(cudaGraphLaunch(*exec, be->stream), "graph launch");
     return 0;
 }
 
@@ -603,28 +617,31 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
             if (logit_rows[i] == logit_rows[j])
                 return kimi_fail(err, KIMI_ERR_STATE, "logit row %d is asked for twice", logit_rows[j]);
     }
-    for (int t = 0; t < n; t++) {
-        int row = -1;
+    size_t vocab = (size_t)c->vocab, hidden = (size_t)c->hidden;
+    for (int first = 0; first < n; first += DEVICE_MAX_TOKENS) {
+        int T = n - first < DEVICE_MAX_TOKENS ? n - first : DEVICE_MAX_TOKENS, wanted = 0;
         for (int j = 0; j < n_logit_rows; j++)
-            if (logit_rows[j] == t)
-                row = j;
-        weight_matrix_decode_row(&be->mw->embed.w, tokens[t], be->host_h);
-        *be->host_pos = (int)(start_pos + t);
+            wanted += logit_rows[j] >= first && logit_rows[j] < first + T;
+        for (int t = 0; t < T; t++)
+            weight_matrix_decode_row(&be->mw->embed.w, tokens[first + t], be->host_h + (size_t)t * hidden);
+        *be->host_pos = (int)(start_pos + first);
         CUDA_TRY(cudaMemcpyAsync(be->pos, be->host_pos, sizeof(int), cudaMemcpyHostToDevice, be->stream), "position");
         for (int r = 0; r < be->tp; r++)
             CUDA_TRY(cudaMemcpyAsync(ws(&be->ranks[r], be->ranks[r].layout.h), be->host_h,
-                                     (size_t)c->hidden * sizeof(float), cudaMemcpyHostToDevice, be->stream),
+                                     (size_t)T * hidden * sizeof(float), cudaMemcpyHostToDevice, be->stream),
                      "embedding");
-        if (step_run(be, row >= 0, err))
+        if (step_run(be, T, wanted > 0, err))
             return err->code;
-        if (row >= 0)
-            CUDA_TRY(cudaMemcpyAsync(be->host_logits, be->logits, (size_t)c->vocab * sizeof(float),
+        if (wanted)
+            CUDA_TRY(cudaMemcpyAsync(be->host_logits, be->logits, (size_t)T * vocab * sizeof(float),
                                      cudaMemcpyDeviceToHost, be->stream),
                      "logits");
         /* host_h and host_pos are read by the queued copies */
-        CUDA_TRY(cudaStreamSynchronize(be->stream), "decode step");
-        if (row >= 0)
-            memcpy(logits + (size_t)row * (size_t)c->vocab, be->host_logits, (size_t)c->vocab * sizeof(float));
+        CUDA_TRY(cudaStreamSynchronize(be->stream), "forward step");
+        for (int j = 0; j < n_logit_rows; j++)
+            if (logit_rows[j] >= first && logit_rows[j] < first + T)
+                memcpy(logits + (size_t)j * vocab, be->host_logits + (size_t)(logit_rows[j] - first) * vocab,
+                       vocab * sizeof(float));
     }
     return 0;
 }

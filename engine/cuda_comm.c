@@ -49,11 +49,14 @@ int cuda_comm_allreduce_sum(cuda_comm *c, int rank, float *buf, size_t n, void *
     return allreduce_sum_local_cuda(c->bufs, c->ranks, n, stream);
 }
 
-int cuda_comm_gather(cuda_comm *c, int rank, const float *part, size_t count, float *root_out, size_t offset,
-                     void *stream)
+int cuda_comm_gather(cuda_comm *c, int rank, const float *part, int rows, size_t part_cols, float *root_out,
+                     size_t root_cols, size_t col_offset, void *stream)
 {
-    if (rank < 0 || rank >= c->ranks)
+    if (rank < 0 || rank >= c->ranks || rows < 0 || col_offset + part_cols > root_cols)
         return (int)cudaErrorInvalidValue;
-    return (int)cudaMemcpyAsync(root_out + offset, part, count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                (cudaStream_t)stream);
+    if (rows == 0)
+        return 0;
+    return (int)cudaMemcpy2DAsync(root_out + col_offset, root_cols * sizeof(float), part, part_cols * sizeof(float),
+                                  part_cols * sizeof(float), (size_t)rows, cudaMemcpyDeviceToDevice,
+                                  (cudaStream_t)stream);
 }

@@ -21,9 +21,9 @@ void cuda_comm_close(cuda_comm *c);
  * ranks call out of order or with different n). */
 int cuda_comm_allreduce_sum(cuda_comm *c, int rank, float *buf, size_t n, void *stream);
 
-/* part [count] floats of this rank land at root_out + offset (root_out: rank 0's device buffer,
- * passed by every rank). */
-int cuda_comm_gather(cuda_comm *c, int rank, const float *part, size_t count, float *root_out, size_t offset,
-                     void *stream);
+/* part [rows][part_cols] floats of this rank land in columns [col_offset, col_offset +
+ * part_cols) of root_out [rows][root_cols] (rank 0's device buffer, passed by every rank). */
+int cuda_comm_gather(cuda_comm *c, int rank, const float *part, int rows, size_t part_cols, float *root_out,
+                     size_t root_cols, size_t col_offset, void *stream);
 
 #endif

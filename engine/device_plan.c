@@ -154,14 +154,14 @@ void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int a
     size_t k = (size_t)(cfg->experts_per_token > 0 ? cfg->experts_per_token : 0);
     size_t moe_inter = (size_t)range_width(shard->moe_inter), shared_inter = (size_t)range_width(shard->shared_inter);
     size_t dense_inter = (size_t)range_width(shard->dense_inter);
-    size_t act = k * moe_inter > dense_inter ? k * moe_inter : dense_inter;
+    size_t act = k * moe_inter > dense_inter ? k * moe_inter : dense_inter, T = DEVICE_MAX_TOKENS;
     size_t sizes[] = {
-        hidden, hidden, (size_t)cfg->q_lora_rank, heads * (size_t)(cfg->qk_nope_dim + cfg->qk_rope_dim),
-        (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim), heads * (size_t)cfg->kv_lora_rank,
-        heads * (size_t)cfg->kv_lora_rank, heads * (size_t)cfg->v_head_dim, hidden,
-        (size_t)cfg->experts, k, k, act, k * hidden, shared_inter, hidden, hidden,
-        (size_t)range_width(shard->vocab),
-        (size_t)attn_splits * heads * ((size_t)cfg->kv_lora_rank + 2),
+        T * hidden, T * hidden, T * (size_t)cfg->q_lora_rank, T * heads * (size_t)(cfg->qk_nope_dim + cfg->qk_rope_dim),
+        T * (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim), T * heads * (size_t)cfg->kv_lora_rank,
+        T * heads * (size_t)cfg->kv_lora_rank, T * heads * (size_t)cfg->v_head_dim, T * hidden,
+        T * (size_t)cfg->experts, T * k, T * k, T * act, T * k * hidden, T * shared_inter, T * hidden, T * hidden,
+        T * (size_t)range_width(shard->vocab),
+        T * (size_t)attn_splits * heads * ((size_t)cfg->kv_lora_rank + 2),
         (size_t)device_max_gemv_rows(cfg, shard) * 16, (size_t)device_max_gemv_rows(cfg, shard),
     };
     size_t *fields[] = {&out->h, &out->x, &out->q_a, &out->q, &out->kv, &out->q_latent, &out->o_latent, &out->attn,

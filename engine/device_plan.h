@@ -12,7 +12,10 @@
 #include "engine/error.h"
 #include "engine/weights.h"
 
-enum { DEVICE_ALIGN = 256 };
+enum {
+    DEVICE_ALIGN = 256,
+    DEVICE_MAX_TOKENS = 8,      /* tokens of one device step (kernels/cuda/forward.h FORWARD_MAX_TOKENS) */
+};
 
 /* A view's packed copy: data [rows][data_pitch] then scales [rows][scale_pitch] (NVFP4). */
 typedef struct {
@@ -56,7 +59,8 @@ int device_weights_visit(const model_weights *mw, const tp_shard *shard,
 /* Float vectors a rank keeps on the device (norm weights, router biases, decoded to float). */
 size_t device_vector_floats(const model_config *cfg);
 
-/* The activations of one decode step, in floats (ints take a float's slot). */
+/* The activations of one step of up to DEVICE_MAX_TOKENS tokens, in floats (ints take a float's
+ * slot); the split-K scratch serves one-token steps. */
 typedef struct {
     size_t h, x, q_a, q, kv, q_latent, o_latent, attn, partial;
     size_t router_logits, chosen, route_weights, act, routed_y, shared_act, shared_y, logits_x, logits_part;

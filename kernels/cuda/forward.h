@@ -19,6 +19,9 @@
 extern "C" {
 #endif
 
+/* Most tokens one step serves (a prefill runs in steps of up to this many tokens). */
+enum { FORWARD_MAX_TOKENS = 8 };
+
 /* Scratch of the split-K GEMV: `partials` [rows * 16] floats and `counters` [rows] unsigned,
  * zero at first use (each call leaves them zero again). */
 typedef struct {
@@ -33,11 +36,17 @@ typedef struct {
  * 16 is (e2m1 * e4m3) exact, summed in float, times scale_2 once per row. */
 int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x, size_t x_batch,
                      float *y, size_t y_batch, const gemv_scratch *scratch, void *stream);
+/* The same for `tokens` tokens (x of token t at x + t * x_token, y at y + t * y_token): each
+ * weight is read once per FORWARD_MAX_TOKENS tokens. One token may split K (scratch). */
+int linear_gemv_tokens_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x,
+                            size_t x_batch, size_t x_token, float *y, size_t y_batch, size_t y_token, int tokens,
+                            const gemv_scratch *scratch, void *stream);
 
-/* Absorbed attention: q_latent[h][c] = sum_{i < nope} W_UK[h][i][c] * q[h][i], W_UK the first
- * nope rows of each head's (nope + v) rows of kv_b; q [heads][q_width]. */
+/* Absorbed attention: q_latent[t][h][c] = sum_{i < nope} W_UK[h][i][c] * q[t][h][i], W_UK the
+ * first nope rows of each head's (nope + v) rows of kv_b; q [tokens][heads][q_width],
+ * q_latent [tokens][heads][kv_lora]. */
 int mla_absorb_q_cuda(const weight_matrix *kv_b, int heads, int nope, int v, const float *q, int q_width,
-                      float *q_latent, void *stream);
+                      float *q_latent, int tokens, void *stream);
 
 /* out[i] = rmsnorm(x)[i] * weight[i] for `rows` rows of n (out may alias x). */
 int rmsnorm_cuda(float *out, const float *x, const float *weight, int rows, int n, float eps, void *stream);
@@ -52,29 +61,31 @@ typedef struct {
 } rank_buffers;
 int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, void *stream);
 
-/* The tail of the MLA projections of one token at position *pos:
- *   kv [kv_lora | rope]: latent = rmsnorm(latent, kv_norm); k_pe = rope(k_pe) -> fp16 into
- *   cache_row(*pos) = cache + *pos * (kv_lora + rope); and q_pe = rope(q_pe) for every head of
- *   q [heads][nope + rope]. cos/sin of pair i: (float)(cos(pos * inv_freq[i]) * scale). */
+/* The tail of the MLA projections of token t < tokens at position p = *pos + t:
+ *   kv[t] [kv_lora | rope]: latent = rmsnorm(latent, kv_norm); k_pe = rope(k_pe) -> fp16 into
+ *   cache + p * (kv_lora + rope); and q_pe = rope(q_pe) for every head of q[t] [heads][nope +
+ *   rope]. cos/sin of pair i: (float)(cos(p * inv_freq[i]) * scale). */
 int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q, int heads,
                            int nope, const double *inv_freq, double cos_sin_scale, const int *pos,
-                           uint16_t *cache, void *stream);
+                           uint16_t *cache, int tokens, void *stream);
 
-/* Flash-decoding attention over the fp16 latent cache [positions][kv_lora | rope] for one query
- * at position *pos (keys 0..*pos): q_latent [heads][kv_lora] (W_UK absorbed), q [heads][nope |
- * rope] (q_pe roped); o_latent [heads][kv_lora] = softmax-weighted sum of the latents. The
- * sequence is cut into `splits` parts (fixed at capture; parts past *pos are empty), whose
- * partial (max, sum, weighted latent) go to `partials` [splits][heads][kv_lora + 2] and are
- * merged by a second kernel. */
-size_t mla_decode_partial_floats(int splits, int heads, int kv_lora);
+/* Flash-decoding attention over the fp16 latent cache [positions][kv_lora | rope] for the
+ * queries of tokens t < tokens at positions *pos + t (causal: keys 0..*pos + t):
+ * q_latent [tokens][heads][kv_lora] (W_UK absorbed), q [tokens][heads][nope | rope] (q_pe
+ * roped); o_latent [tokens][heads][kv_lora] = the softmax-weighted sum of the latents. Each
+ * query's sequence is cut into `splits` parts (fixed at capture; parts past its length are
+ * empty), whose partial (max, sum, weighted latent) go to `partials`
+ * [tokens][splits][heads][kv_lora + 2] and are merged by a second kernel. */
+size_t mla_decode_partial_floats(int splits, int heads, int kv_lora);   /* per token */
 int mla_decode_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
                     float softmax_scale, const uint16_t *cache, const int *pos, int splits, float *partials,
-                    float *o_latent, void *stream);
+                    float *o_latent, int tokens, void *stream);
 
-/* Routing of one token on the device: logits [experts] -> chosen [top_k], weights [top_k],
- * exactly moe_route's selection (kernels/cpu/moe_routing.h). bias: [experts] or NULL. */
+/* Routing on the device, per token: logits [tokens][experts] -> chosen [tokens][top_k],
+ * weights [tokens][top_k], exactly moe_route's selection (kernels/cpu/moe_routing.h).
+ * bias: [experts] or NULL. */
 int moe_route_cuda(const moe_routing_config *c, const float *logits, const float *bias, int *chosen, float *weights,
-                   void *stream);
+                   int tokens, void *stream);
 
 /* One MLP's gate, up and down projections, selected per slot from a device table:
  * slot s < slots uses table[index ? index[s] : 0] and input x[s / slots_per_input]:
@@ -88,11 +99,11 @@ int mlp_gate_up_cuda(const mlp_device *table, const int *index, int slots, int s
 int mlp_down_cuda(const mlp_device *table, const int *index, int slots, const float *act, int hidden, int inter,
                   float *y, void *stream);
 
-/* The MoE output of one token: out[r] = 0 + shared[r] (when shared is not NULL), then
- * + weights[k] * routed[k][r] for the chosen experts in ascending expert index (the CPU
- * backend's order). */
+/* The MoE output of each token t: out[t][r] = 0 + shared[t][r] (when shared is not NULL),
+ * then + weights[t][k] * routed[t][k][r] for the chosen experts in ascending expert index (the
+ * CPU backend's order). */
 int moe_combine_cuda(const float *shared, const float *routed, const int *chosen, const float *weights, int top_k,
-                     int hidden, float *out, void *stream);
+                     int hidden, float *out, int tokens, void *stream);
 
 #ifdef __cplusplus
 }

@@ -18,74 +18,80 @@ static __device__ __forceinline__ int gemv_chunk_elements(weight_format format)
     return format == WEIGHT_NVFP4 ? 32 : format == WEIGHT_F32 ? 4 : 8;
 }
 
-/* Chunk `chunk` of a row: elements [chunk * E, chunk * E + E), those >= cols are padding. */
-template <weight_format F>
-static __device__ __forceinline__ float gemv_chunk_dot(const uint8_t *row, const uint8_t *scales, int chunk,
-                                                       const float *x, int cols)
+/* Chunk `chunk` of a row: elements [chunk * E, chunk * E + E), those >= cols are padding.
+ * Each weight is decoded once and multiplied into the sums of up to MAXT tokens (x of token t
+ * at x + t * x_token), products added in element order. */
+template <weight_format F, int MAXT>
+static __device__ __forceinline__ void gemv_chunk_tokens(const uint8_t *row, const uint8_t *scales, int chunk,
+                                                         const float *x, size_t x_token, int tokens, int cols,
+                                                         float sums[MAXT])
 {
+    constexpr int E = F == WEIGHT_NVFP4 ? 32 : F == WEIGHT_F32 ? 4 : 8;
     uint4 raw = __ldg(reinterpret_cast<const uint4 *>(row) + chunk);
     uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-    float sum = 0.0f;
+    int first = chunk * E;
+    float block_scale[2] = {0.0f, 0.0f};
     if (F == WEIGHT_NVFP4) {
-        int first = chunk * 32;
-        float block_scale[2];
         block_scale[0] = nvfp4_e4m3_to_float(scales[2 * chunk]);
         block_scale[1] = first + 16 < cols ? nvfp4_e4m3_to_float(scales[2 * chunk + 1]) : 0.0f;
-        int valid = cols - first < 32 ? cols - first : 32;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            if (j < valid) {
-                uint8_t nibble = (uint8_t)((words[j / 8] >> (4 * (j % 8))) & 15);
-                float w = nvfp4_e2m1_to_float(nibble) * block_scale[j / 16];
-                sum += w * __ldg(x + first + j);
-            }
-        }
-    } else if (F == WEIGHT_F32) {
-        int first = chunk * 4;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (first + j < cols)
-                sum += __uint_as_float(words[j]) * __ldg(x + first + j);
-    } else {
-        int first = chunk * 8;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            if (first + j < cols) {
-                uint16_t bits = (uint16_t)(words[j / 2] >> (16 * (j % 2)));
-                float w = F == WEIGHT_BF16 ? bf16_bits_to_float(bits) : half_to_float(bits);
-                sum += w * __ldg(x + first + j);
-            }
-        }
     }
-    return sum;
+#pragma unroll
+    for (int j = 0; j < E; j++) {
+        if (first + j >= cols)
+            break;
+        float w;
+        if (F == WEIGHT_NVFP4) {
+            uint8_t nibble = (uint8_t)((words[j / 8] >> (4 * (j % 8))) & 15);
+            w = nvfp4_e2m1_to_float(nibble) * block_scale[j / 16];
+        } else if (F == WEIGHT_F32) {
+            w = __uint_as_float(words[j]);
+        } else {
+            uint16_t bits = (uint16_t)(words[j / 2] >> (16 * (j % 2)));
+            w = F == WEIGHT_BF16 ? bf16_bits_to_float(bits) : half_to_float(bits);
+        }
+#pragma unroll
+        for (int t = 0; t < MAXT; t++)
+            if (t < tokens)
+                sums[t] += w * __ldg(x + t * x_token + first + j);
+    }
 }
 
-/* Chunks [c_begin, c_end) of row `row` stepping by `stride` from c_begin + lane, any format. */
-static __device__ __forceinline__ float gemv_row_partial(const weight_matrix &w, int row, const float *x,
-                                                         int c_begin, int c_end, int lane, int stride)
+/* Chunks [c_begin, c_end) of row `row` stepping by `stride` from c_begin + lane, any format,
+ * for up to MAXT tokens. */
+template <int MAXT>
+static __device__ __forceinline__ void gemv_row_tokens(const weight_matrix &w, int row, const float *x, size_t x_token,
+                                                       int tokens, int c_begin, int c_end, int lane, int stride,
+                                                       float sums[MAXT])
 {
     const uint8_t *data = w.data + (size_t)row * w.data_stride;
     const uint8_t *scales = w.scale ? w.scale + (size_t)row * w.scale_stride : nullptr;
-    float sum = 0.0f;
     switch (w.format) {
     case WEIGHT_NVFP4:
         for (int c = c_begin + lane; c < c_end; c += stride)
-            sum += gemv_chunk_dot<WEIGHT_NVFP4>(data, scales, c, x, w.cols);
+            gemv_chunk_tokens<WEIGHT_NVFP4, MAXT>(data, scales, c, x, x_token, tokens, w.cols, sums);
         break;
     case WEIGHT_BF16:
         for (int c = c_begin + lane; c < c_end; c += stride)
-            sum += gemv_chunk_dot<WEIGHT_BF16>(data, scales, c, x, w.cols);
+            gemv_chunk_tokens<WEIGHT_BF16, MAXT>(data, scales, c, x, x_token, tokens, w.cols, sums);
         break;
     case WEIGHT_F16:
         for (int c = c_begin + lane; c < c_end; c += stride)
-            sum += gemv_chunk_dot<WEIGHT_F16>(data, scales, c, x, w.cols);
+            gemv_chunk_tokens<WEIGHT_F16, MAXT>(data, scales, c, x, x_token, tokens, w.cols, sums);
         break;
     case WEIGHT_F32:
         for (int c = c_begin + lane; c < c_end; c += stride)
-            sum += gemv_chunk_dot<WEIGHT_F32>(data, scales, c, x, w.cols);
+            gemv_chunk_tokens<WEIGHT_F32, MAXT>(data, scales, c, x, x_token, tokens, w.cols, sums);
         break;
     }
-    return sum;
+}
+
+/* One token. */
+static __device__ __forceinline__ float gemv_row_partial(const weight_matrix &w, int row, const float *x,
+                                                         int c_begin, int c_end, int lane, int stride)
+{
+    float sum[1] = {0.0f};
+    gemv_row_tokens<1>(w, row, x, 0, 1, c_begin, c_end, lane, stride, sum);
+    return sum[0];
 }
 
 static __device__ __forceinline__ int gemv_row_chunks(const weight_matrix &w)

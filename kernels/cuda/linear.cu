@@ -12,10 +12,15 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxSplit = 16;
+constexpr int kMaxTokens = 8;
 
-__global__ void __launch_bounds__(kThreads) gemv_kernel(weight_matrix w, int rows, int row_batch, const float *x,
-                                                        size_t x_batch, float *y, size_t y_batch, int lanes_per_row,
-                                                        int split, float *partials, unsigned *counters)
+/* MAXT: the most tokens one launch serves (each weight decoded once for all of them); the
+ * split-K path is for one token only. */
+template <int MAXT>
+__global__ void __launch_bounds__(kThreads, MAXT == 1 ? 4 : 1)
+    gemv_kernel(weight_matrix w, int rows, int row_batch, const float *x, size_t x_batch, size_t x_token, float *y,
+                size_t y_batch, size_t y_token, int tokens, int lanes_per_row, int split, float *partials,
+                unsigned *counters)
 {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int rows_per_warp = 32 / lanes_per_row;
@@ -26,17 +31,27 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(weight_matrix w, int row
     int per_split = (chunks + split - 1) / split;
     int c_begin = part * per_split, c_end = min(chunks, c_begin + per_split);
 
-    float sum = 0.0f;
+    float sums[MAXT];
+#pragma unroll
+    for (int t = 0; t < MAXT; t++)
+        sums[t] = 0.0f;
     if (row < rows)
-        sum = gemv_row_partial(w, batch * row_batch + row, x + (size_t)batch * x_batch, c_begin, c_end, group_lane,
-                               lanes_per_row);
-    sum = gemv_group_sum(sum, lanes_per_row);
+        gemv_row_tokens<MAXT>(w, batch * row_batch + row, x + (size_t)batch * x_batch, x_token, tokens, c_begin, c_end,
+                              group_lane, lanes_per_row, sums);
+#pragma unroll
+    for (int t = 0; t < MAXT; t++)
+        sums[t] = gemv_group_sum(sums[t], lanes_per_row);
     float scale = gemv_row_scale(w);
     if (split == 1) {
-        if (row < rows && group_lane == 0)
-            y[(size_t)batch * y_batch + row] = sum * scale;
+        if (row < rows && group_lane == 0) {
+#pragma unroll
+            for (int t = 0; t < MAXT; t++)
+                if (t < tokens)
+                    y[(size_t)batch * y_batch + (size_t)t * y_token + row] = sums[t] * scale;
+        }
         return;
     }
+    float sum = sums[0];
 
     __shared__ unsigned is_last;
     if (row < rows && group_lane == 0)
@@ -63,8 +78,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(weight_matrix w, int row
  * linear_transposed_accumulate). */
 __global__ void absorb_q_kernel(weight_matrix kv_b, int nope, int v, const float *q, int q_width, float *q_latent)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, head = blockIdx.y;
+    int c = blockIdx.x * blockDim.x + threadIdx.x, head = blockIdx.y, heads = gridDim.y;
     int cols = kv_b.cols;
+    q += (size_t)blockIdx.z * heads * q_width;
+    q_latent += (size_t)blockIdx.z * heads * cols;
     if (c >= cols)
         return;
     float row_scale = kv_b.format == WEIGHT_NVFP4 ? kv_b.scale_2 : 1.0f;
@@ -101,8 +118,26 @@ __global__ void absorb_q_kernel(weight_matrix kv_b, int nope, int v, const float
 extern "C" int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x,
                                 size_t x_batch, float *y, size_t y_batch, const gemv_scratch *scratch, void *stream)
 {
-    if (rows <= 0 || batches <= 0)
+    return linear_gemv_tokens_cuda(w, rows, batches, row_batch, x, x_batch, 0, y, y_batch, 0, 1, scratch, stream);
+}
+
+extern "C" int linear_gemv_tokens_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x,
+                                       size_t x_batch, size_t x_token, float *y, size_t y_batch, size_t y_token,
+                                       int tokens, const gemv_scratch *scratch, void *stream)
+{
+    if (rows <= 0 || batches <= 0 || tokens <= 0)
         return 0;
+    if (tokens > kMaxTokens) {
+        for (int first = 0; first < tokens; first += kMaxTokens) {
+            int count = tokens - first < kMaxTokens ? tokens - first : kMaxTokens;
+            int status = linear_gemv_tokens_cuda(w, rows, batches, row_batch, x + (size_t)first * x_token, x_batch,
+                                                 x_token, y + (size_t)first * y_token, y_batch, y_token, count, scratch,
+                                                 stream);
+            if (status)
+                return status;
+        }
+        return 0;
+    }
     if (batches > 65535 || (w->format == WEIGHT_NVFP4 && (!w->scale || w->cols % 16)) || w->data_stride % 16)
         return (int)cudaErrorInvalidValue;
     int elements = w->format == WEIGHT_NVFP4 ? 32 : w->format == WEIGHT_F32 ? 4 : 8;
@@ -111,7 +146,8 @@ extern "C" int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, i
     int rows_per_block = kWarps * (32 / lanes);
     int blocks = (rows + rows_per_block - 1) / rows_per_block;
     int split = 1;
-    if (scratch && batches == 1 && lanes == 32 && rows <= scratch->max_rows && blocks < 2 * scratch->sm_count) {
+    if (scratch && tokens == 1 && batches == 1 && lanes == 32 && rows <= scratch->max_rows &&
+        blocks < 2 * scratch->sm_count) {
         split = (2 * scratch->sm_count + blocks - 1) / blocks;
         split = split > kMaxSplit ? kMaxSplit : split;
         int most = chunks / 64; /* at least two chunks per lane in every part */
@@ -119,19 +155,24 @@ extern "C" int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, i
         split = split < 1 ? 1 : split;
     }
     dim3 grid((unsigned)blocks, (unsigned)split, (unsigned)batches);
-    gemv_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(*w, rows, row_batch, x, x_batch, y, y_batch, lanes, split,
-                                                             scratch ? scratch->partials : nullptr,
-                                                             scratch ? scratch->counters : nullptr);
+    float *partials = scratch ? scratch->partials : nullptr;
+    unsigned *counters = scratch ? scratch->counters : nullptr;
+    if (tokens == 1)
+        gemv_kernel<1><<<grid, kThreads, 0, (cudaStream_t)stream>>>(*w, rows, row_batch, x, x_batch, x_token, y, y_batch,
+                                                                    y_token, tokens, lanes, split, partials, counters);
+    else
+        gemv_kernel<kMaxTokens><<<grid, kThreads, 0, (cudaStream_t)stream>>>(
+            *w, rows, row_batch, x, x_batch, x_token, y, y_batch, y_token, tokens, lanes, 1, partials, counters);
     return (int)cudaGetLastError();
 }
 
 extern "C" int mla_absorb_q_cuda(const weight_matrix *kv_b, int heads, int nope, int v, const float *q, int q_width,
-                                 float *q_latent, void *stream)
+                                 float *q_latent, int tokens, void *stream)
 {
-    if (heads <= 0)
+    if (heads <= 0 || tokens <= 0)
         return 0;
     const int threads = 128;
-    dim3 grid((unsigned)((kv_b->cols + threads - 1) / threads), (unsigned)heads);
+    dim3 grid((unsigned)((kv_b->cols + threads - 1) / threads), (unsigned)heads, (unsigned)tokens);
     absorb_q_kernel<<<grid, threads, 0, (cudaStream_t)stream>>>(*kv_b, nope, v, q, q_width, q_latent);
     return (int)cudaGetLastError();
 }

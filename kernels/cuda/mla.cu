@@ -17,6 +17,8 @@ constexpr int kChunk = 16;
 constexpr int kHeadsPerBlock = 8;
 constexpr int kMaxLatentPerThread = 4; /* kv_lora <= 1024 */
 
+/* One block per multiprocessor pass is enough here, and lets ptxas keep the 32 accumulators in
+ * registers (with the default target it spills). */
 __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q_latent, const float *q, int heads,
                                                                int kv_lora, int rope, int nope, float softmax_scale,
                                                                const uint16_t *cache, const int *pos, int splits,
@@ -24,6 +26,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
 {
     extern __shared__ float mla_shared[];
     int row = kv_lora + rope, q_width = nope + rope;
+    size_t token = blockIdx.z;
+    q_latent += token * heads * kv_lora;
+    q += token * heads * q_width;
+    partials += token * (size_t)splits * heads * ((size_t)kv_lora + 2);
     int head0 = blockIdx.y * kHeadsPerBlock;
     int group = heads - head0 < kHeadsPerBlock ? heads - head0 : kHeadsPerBlock;
     float *query = mla_shared;                                  /* [group][kv_lora | rope] */
@@ -49,7 +55,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
         for (int k = 0; k < kMaxLatentPerThread; k++)
             acc[g][k] = 0.0f;
 
-    long n_pos = (long)*pos + 1;
+    long n_pos = (long)*pos + (long)token + 1;
     long chunks = (n_pos + kChunk - 1) / kChunk;
     long per_split = (chunks + splits - 1) / splits;
     long first_chunk = blockIdx.x * per_split;
@@ -141,6 +147,8 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const float *partia
 {
     int head = blockIdx.x;
     size_t stride = (size_t)kv_lora + 2;
+    partials += (size_t)blockIdx.y * splits * heads * stride;
+    o_latent += (size_t)blockIdx.y * heads * kv_lora;
     float global_max = -INFINITY;
     for (int s = 0; s < splits; s++)
         global_max = fmaxf(global_max, partials[((size_t)s * heads + head) * stride]);
@@ -178,9 +186,11 @@ extern "C" size_t mla_decode_partial_floats(int splits, int heads, int kv_lora)
 
 extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
                                float softmax_scale, const uint16_t *cache, const int *pos, int splits,
-                               float *partials, float *o_latent, void *stream)
+                               float *partials, float *o_latent, int tokens, void *stream)
 {
-    if (heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > 65535)
+    if (tokens <= 0)
+        return 0;
+    if (tokens > 65535 || heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > 65535)
         return (int)cudaErrorInvalidValue;
     size_t shared = partial_shared_bytes(kv_lora, rope);
     if (shared > 48 * 1024) {
@@ -189,13 +199,13 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
         if (status != cudaSuccess)
             return (int)status;
     }
-    dim3 grid((unsigned)splits, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
+    dim3 grid((unsigned)splits, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)tokens);
     mla_partial_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(q_latent, q, heads, kv_lora, rope, nope,
                                                                          softmax_scale, cache, pos, splits, partials);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess)
         return (int)status;
-    mla_merge_kernel<<<(unsigned)heads, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, heads, kv_lora,
+    mla_merge_kernel<<<dim3((unsigned)heads, (unsigned)tokens), kThreads, 0, (cudaStream_t)stream>>>(partials, splits, heads, kv_lora,
                                                                             o_latent);
     return (int)cudaGetLastError();
 }

@@ -69,7 +69,9 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
 {
     __shared__ double partial[kThreads / 32];
     __shared__ float cos_table[128], sin_table[128];
-    long position = *pos;
+    long position = (long)*pos + blockIdx.x;
+    kv += (size_t)blockIdx.x * (kv_lora + rope);
+    q += (size_t)blockIdx.x * heads * (nope + rope);
     uint16_t *entry = cache + (size_t)position * (size_t)(kv_lora + rope);
     for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
         double angle = (double)position * inv_freq[i];
@@ -141,6 +143,9 @@ __global__ void __launch_bounds__(kThreads) route_kernel(moe_routing_config c, c
                                                          const float *bias, int *chosen, float *weights)
 {
     extern __shared__ float route_shared[];
+    logits += (size_t)blockIdx.x * c.experts;
+    chosen += (size_t)blockIdx.x * c.top_k;
+    weights += (size_t)blockIdx.x * c.top_k;
     int experts = c.experts, groups = c.n_group > 1 ? c.n_group : 1, group_size = experts / groups;
     float *score = route_shared;                    /* [experts] */
     float *biased = score + experts;                /* [experts] */
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) route_kernel(moe_routing_config c, c
 
 constexpr int kMlpWarps = 8;
 
-__global__ void __launch_bounds__(kMlpWarps * 32) mlp_gate_up_kernel(const mlp_device *table, const int *index,
+__global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_gate_up_kernel(const mlp_device *table, const int *index,
                                                                      int slots_per_input, const float *x, int hidden,
                                                                      int inter, float *act, int lanes_per_row)
 {
@@ -223,7 +228,7 @@ __global__ void __launch_bounds__(kMlpWarps * 32) mlp_gate_up_kernel(const mlp_d
         act[(size_t)slot * inter + row] = silu_gate_element(gate * gate_scale, up * up_scale);
 }
 
-__global__ void __launch_bounds__(kMlpWarps * 32) mlp_down_kernel(const mlp_device *table, const int *index,
+__global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_kernel(const mlp_device *table, const int *index,
                                                                   const float *act, int hidden, int inter, float *y,
                                                                   int lanes_per_row)
 {
@@ -231,14 +236,14 @@ __global__ void __launch_bounds__(kMlpWarps * 32) mlp_down_kernel(const mlp_devi
     int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
     int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
     int slot = blockIdx.y;
-    const mlp_device *mlp = &table[index ? index[slot] : 0];
+    const weight_matrix down = table[index ? index[slot] : 0].down;
     float sum = 0.0f;
     if (row < hidden)
-        sum = gemv_row_partial(mlp->down, row, act + (size_t)slot * inter, 0, gemv_row_chunks(mlp->down), group_lane,
+        sum = gemv_row_partial(down, row, act + (size_t)slot * inter, 0, gemv_row_chunks(down), group_lane,
                                lanes_per_row);
     sum = gemv_group_sum(sum, lanes_per_row);
     if (row < hidden && group_lane == 0)
-        y[(size_t)slot * hidden + row] = sum * gemv_row_scale(mlp->down);
+        y[(size_t)slot * hidden + row] = sum * gemv_row_scale(down);
 }
 
 __global__ void combine_kernel(const float *shared, const float *routed, const int *chosen, const float *weights,
@@ -247,6 +252,13 @@ __global__ void combine_kernel(const float *shared, const float *routed, const i
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= hidden)
         return;
+    size_t t = blockIdx.y;
+    if (shared)
+        shared += t * hidden;
+    routed += t * top_k * hidden;
+    chosen += t * top_k;
+    weights += t * top_k;
+    out += t * hidden;
     float sum = 0.0f;
     if (shared)
         sum += 1.0f * shared[r];
@@ -296,23 +308,27 @@ extern "C" int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, 
 
 extern "C" int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q,
                                       int heads, int nope, const double *inv_freq, double cos_sin_scale,
-                                      const int *pos, uint16_t *cache, void *stream)
+                                      const int *pos, uint16_t *cache, int tokens, void *stream)
 {
     if (rope % 2 || rope > 256)
         return (int)cudaErrorInvalidValue;
-    kv_rope_cache_kernel<<<1, kThreads, 0, (cudaStream_t)stream>>>(kv, kv_lora, rope, kv_norm, eps, q, heads, nope,
+    if (tokens <= 0)
+        return 0;
+    kv_rope_cache_kernel<<<(unsigned)tokens, kThreads, 0, (cudaStream_t)stream>>>(kv, kv_lora, rope, kv_norm, eps, q, heads, nope,
                                                                    inv_freq, cos_sin_scale, pos, cache);
     return (int)cudaGetLastError();
 }
 
 extern "C" int moe_route_cuda(const moe_routing_config *c, const float *logits, const float *bias, int *chosen,
-                              float *weights, void *stream)
+                              float *weights, int tokens, void *stream)
 {
+    if (tokens <= 0)
+        return 0;
     int groups = c->n_group > 1 ? c->n_group : 1;
     size_t shared = (2 * (size_t)c->experts + 2 * (size_t)groups + (size_t)c->top_k) * sizeof(float);
     if (c->experts <= 0 || c->top_k <= 0 || c->experts % groups || shared > 48 * 1024)
         return (int)cudaErrorInvalidValue;
-    route_kernel<<<1, kThreads, shared, (cudaStream_t)stream>>>(*c, logits, bias, chosen, weights);
+    route_kernel<<<(unsigned)tokens, kThreads, shared, (cudaStream_t)stream>>>(*c, logits, bias, chosen, weights);
     return (int)cudaGetLastError();
 }
 
@@ -342,9 +358,12 @@ extern "C" int mlp_down_cuda(const mlp_device *table, const int *index, int slot
 }
 
 extern "C" int moe_combine_cuda(const float *shared, const float *routed, const int *chosen, const float *weights,
-                                int top_k, int hidden, float *out, void *stream)
+                                int top_k, int hidden, float *out, int tokens, void *stream)
 {
-    combine_kernel<<<(unsigned)((hidden + 255) / 256), 256, 0, (cudaStream_t)stream>>>(shared, routed, chosen, weights,
+    if (tokens <= 0)
+        return 0;
+    dim3 grid((unsigned)((hidden + 255) / 256), (unsigned)tokens);
+    combine_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(shared, routed, chosen, weights,
                                                                                        top_k, hidden, out);
     return (int)cudaGetLastError();
 }

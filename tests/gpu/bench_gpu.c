@@ -180,13 +180,13 @@ static int run_moe(void *arg)
     moe_ctx *m = arg;
     int k = m->c.top_k, rc;
     if ((rc = linear_gemv_cuda(&m->router, m->router.rows, 1, 0, m->x, 0, m->logits, 0, &m->scratch, m->stream)) ||
-        (rc = moe_route_cuda(&m->c, m->logits, NULL, m->chosen, m->weights, m->stream)) ||
+        (rc = moe_route_cuda(&m->c, m->logits, NULL, m->chosen, m->weights, 1, m->stream)) ||
         (rc = mlp_gate_up_cuda(m->table, NULL, 1, 1, m->x, m->hidden, m->inter, m->shared_act, m->stream)) ||
         (rc = mlp_down_cuda(m->table, NULL, 1, m->shared_act, m->hidden, m->inter, m->shared_y, m->stream)) ||
         (rc = mlp_gate_up_cuda(m->table + 1, m->chosen, k, k, m->x, m->hidden, m->inter, m->act, m->stream)) ||
         (rc = mlp_down_cuda(m->table + 1, m->chosen, k, m->act, m->hidden, m->inter, m->y, m->stream)))
         return rc;
-    return moe_combine_cuda(m->shared_y, m->y, m->chosen, m->weights, k, m->hidden, m->out, m->stream);
+    return moe_combine_cuda(m->shared_y, m->y, m->chosen, m->weights, k, m->hidden, m->out, 1, m->stream);
 }
 
 /* The MoE step of one rank: router (BF16 384 x 7168), routing, shared + 8 of 384 experts of
@@ -246,7 +246,7 @@ static int run_attention(void *arg)
 {
     attn_ctx *a = arg;
     return mla_decode_cuda(a->q_latent, a->q, 8, 512, 64, 128, 0.1447f, a->cache, a->pos, a->splits, a->partials,
-                           a->out, a->stream);
+                           a->out, 1, a->stream);
 }
 
 static void bench_attention(long positions, int sm)
@@ -348,7 +348,7 @@ static void bench_model(const char *dir, int quick)
                 if (backend_forward(be, tokens, n, 0, &last, 1, logits, &err))
                     printf("bench_gpu: %s\n", err.msg);
                 else
-                    printf("prefill %5d tokens: %8.1f tok/s (runs as decode steps)\n", n, n / (now() - p0));
+                    printf("prefill %5d tokens: %8.1f tok/s (steps of 8 tokens)\n", n, n / (now() - p0));
                 free(tokens);
                 free(logits);
             }

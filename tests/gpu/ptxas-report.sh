@@ -38,7 +38,7 @@ for arch in "${archs[@]}"; do
     done
 done
 while read -r arch file name regs stack st ld smem; do
-    short="$(echo "$name" | "$filt" | sed -E 's/\(anonymous namespace\):://; s/\(.*//; s/.*:://')"
+    short="$(echo "$name" | "$filt" | sed -E 's/\(anonymous namespace\):://; s/\(.*//; s/.*:://; s/^void //')"
     printf '%-6s %-36s %5s %6s %7s %7s %7s\n' "sm_$arch" "$file:$short" "$regs" "$stack" "$st" "$ld" "$smem" >>"$report"
     if [[ "$st" != 0 || "$ld" != 0 ]]; then
         spills=$((spills + 1))

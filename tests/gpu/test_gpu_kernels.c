@@ -128,29 +128,37 @@ static int close_to(float got, float want, float magnitude, float rel)
     return fabsf(got - want) <= rel * magnitude + 1e-30f;
 }
 
-static void check_gemv(weight_format format, int rows, int cols, int sm_count, const char *what)
+/* tokens == 1: linear_gemv_cuda (split-K where it applies); more: linear_gemv_tokens_cuda. */
+static void check_gemv_tokens(weight_format format, int rows, int cols, int sm_count, int tokens, const char *what)
 {
     test_matrix m;
     matrix_make(&m, format, rows, cols, 0.0123f);
-    float *x = random_floats((size_t)cols, 1.0f), *want = malloc((size_t)rows * 4), *got = malloc((size_t)rows * 4);
-    float *mag = malloc((size_t)rows * 4);
-    linear_rows(&m.host, x, 0, 1, want, 0, 0, rows);
-    abs_products(&m.host, x, mag);
-    float *dx = gpu_test_upload(x, (size_t)cols * 4), *dy = NULL, *partials = NULL;
+    size_t ty = (size_t)tokens * rows;
+    float *x = random_floats((size_t)tokens * cols, 1.0f), *want = malloc(ty * 4), *got = malloc(ty * 4);
+    float *mag = malloc(ty * 4);
+    linear_rows(&m.host, x, (size_t)cols, tokens, want, (size_t)rows, 0, rows);
+    for (int t = 0; t < tokens; t++)
+        abs_products(&m.host, x + (size_t)t * cols, mag + (size_t)t * rows);
+    float *dx = gpu_test_upload(x, (size_t)tokens * cols * 4), *dy = NULL, *partials = NULL;
     unsigned *counters = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&dy, (size_t)rows * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dy, ty * 4));
     CUDA_CHECK(cudaMalloc((void **)&partials, (size_t)rows * 16 * 4));
     CUDA_CHECK(cudaMalloc((void **)&counters, (size_t)rows * 4));
     CUDA_CHECK(cudaMemset(counters, 0, (size_t)rows * 4));
     gemv_scratch scratch = {partials, counters, rows, sm_count};
     for (int pass = 0; pass < 2; pass++) { /* twice: the split-K counters must be left at zero */
-        CHECK_INT(linear_gemv_cuda(&m.dev, rows, 1, 0, dx, 0, dy, 0, &scratch, NULL), 0);
-        gpu_test_download(got, dy, (size_t)rows * 4);
+        if (tokens == 1)
+            CHECK_INT(linear_gemv_cuda(&m.dev, rows, 1, 0, dx, 0, dy, 0, &scratch, NULL), 0);
+        else
+            CHECK_INT(linear_gemv_tokens_cuda(&m.dev, rows, 1, 0, dx, 0, (size_t)cols, dy, 0, (size_t)rows, tokens,
+                                              &scratch, NULL), 0);
+        gpu_test_download(got, dy, ty * 4);
         int bad = 0;
-        for (int r = 0; r < rows; r++)
+        for (size_t r = 0; r < ty; r++)
             if (!close_to(got[r], want[r], mag[r], 2e-5f) && bad++ < 3)
-                fprintf(stderr, "%s row %d: gpu %.9g cpu %.9g (|w||x| %.3g)\n", what, r, got[r], want[r], mag[r]);
-        CHECK_MSG(bad == 0, "%s [%d x %d] pass %d: %d rows out of tolerance", what, rows, cols, pass, bad);
+                fprintf(stderr, "%s output %zu: gpu %.9g cpu %.9g (|w||x| %.3g)\n", what, r, got[r], want[r], mag[r]);
+        CHECK_MSG(bad == 0, "%s [%d x %d], %d tokens, pass %d: %d outputs out of tolerance", what, rows, cols, tokens,
+                  pass, bad);
     }
     cudaFree(dx);
     cudaFree(dy);
@@ -161,6 +169,11 @@ static void check_gemv(weight_format format, int rows, int cols, int sm_count, c
     free(want);
     free(got);
     free(mag);
+}
+
+static void check_gemv(weight_format format, int rows, int cols, int sm_count, const char *what)
+{
+    check_gemv_tokens(format, rows, cols, sm_count, 1, what);
 }
 
 /* The per-head W_UV product (batched GEMV) and the W_UK absorption against the CPU. */
@@ -182,7 +195,7 @@ static void check_attention_projections(weight_format format, int heads, int nop
     float *do_lat = gpu_test_upload(o_lat, (size_t)heads * kv_lora * 4), *dout = NULL;
     CUDA_CHECK(cudaMalloc((void **)&dlat, (size_t)heads * kv_lora * 4));
     CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)heads * v * 4));
-    CHECK_INT(mla_absorb_q_cuda(&m.dev, heads, nope, v, dq, q_width, dlat, NULL), 0);
+    CHECK_INT(mla_absorb_q_cuda(&m.dev, heads, nope, v, dq, q_width, dlat, 1, NULL), 0);
     weight_matrix uv = m.dev;
     uv.data += (size_t)nope * uv.data_stride;
     if (uv.scale)
@@ -270,51 +283,56 @@ static void check_rmsnorm_add_allreduce(void)
     free(got);
 }
 
-/* The latent norm, rope of k_pe and q_pe, and the fp16 cache row at a position. */
-static void check_kv_rope_cache(long position)
+/* The latent norm, rope of k_pe and q_pe, and the fp16 cache rows of `tokens` tokens at
+ * positions position + t. */
+static void check_kv_rope_cache(long position, int tokens)
 {
     int kv_lora = 512, rope = 64, heads = 8, nope = 128, q_width = nope + rope, row = kv_lora + rope;
+    size_t qn = (size_t)heads * q_width;
     rope_config rc = {rope, 50000.0, 1, 64.0, 4096, 32.0, 1.0, 1.0, 1.0};
     rope_table table;
     CHECK_INT(rope_table_init(&table, &rc), 0);
-    float *kv = random_floats((size_t)row, 2.0f), *q = random_floats((size_t)heads * q_width, 1.0f);
+    float *kv = random_floats((size_t)tokens * row, 2.0f), *q = random_floats((size_t)tokens * qn, 1.0f);
     float *norm = random_floats((size_t)kv_lora, 1.0f);
     float cos_t[128], sin_t[128];
-    float *want_kv = malloc((size_t)row * 4), *want_q = malloc((size_t)heads * q_width * 4);
-    memcpy(want_kv, kv, (size_t)row * 4);
-    memcpy(want_q, q, (size_t)heads * q_width * 4);
+    float *want_kv = malloc((size_t)tokens * row * 4), *want_q = malloc((size_t)tokens * qn * 4);
+    memcpy(want_kv, kv, (size_t)tokens * row * 4);
+    memcpy(want_q, q, (size_t)tokens * qn * 4);
     weight_vector nv = {DTYPE_F32, kv_lora, norm};
-    rmsnorm(want_kv, want_kv, &nv, 1e-6f);
-    rope_cos_sin(&table, position, cos_t, sin_t);
-    rope_apply(want_kv + kv_lora, cos_t, sin_t, rope);
-    for (int h = 0; h < heads; h++)
-        rope_apply(want_q + (size_t)h * q_width + nope, cos_t, sin_t, rope);
-    uint16_t *want_cache = malloc((size_t)row * 2), *got_cache = malloc((size_t)row * 2);
-    float_row_to_f16(want_kv, (size_t)row, want_cache);
+    uint16_t *want_cache = malloc((size_t)tokens * row * 2), *got_cache = malloc((size_t)tokens * row * 2);
+    for (int t = 0; t < tokens; t++) {
+        float *kv_t = want_kv + (size_t)t * row;
+        rmsnorm(kv_t, kv_t, &nv, 1e-6f);
+        rope_cos_sin(&table, position + t, cos_t, sin_t);
+        rope_apply(kv_t + kv_lora, cos_t, sin_t, rope);
+        for (int h = 0; h < heads; h++)
+            rope_apply(want_q + (size_t)t * qn + (size_t)h * q_width + nope, cos_t, sin_t, rope);
+        float_row_to_f16(kv_t, (size_t)row, want_cache + (size_t)t * row);
+    }
 
-    float *dkv = gpu_test_upload(kv, (size_t)row * 4), *dq = gpu_test_upload(q, (size_t)heads * q_width * 4);
+    float *dkv = gpu_test_upload(kv, (size_t)tokens * row * 4), *dq = gpu_test_upload(q, (size_t)tokens * qn * 4);
     float *dnorm = gpu_test_upload(norm, (size_t)kv_lora * 4);
     double *dfreq = gpu_test_upload(table.inv_freq, (size_t)(rope / 2) * sizeof(double));
     int pos = (int)position;
     int *dpos = gpu_test_upload(&pos, sizeof pos);
     uint16_t *dcache = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&dcache, ((size_t)position + 1) * row * 2));
+    CUDA_CHECK(cudaMalloc((void **)&dcache, ((size_t)position + tokens) * row * 2));
     CHECK_INT(mla_kv_rope_cache_cuda(dkv, kv_lora, rope, dnorm, 1e-6f, dq, heads, nope, dfreq, table.cos_sin_scale,
-                                     dpos, dcache, NULL), 0);
-    float *got_kv = malloc((size_t)row * 4), *got_q = malloc((size_t)heads * q_width * 4);
-    gpu_test_download(got_kv, dkv, (size_t)row * 4);
-    gpu_test_download(got_q, dq, (size_t)heads * q_width * 4);
-    gpu_test_download(got_cache, dcache + (size_t)position * row, (size_t)row * 2);
+                                     dpos, dcache, tokens, NULL), 0);
+    float *got_kv = malloc((size_t)tokens * row * 4), *got_q = malloc((size_t)tokens * qn * 4);
+    gpu_test_download(got_kv, dkv, (size_t)tokens * row * 4);
+    gpu_test_download(got_q, dq, (size_t)tokens * qn * 4);
+    gpu_test_download(got_cache, dcache + (size_t)position * row, (size_t)tokens * row * 2);
     int bad = 0, far = 0;
-    for (int i = 0; i < row; i++) {
+    for (size_t i = 0; i < (size_t)tokens * row; i++) {
         bad += !close_to(got_kv[i], want_kv[i], 1.0f + fabsf(want_kv[i]), 2e-6f);
-        int d = abs((int)got_cache[i] - (int)want_cache[i]);
-        far += d > 1;
+        far += abs((int)got_cache[i] - (int)want_cache[i]) > 1;
     }
-    for (int i = 0; i < heads * q_width; i++)
+    for (size_t i = 0; i < (size_t)tokens * qn; i++)
         bad += !close_to(got_q[i], want_q[i], 1.0f + fabsf(want_q[i]), 2e-6f);
-    CHECK_MSG(bad == 0, "kv/rope at position %ld: %d values out of tolerance", position, bad);
-    CHECK_MSG(far == 0, "cache row at position %ld: %d fp16 values more than one ulp away", position, far);
+    CHECK_MSG(bad == 0, "kv/rope at position %ld (%d tokens): %d values out of tolerance", position, tokens, bad);
+    CHECK_MSG(far == 0, "cache rows at position %ld (%d tokens): %d fp16 values more than one ulp away", position,
+              tokens, far);
     cudaFree(dkv);
     cudaFree(dq);
     cudaFree(dnorm);
@@ -332,25 +350,28 @@ static void check_kv_rope_cache(long position)
     free(got_cache);
 }
 
-static void check_route(int experts, int top_k, int n_group, int topk_group, int with_bias)
+static void check_route(int experts, int top_k, int n_group, int topk_group, int with_bias, int tokens)
 {
     moe_routing_config c = {experts, top_k, n_group, topk_group, 1, 2.827f};
-    float *logits = random_floats((size_t)experts, 4.0f), *bias = random_floats((size_t)experts, 0.05f);
+    float *logits = random_floats((size_t)tokens * experts, 4.0f), *bias = random_floats((size_t)experts, 0.05f);
     float *scratch = malloc(moe_route_scratch_floats(&c) * sizeof(float));
-    int want_chosen[64], got_chosen[64];
-    float want_w[64], got_w[64];
-    moe_route(&c, logits, with_bias ? bias : NULL, scratch, want_chosen, want_w);
-    float *dl = gpu_test_upload(logits, (size_t)experts * 4), *db = gpu_test_upload(bias, (size_t)experts * 4);
+    int want_chosen[8 * 64], got_chosen[8 * 64];
+    float want_w[8 * 64], got_w[8 * 64];
+    for (int t = 0; t < tokens; t++)
+        moe_route(&c, logits + (size_t)t * experts, with_bias ? bias : NULL, scratch, want_chosen + t * top_k,
+                  want_w + t * top_k);
+    float *dl = gpu_test_upload(logits, (size_t)tokens * experts * 4), *db = gpu_test_upload(bias, (size_t)experts * 4);
     int *dc = NULL;
     float *dw = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&dc, (size_t)top_k * 4));
-    CUDA_CHECK(cudaMalloc((void **)&dw, (size_t)top_k * 4));
-    CHECK_INT(moe_route_cuda(&c, dl, with_bias ? db : NULL, dc, dw, NULL), 0);
-    gpu_test_download(got_chosen, dc, (size_t)top_k * 4);
-    gpu_test_download(got_w, dw, (size_t)top_k * 4);
-    CHECK_MSG(!memcmp(got_chosen, want_chosen, (size_t)top_k * 4), "routing %d experts top %d groups %d/%d: choice differs",
-              experts, top_k, n_group, topk_group);
-    for (int k = 0; k < top_k; k++)
+    CUDA_CHECK(cudaMalloc((void **)&dc, (size_t)tokens * top_k * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dw, (size_t)tokens * top_k * 4));
+    CHECK_INT(moe_route_cuda(&c, dl, with_bias ? db : NULL, dc, dw, tokens, NULL), 0);
+    gpu_test_download(got_chosen, dc, (size_t)tokens * top_k * 4);
+    gpu_test_download(got_w, dw, (size_t)tokens * top_k * 4);
+    CHECK_MSG(!memcmp(got_chosen, want_chosen, (size_t)tokens * top_k * 4),
+              "routing %d experts top %d groups %d/%d, %d tokens: choice differs", experts, top_k, n_group, topk_group,
+              tokens);
+    for (int k = 0; k < tokens * top_k; k++)
         CHECK_MSG(close_to(got_w[k], want_w[k], fabsf(want_w[k]), 2e-6f), "routing weight %d: gpu %.9g cpu %.9g", k,
                   got_w[k], want_w[k]);
     cudaFree(dl);
@@ -363,7 +384,7 @@ static void check_route(int experts, int top_k, int n_group, int topk_group, int
 }
 
 /* The MoE step: shared expert + top_k experts chosen on the device, weighted sum. */
-static void check_moe(int experts, int top_k, int hidden, int inter, int with_shared)
+static void check_moe(int experts, int top_k, int hidden, int inter, int with_shared, int tokens)
 {
     test_matrix *gate = calloc((size_t)experts + 1, sizeof *gate), *up = calloc((size_t)experts + 1, sizeof *up);
     test_matrix *down = calloc((size_t)experts + 1, sizeof *down);
@@ -374,54 +395,59 @@ static void check_moe(int experts, int top_k, int hidden, int inter, int with_sh
         matrix_make(&down[e], WEIGHT_NVFP4, hidden, inter, 0.015f);
         table[e] = (mlp_device){gate[e].dev, up[e].dev, down[e].dev};
     }
-    float *x = random_floats((size_t)hidden, 1.0f);
-    int chosen[16];
-    float weights[16];
-    for (int k = 0; k < top_k; k++) {
-        chosen[k] = (int)((k * 7 + 3) % experts);  /* distinct, not in index order */
-        weights[k] = 0.1f + 0.05f * k;
-    }
+    size_t th = (size_t)tokens * hidden, tk = (size_t)tokens * top_k;
+    float *x = random_floats(th, 1.0f);
+    int chosen[8 * 16];
+    float weights[8 * 16];
+    for (int t = 0; t < tokens; t++)
+        for (int k = 0; k < top_k; k++) {
+            chosen[t * top_k + k] = (int)((k * 7 + 3 + t) % experts); /* distinct, not in index order */
+            weights[t * top_k + k] = 0.1f + 0.05f * k - 0.01f * t;
+        }
     /* CPU: the forward.c order: partial = 0, += shared, then experts by ascending index */
     float *act = malloc((size_t)inter * 4), *upv = malloc((size_t)inter * 4), *y = malloc((size_t)hidden * 4);
-    float *want = calloc((size_t)hidden, 4), *got = malloc((size_t)hidden * 4);
-    for (int e = -1; e < experts; e++) {
-        int slot = -1;
-        for (int k = 0; k < top_k; k++)
-            if (chosen[k] == e)
-                slot = k;
-        if ((e < 0 && !with_shared) || (e >= 0 && slot < 0))
-            continue;
-        int t = e < 0 ? 0 : 1 + e;
-        linear_rows(&gate[t].host, x, 0, 1, act, 0, 0, inter);
-        linear_rows(&up[t].host, x, 0, 1, upv, 0, 0, inter);
-        silu_gate(act, act, upv, inter);
-        linear_rows(&down[t].host, act, 0, 1, y, 0, 0, hidden);
-        accumulate_scaled(want, y, e < 0 ? 1.0f : weights[slot], hidden);
+    float *want = calloc(th, 4), *got = malloc(th * 4);
+    for (int t = 0; t < tokens; t++) {
+        const float *xt = x + (size_t)t * hidden;
+        for (int e = -1; e < experts; e++) {
+            int slot = -1;
+            for (int k = 0; k < top_k; k++)
+                if (chosen[t * top_k + k] == e)
+                    slot = t * top_k + k;
+            if ((e < 0 && !with_shared) || (e >= 0 && slot < 0))
+                continue;
+            int i = e < 0 ? 0 : 1 + e;
+            linear_rows(&gate[i].host, xt, 0, 1, act, 0, 0, inter);
+            linear_rows(&up[i].host, xt, 0, 1, upv, 0, 0, inter);
+            silu_gate(act, act, upv, inter);
+            linear_rows(&down[i].host, act, 0, 1, y, 0, 0, hidden);
+            accumulate_scaled(want + (size_t)t * hidden, y, e < 0 ? 1.0f : weights[slot], hidden);
+        }
     }
     mlp_device *dtable = gpu_test_upload(table, ((size_t)experts + 1) * sizeof *table);
-    float *dx = gpu_test_upload(x, (size_t)hidden * 4), *dw = gpu_test_upload(weights, (size_t)top_k * 4);
-    int *dc = gpu_test_upload(chosen, (size_t)top_k * 4);
+    float *dx = gpu_test_upload(x, th * 4), *dw = gpu_test_upload(weights, tk * 4);
+    int *dc = gpu_test_upload(chosen, tk * 4);
     float *dact = NULL, *dy = NULL, *dsact = NULL, *dsy = NULL, *dout = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&dact, (size_t)top_k * inter * 4));
-    CUDA_CHECK(cudaMalloc((void **)&dy, (size_t)top_k * hidden * 4));
-    CUDA_CHECK(cudaMalloc((void **)&dsact, (size_t)inter * 4));
-    CUDA_CHECK(cudaMalloc((void **)&dsy, (size_t)hidden * 4));
-    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)hidden * 4));
-    CHECK_INT(mlp_gate_up_cuda(dtable, NULL, 1, 1, dx, hidden, inter, dsact, NULL), 0);
-    CHECK_INT(mlp_down_cuda(dtable, NULL, 1, dsact, hidden, inter, dsy, NULL), 0);
-    CHECK_INT(mlp_gate_up_cuda(dtable + 1, dc, top_k, top_k, dx, hidden, inter, dact, NULL), 0);
-    CHECK_INT(mlp_down_cuda(dtable + 1, dc, top_k, dact, hidden, inter, dy, NULL), 0);
-    CHECK_INT(moe_combine_cuda(with_shared ? dsy : NULL, dy, dc, dw, top_k, hidden, dout, NULL), 0);
-    gpu_test_download(got, dout, (size_t)hidden * 4);
+    CUDA_CHECK(cudaMalloc((void **)&dact, tk * inter * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dy, tk * hidden * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dsact, (size_t)tokens * inter * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dsy, th * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dout, th * 4));
+    CHECK_INT(mlp_gate_up_cuda(dtable, NULL, tokens, 1, dx, hidden, inter, dsact, NULL), 0);
+    CHECK_INT(mlp_down_cuda(dtable, NULL, tokens, dsact, hidden, inter, dsy, NULL), 0);
+    CHECK_INT(mlp_gate_up_cuda(dtable + 1, dc, tokens * top_k, top_k, dx, hidden, inter, dact, NULL), 0);
+    CHECK_INT(mlp_down_cuda(dtable + 1, dc, tokens * top_k, dact, hidden, inter, dy, NULL), 0);
+    CHECK_INT(moe_combine_cuda(with_shared ? dsy : NULL, dy, dc, dw, top_k, hidden, dout, tokens, NULL), 0);
+    gpu_test_download(got, dout, th * 4);
     double scale = 0;
-    for (int r = 0; r < hidden; r++)
+    for (size_t r = 0; r < th; r++)
         scale = fmax(scale, fabs(want[r]));
     int bad = 0;
-    for (int r = 0; r < hidden; r++)
+    for (size_t r = 0; r < th; r++)
         if (!close_to(got[r], want[r], (float)scale, 1e-4f) && bad++ < 3)
-            fprintf(stderr, "moe row %d: gpu %.9g cpu %.9g\n", r, got[r], want[r]);
-    CHECK_MSG(bad == 0, "MoE step (%d experts, top %d, hidden %d, inter %d): %d outputs out of tolerance", experts, top_k,
-              hidden, inter, bad);
+            fprintf(stderr, "moe output %zu: gpu %.9g cpu %.9g\n", r, got[r], want[r]);
+    CHECK_MSG(bad == 0, "MoE step (%d experts, top %d, hidden %d, inter %d, %d tokens): %d outputs out of tolerance",
+              experts, top_k, hidden, inter, tokens, bad);
     for (int e = 0; e <= experts; e++) {
         matrix_free(&gate[e]);
         matrix_free(&up[e]);
@@ -448,15 +474,15 @@ static void check_moe(int experts, int top_k, int hidden, int inter, int with_sh
     free(got);
 }
 
-/* Flash-decoding attention (absorbed, latent only: the W_UV product is checked above) against
- * the CPU's mla_decode on the same cache; the CPU side gets kv_b = [W_UK | identity-free] by
- * comparing latents: o_latent is recovered through a kv_b whose W_UV is the identity. */
-static void check_attention(long n_pos, int splits, int heads)
+/* Flash-decoding attention (absorbed) for `tokens` causal queries at positions
+ * n_pos - tokens + t, against the CPU's mla_decode of each query over its own prefix. The
+ * W_UV product is checked above, so kv_b's W_UV is the identity (F32): the CPU's output is
+ * then the attention's latent itself. */
+static void check_attention(long n_pos, int splits, int heads, int tokens)
 {
     int kv_lora = 512, rope = 64, nope = 128, row = kv_lora + rope, q_width = nope + rope;
     mla_shape shape = {kv_lora, rope, nope, kv_lora, 0.1447f};
-    /* kv_b rows per head: W_UK [nope][kv_lora] random, W_UV [kv_lora][kv_lora] = identity (F32) */
-    size_t per_head = (size_t)(nope + kv_lora) * kv_lora;
+    size_t per_head = (size_t)(nope + kv_lora) * kv_lora, qn = (size_t)heads * q_width, on = (size_t)heads * kv_lora;
     float *kv_b = calloc((size_t)heads * per_head, 4);
     for (int h = 0; h < heads; h++) {
         float *w = kv_b + (size_t)h * per_head;
@@ -470,35 +496,41 @@ static void check_attention(long n_pos, int splits, int heads)
     uint16_t *cache = malloc((size_t)n_pos * row * 2);
     for (size_t i = 0; i < (size_t)n_pos * row; i++)
         cache[i] = float_to_f16(gpu_test_uniform() * 2.0f);
-    float *q = random_floats((size_t)heads * q_width, 1.0f);
+    float *q = random_floats((size_t)tokens * qn, 1.0f);
     float *scratch = malloc(mla_decode_scratch_floats(&shape, heads) * 4);
-    float *want = malloc((size_t)heads * kv_lora * 4), *got = malloc((size_t)heads * kv_lora * 4);
-    mla_decode(&shape, &kv_b_host, 0, heads, q, cache, n_pos, scratch, want);
-
-    /* GPU: the absorption from the CPU (checked separately), then the attention kernels */
-    float *q_latent = calloc((size_t)heads * kv_lora, 4);
-    for (int h = 0; h < heads; h++) {
-        weight_matrix uk = linear_row_view(&kv_b_host, h * (nope + kv_lora), h * (nope + kv_lora) + nope);
-        linear_transposed_accumulate(&uk, q + (size_t)h * q_width, q_latent + (size_t)h * kv_lora);
+    float *want = malloc((size_t)tokens * on * 4), *got = malloc((size_t)tokens * on * 4);
+    float *q_latent = calloc((size_t)tokens * on, 4);
+    long first = n_pos - tokens;
+    for (int t = 0; t < tokens; t++) {
+        mla_decode(&shape, &kv_b_host, 0, heads, q + (size_t)t * qn, cache, first + t + 1, scratch,
+                   want + (size_t)t * on);
+        /* the absorption from the CPU (checked separately) */
+        for (int h = 0; h < heads; h++) {
+            weight_matrix uk = linear_row_view(&kv_b_host, h * (nope + kv_lora), h * (nope + kv_lora) + nope);
+            linear_transposed_accumulate(&uk, q + (size_t)t * qn + (size_t)h * q_width,
+                                         q_latent + (size_t)t * on + (size_t)h * kv_lora);
+        }
     }
-    float *dql = gpu_test_upload(q_latent, (size_t)heads * kv_lora * 4), *dq = gpu_test_upload(q, (size_t)heads * q_width * 4);
+    float *dql = gpu_test_upload(q_latent, (size_t)tokens * on * 4), *dq = gpu_test_upload(q, (size_t)tokens * qn * 4);
     uint16_t *dcache = gpu_test_upload(cache, (size_t)n_pos * row * 2);
-    int pos = (int)(n_pos - 1);
+    int pos = (int)first;
     int *dpos = gpu_test_upload(&pos, sizeof pos);
     float *dparts = NULL, *dout = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&dparts, mla_decode_partial_floats(splits, heads, kv_lora) * 4));
-    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)heads * kv_lora * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dparts, (size_t)tokens * mla_decode_partial_floats(splits, heads, kv_lora) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)tokens * on * 4));
     CHECK_INT(mla_decode_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, dpos, splits, dparts,
-                              dout, NULL), 0);
-    gpu_test_download(got, dout, (size_t)heads * kv_lora * 4);
-    double scale = 0;
-    for (size_t i = 0; i < (size_t)heads * kv_lora; i++)
-        scale = fmax(scale, fabs(want[i]));
+                              dout, tokens, NULL), 0);
+    gpu_test_download(got, dout, (size_t)tokens * on * 4);
     int bad = 0;
-    for (size_t i = 0; i < (size_t)heads * kv_lora; i++)
-        bad += !close_to(got[i], want[i], (float)scale, 2e-5f);
-    CHECK_MSG(bad == 0, "attention over %ld positions, %d parts, %d heads: %d values out of tolerance", n_pos, splits,
-              heads, bad);
+    for (int t = 0; t < tokens; t++) {
+        double scale = 0;
+        for (size_t i = 0; i < on; i++)
+            scale = fmax(scale, fabs(want[(size_t)t * on + i]));
+        for (size_t i = 0; i < on; i++)
+            bad += !close_to(got[(size_t)t * on + i], want[(size_t)t * on + i], (float)scale, 2e-5f);
+    }
+    CHECK_MSG(bad == 0, "attention over %ld positions, %d queries, %d parts, %d heads: %d values out of tolerance",
+              n_pos, tokens, splits, heads, bad);
     cudaFree(dql);
     cudaFree(dq);
     cudaFree(dcache);
@@ -532,21 +564,31 @@ int main(void)
     check_gemv(WEIGHT_BF16, 33, 100, sm, "bf16 odd");
     check_gemv(WEIGHT_F16, 70, 136, sm, "f16");
     check_gemv(WEIGHT_F32, 50, 330, sm, "f32");
+    /* several tokens: each weight read once for all (prefill steps), and tiles of 8 */
+    check_gemv_tokens(WEIGHT_NVFP4, 256, 7168, sm, 3, "nvfp4, 3 tokens");
+    check_gemv_tokens(WEIGHT_BF16, 576, 7168, sm, 8, "bf16 kv_a, 8 tokens");
+    check_gemv_tokens(WEIGHT_NVFP4, 37, 48, sm, 11, "nvfp4 odd, 11 tokens");
+    check_gemv_tokens(WEIGHT_F16, 70, 136, sm, 5, "f16, 5 tokens");
     check_attention_projections(WEIGHT_BF16, 8, 128, 128, 512);
     check_attention_projections(WEIGHT_NVFP4, 3, 32, 16, 64);
     check_rmsnorm_add_allreduce();
-    check_kv_rope_cache(0);
-    check_kv_rope_cache(4097);
-    check_kv_rope_cache(131071);
-    check_route(384, 8, 1, 1, 1);
-    check_route(16, 4, 4, 2, 1);
-    check_route(64, 6, 8, 3, 0);
-    check_moe(16, 8, 7168, 256, 1);
-    check_moe(8, 2, 192, 64, 0);
-    check_attention(1, 1, 8);
-    check_attention(17, 4, 8);
-    check_attention(300, 7, 8);
-    check_attention(5000, 64, 8);
-    check_attention(2000, 16, 11); /* two head groups, the second partial */
+    check_kv_rope_cache(0, 1);
+    check_kv_rope_cache(4097, 1);
+    check_kv_rope_cache(131071, 1);
+    check_kv_rope_cache(100, 8);
+    check_route(384, 8, 1, 1, 1, 1);
+    check_route(16, 4, 4, 2, 1, 1);
+    check_route(64, 6, 8, 3, 0, 1);
+    check_route(384, 8, 1, 1, 1, 8);
+    check_moe(16, 8, 7168, 256, 1, 1);
+    check_moe(8, 2, 192, 64, 0, 1);
+    check_moe(16, 8, 7168, 256, 1, 5);
+    check_attention(1, 1, 8, 1);
+    check_attention(17, 4, 8, 1);
+    check_attention(300, 7, 8, 1);
+    check_attention(5000, 64, 8, 1);
+    check_attention(2000, 16, 11, 1); /* two head groups, the second partial */
+    check_attention(8, 3, 8, 8);      /* a prefill step from position 0 */
+    check_attention(1000, 16, 8, 6);  /* a prefill step after 994 cached positions */
     return check_finish();
 }

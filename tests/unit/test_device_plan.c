@@ -104,9 +104,11 @@ static void check_model(const char *dir, int tp)
                 ordered &= *fields[i] > *fields[i - 1];
         }
         int heads = shard.heads.end - shard.heads.begin;
-        ordered &= ws.q_latent - ws.kv >= (size_t)(c->kv_lora_rank + c->qk_rope_dim);
-        ordered &= ws.attn_partials + (size_t)8 * heads * (c->kv_lora_rank + 2) <= ws.gemv_partials;
-        ordered &= ws.logits_part + (size_t)(shard.vocab.end - shard.vocab.begin) <= ws.attn_partials;
+        size_t T = DEVICE_MAX_TOKENS;
+        ordered &= ws.q_latent - ws.kv >= T * (size_t)(c->kv_lora_rank + c->qk_rope_dim);
+        ordered &= ws.x - ws.h >= T * (size_t)c->hidden && ws.partial - ws.attn >= T * (size_t)heads * c->v_head_dim;
+        ordered &= ws.attn_partials + T * 8 * heads * (size_t)(c->kv_lora_rank + 2) <= ws.gemv_partials;
+        ordered &= ws.logits_part + T * (size_t)(shard.vocab.end - shard.vocab.begin) <= ws.attn_partials;
         ordered &= ws.total >= ws.gemv_counters + (size_t)device_max_gemv_rows(c, &shard);
         CHECK_MSG(ordered, "%s tp %d rank %d: workspace buffers overlap or are misaligned", dir, tp, rank);
         CHECK_INT(plan.workspace_bytes, ws.total * sizeof(float));
