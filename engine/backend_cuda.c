@@ -22,7 +22,8 @@
 #include "kernels/cuda/forward.h"
 
 enum { MAX_RANKS = 8, STAGING_BYTES = 32 << 20 };
-_Static_assert((int)DEVICE_MAX_TOKENS == (int)FORWARD_MAX_TOKENS, "the workspace plan and the kernels serve as many tokens");
+_Static_assert((int)DEVICE_MAX_TOKENS == (int)FORWARD_MAX_TOKENS,
+               "the workspace plan and the kernels serve as many tokens");
 
 /* Bytes kept free for the CUDA runtime, graphs and the driver, per device. */
 #define DEVICE_RESERVE_BYTES ((size_t)512 << 20)
