@@ -1,13 +1,14 @@
 /* backend_cuda: the CUDA backend (engine/backend_impl.h). Every rank's shard is repacked at
  * load (engine/device_plan.h) and uploaded through pinned staging buffers, two at a time so the
  * host packs one while the other is copied; ranks of one process share one device and one
- * stream and meet in the local communicator (engine/cuda_comm.h). A decode step mirrors the
- * CPU's forward.c with device kernels (kernels/cuda/forward.h) over up to DEVICE_MAX_TOKENS tokens
- * (one for a decode step; a prefill runs in steps of that many, each weight read once per
- * step, attention absorbed and causal): routing, expert choice and the weighted sum stay on the
- * device, and the position lives in device memory, so one captured CUDA graph per step shape
- * (token count, with or without logits) serves every step. The embedding rows are looked up on
- * the host (one row per token, so the 2.3 GB table never needs device memory). */
+ * stream and meet in the local communicator (engine/cuda_comm.h). A step mirrors the CPU's
+ * forward.c with device kernels (kernels/cuda/forward.h) over up to DEVICE_MAX_TOKENS tokens:
+ * one for a decode step; a prefill runs in steps of that many (dense weights read once per 8
+ * tokens, each chosen expert once per step, attention absorbed and causal per query). Routing,
+ * expert choice and the weighted sum stay on the device, and the position lives in device
+ * memory, so one captured CUDA graph per step shape (token count, with or without logits)
+ * serves every step. The embedding rows are looked up on the host (one row per token, so the
+ * 2.3 GB table never needs device memory). */
 #include "engine/backend_impl.h"
 
 #include <cuda_runtime_api.h>
@@ -482,8 +483,9 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     STEP_TRY(mla_absorb_q_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, q, q_width, ws(rd, l->q_latent),
                                T, s));
     STEP_TRY(mla_decode_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
-                             be->softmax_scale, layer_cache(be, rd, layer), be->pos, be->splits,
-                             ws(rd, l->attn_partials), ws(rd, l->o_latent), T, s));
+                             be->softmax_scale, layer_cache(be, rd, layer), be->pos,
+                             device_attention_splits_for(be->splits, T), ws(rd, l->attn_partials), ws(rd, l->o_latent),
+                             T, s));
     /* W_UV per head: rows [nope, nope + v) of each head's kv_b rows */
     weight_matrix w_uv = ld->kv_b;
     w_uv.data += (size_t)c->qk_nope_dim * w_uv.data_stride;
@@ -521,10 +523,19 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
         STEP_TRY(mlp_down_cuda(ld->table, NULL, T, ws(rd, l->shared_act), c->hidden, inter, ws(rd, l->shared_y), s));
         shared_y = ws(rd, l->shared_y);
     }
-    /* slot t * k + j: token t's j-th choice */
-    STEP_TRY(mlp_gate_up_cuda(ld->table + 1, chosen, T * k, k, x, c->hidden, moe_inter, ws(rd, l->act), s));
-    STEP_TRY(mlp_down_cuda(ld->table + 1, chosen, T * k, ws(rd, l->act), c->hidden, moe_inter, ws(rd, l->routed_y),
-                           s));
+    /* slot t * k + j: token t's j-th choice; one token reads just its k experts, a longer step
+     * groups its slots by expert so each chosen expert is read once */
+    if (T == 1) {
+        STEP_TRY(mlp_gate_up_cuda(ld->table + 1, chosen, k, k, x, c->hidden, moe_inter, ws(rd, l->act), s));
+        STEP_TRY(mlp_down_cuda(ld->table + 1, chosen, k, ws(rd, l->act), c->hidden, moe_inter, ws(rd, l->routed_y), s));
+    } else {
+        int *offsets = (int *)ws(rd, l->moe_offsets), *order = (int *)ws(rd, l->moe_order);
+        STEP_TRY(moe_group_cuda(chosen, T * k, c->experts, offsets, order, s));
+        STEP_TRY(mlp_gate_up_grouped_cuda(ld->table + 1, offsets, order, c->experts, k, x, c->hidden, moe_inter,
+                                          ws(rd, l->act), s));
+        STEP_TRY(mlp_down_grouped_cuda(ld->table + 1, offsets, order, c->experts, ws(rd, l->act), c->hidden,
+                                       moe_inter, ws(rd, l->routed_y), s));
+    }
     return moe_combine_cuda(shared_y, ws(rd, l->routed_y), chosen, ws(rd, l->route_weights), k, c->hidden,
                             ws(rd, l->partial), T, s);
 }

@@ -14,7 +14,7 @@
 
 enum {
     DEVICE_ALIGN = 256,
-    DEVICE_MAX_TOKENS = 8,      /* tokens of one device step (kernels/cuda/forward.h FORWARD_MAX_TOKENS) */
+    DEVICE_MAX_TOKENS = 64,     /* tokens of one device step (kernels/cuda/forward.h FORWARD_MAX_TOKENS) */
 };
 
 /* A view's packed copy: data [rows][data_pitch] then scales [rows][scale_pitch] (NVFP4). */
@@ -64,6 +64,7 @@ size_t device_vector_floats(const model_config *cfg);
 typedef struct {
     size_t h, x, q_a, q, kv, q_latent, o_latent, attn, partial;
     size_t router_logits, chosen, route_weights, act, routed_y, shared_act, shared_y, logits_x, logits_part;
+    size_t moe_offsets, moe_order;  /* ints: [experts + 1], [tokens * top_k] (slots grouped by expert) */
     size_t attn_partials, gemv_partials, gemv_counters;
     size_t total;               /* floats; each buffer starts at a multiple of 64 floats */
 } device_workspace;
@@ -75,6 +76,9 @@ void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int a
 
 /* Parts of the sequence the decode attention splits into for a cache of capacity positions. */
 int device_attention_splits(long capacity, int sm_count);
+/* Parts per query in a step of `tokens` queries (they fill the GPU together): at least one,
+ * and tokens * parts <= max(splits, tokens), which the workspace holds. */
+int device_attention_splits_for(int splits, int tokens);
 
 typedef struct {
     size_t weight_bytes;        /* packed weights + float vectors */

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 /* Most tokens one step serves (a prefill runs in steps of up to this many tokens). */
-enum { FORWARD_MAX_TOKENS = 8 };
+enum { FORWARD_MAX_TOKENS = 64 };
 
 /* Scratch of the split-K GEMV: `partials` [rows * 16] floats and `counters` [rows] unsigned,
  * zero at first use (each call leaves them zero again). */
@@ -37,7 +37,7 @@ typedef struct {
 int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x, size_t x_batch,
                      float *y, size_t y_batch, const gemv_scratch *scratch, void *stream);
 /* The same for `tokens` tokens (x of token t at x + t * x_token, y at y + t * y_token): each
- * weight is read once per FORWARD_MAX_TOKENS tokens. One token may split K (scratch). */
+ * weight is read once per 8 tokens. One token may split K (scratch). */
 int linear_gemv_tokens_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x,
                             size_t x_batch, size_t x_token, float *y, size_t y_batch, size_t y_token, int tokens,
                             const gemv_scratch *scratch, void *stream);
@@ -98,6 +98,16 @@ int mlp_gate_up_cuda(const mlp_device *table, const int *index, int slots, int s
                      int hidden, int inter, float *act, void *stream);
 int mlp_down_cuda(const mlp_device *table, const int *index, int slots, const float *act, int hidden, int inter,
                   float *y, void *stream);
+
+/* The same MLPs for steps of several tokens, each expert's weights read once: moe_group_cuda
+ * sorts the slots (chosen [slots], slot t * top_k + j) by expert into offsets [experts + 1]
+ * and order [slots]; the grouped kernels then run table[e] over expert e's slots (input
+ * x[slot / slots_per_input], act and y indexed by slot, as above). */
+int moe_group_cuda(const int *chosen, int slots, int experts, int *offsets, int *order, void *stream);
+int mlp_gate_up_grouped_cuda(const mlp_device *table, const int *offsets, const int *order, int experts,
+                             int slots_per_input, const float *x, int hidden, int inter, float *act, void *stream);
+int mlp_down_grouped_cuda(const mlp_device *table, const int *offsets, const int *order, int experts,
+                          const float *act, int hidden, int inter, float *y, void *stream);
 
 /* The MoE output of each token t: out[t][r] = 0 + shared[t][r] (when shared is not NULL),
  * then + weights[t][k] * routed[t][k][r] for the chosen experts in ascending expert index (the

@@ -19,11 +19,11 @@ static __device__ __forceinline__ int gemv_chunk_elements(weight_format format)
 }
 
 /* Chunk `chunk` of a row: elements [chunk * E, chunk * E + E), those >= cols are padding.
- * Each weight is decoded once and multiplied into the sums of up to MAXT tokens (x of token t
- * at x + t * x_token), products added in element order. */
+ * Each weight is decoded once and multiplied into the sums of up to MAXT tokens (token t's
+ * activations at xs[t]), products added in element order. */
 template <weight_format F, int MAXT>
 static __device__ __forceinline__ void gemv_chunk_tokens(const uint8_t *row, const uint8_t *scales, int chunk,
-                                                         const float *x, size_t x_token, int tokens, int cols,
+                                                         const float *const *xs, int tokens, int cols,
                                                          float sums[MAXT])
 {
     constexpr int E = F == WEIGHT_NVFP4 ? 32 : F == WEIGHT_F32 ? 4 : 8;
@@ -52,14 +52,14 @@ static __device__ __forceinline__ void gemv_chunk_tokens(const uint8_t *row, con
 #pragma unroll
         for (int t = 0; t < MAXT; t++)
             if (t < tokens)
-                sums[t] += w * __ldg(x + t * x_token + first + j);
+                sums[t] += w * __ldg(xs[t] + first + j);
     }
 }
 
 /* Chunks [c_begin, c_end) of row `row` stepping by `stride` from c_begin + lane, any format,
  * for up to MAXT tokens. */
 template <int MAXT>
-static __device__ __forceinline__ void gemv_row_tokens(const weight_matrix &w, int row, const float *x, size_t x_token,
+static __device__ __forceinline__ void gemv_row_tokens(const weight_matrix &w, int row, const float *const *xs,
                                                        int tokens, int c_begin, int c_end, int lane, int stride,
                                                        float sums[MAXT])
 {
@@ -68,19 +68,19 @@ static __device__ __forceinline__ void gemv_row_tokens(const weight_matrix &w, i
     switch (w.format) {
     case WEIGHT_NVFP4:
         for (int c = c_begin + lane; c < c_end; c += stride)
-            gemv_chunk_tokens<WEIGHT_NVFP4, MAXT>(data, scales, c, x, x_token, tokens, w.cols, sums);
+            gemv_chunk_tokens<WEIGHT_NVFP4, MAXT>(data, scales, c, xs, tokens, w.cols, sums);
         break;
     case WEIGHT_BF16:
         for (int c = c_begin + lane; c < c_end; c += stride)
-            gemv_chunk_tokens<WEIGHT_BF16, MAXT>(data, scales, c, x, x_token, tokens, w.cols, sums);
+            gemv_chunk_tokens<WEIGHT_BF16, MAXT>(data, scales, c, xs, tokens, w.cols, sums);
         break;
     case WEIGHT_F16:
         for (int c = c_begin + lane; c < c_end; c += stride)
-            gemv_chunk_tokens<WEIGHT_F16, MAXT>(data, scales, c, x, x_token, tokens, w.cols, sums);
+            gemv_chunk_tokens<WEIGHT_F16, MAXT>(data, scales, c, xs, tokens, w.cols, sums);
         break;
     case WEIGHT_F32:
         for (int c = c_begin + lane; c < c_end; c += stride)
-            gemv_chunk_tokens<WEIGHT_F32, MAXT>(data, scales, c, x, x_token, tokens, w.cols, sums);
+            gemv_chunk_tokens<WEIGHT_F32, MAXT>(data, scales, c, xs, tokens, w.cols, sums);
         break;
     }
 }
@@ -90,7 +90,8 @@ static __device__ __forceinline__ float gemv_row_partial(const weight_matrix &w,
                                                          int c_begin, int c_end, int lane, int stride)
 {
     float sum[1] = {0.0f};
-    gemv_row_tokens<1>(w, row, x, 0, 1, c_begin, c_end, lane, stride, sum);
+    const float *xs[1] = {x};
+    gemv_row_tokens<1>(w, row, xs, 1, c_begin, c_end, lane, stride, sum);
     return sum[0];
 }
 

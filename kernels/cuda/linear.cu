@@ -35,9 +35,12 @@ __global__ void __launch_bounds__(kThreads, MAXT == 1 ? 4 : 1)
 #pragma unroll
     for (int t = 0; t < MAXT; t++)
         sums[t] = 0.0f;
+    const float *xs[MAXT];
+#pragma unroll
+    for (int t = 0; t < MAXT; t++)
+        xs[t] = x + (size_t)batch * x_batch + (size_t)t * x_token;
     if (row < rows)
-        gemv_row_tokens<MAXT>(w, batch * row_batch + row, x + (size_t)batch * x_batch, x_token, tokens, c_begin, c_end,
-                              group_lane, lanes_per_row, sums);
+        gemv_row_tokens<MAXT>(w, batch * row_batch + row, xs, tokens, c_begin, c_end, group_lane, lanes_per_row, sums);
 #pragma unroll
     for (int t = 0; t < MAXT; t++)
         sums[t] = gemv_group_sum(sums[t], lanes_per_row);

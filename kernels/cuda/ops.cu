@@ -246,6 +246,112 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_kernel(const mlp_d
         y[(size_t)slot * hidden + row] = sum * gemv_row_scale(down);
 }
 
+/* Slots (token t's j-th choice is slot t * top_k + j) grouped by expert: expert e's slots are
+ * order[offsets[e] .. offsets[e + 1]), ascending. One block; every expert's thread scans all
+ * slots, so the grouping does not depend on timing. */
+__global__ void __launch_bounds__(1024) moe_group_kernel(const int *chosen, int slots, int experts, int *offsets,
+                                                         int *order)
+{
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int count = 0;
+        for (int s = 0; s < slots; s++)
+            count += chosen[s] == e;
+        offsets[e + 1] = count;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        offsets[0] = 0;
+        for (int e = 0; e < experts; e++)
+            offsets[e + 1] += offsets[e];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int at = offsets[e];
+        for (int s = 0; s < slots; s++)
+            if (chosen[s] == e)
+                order[at++] = s;
+    }
+}
+
+constexpr int kGroupTokens = 8;
+
+/* Expert blockIdx.y's gate/up rows over all its slots, kGroupTokens slots per pass, so each
+ * expert's weights are read once per step (from L2 after the first pass). */
+__global__ void __launch_bounds__(kMlpWarps * 32, 1) mlp_gate_up_grouped_kernel(
+    const mlp_device *table, const int *offsets, const int *order, int slots_per_input, const float *x, int hidden,
+    int inter, float *act, int lanes_per_row)
+{
+    int expert = blockIdx.y, begin = offsets[expert], end = offsets[expert + 1];
+    if (begin == end)
+        return;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
+    int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
+    const weight_matrix gate = table[expert].gate, up = table[expert].up;
+    float gate_scale = gemv_row_scale(gate), up_scale = gemv_row_scale(up);
+    for (int first = begin; first < end; first += kGroupTokens) {
+        int n = end - first < kGroupTokens ? end - first : kGroupTokens;
+        const float *xs[kGroupTokens];
+        float g[kGroupTokens], u[kGroupTokens];
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++) {
+            xs[t] = x + (size_t)(order[first + (t < n ? t : n - 1)] / slots_per_input) * hidden;
+            g[t] = 0.0f;
+            u[t] = 0.0f;
+        }
+        if (row < inter) {
+            gemv_row_tokens<kGroupTokens>(gate, row, xs, n, 0, gemv_row_chunks(gate), group_lane, lanes_per_row, g);
+            gemv_row_tokens<kGroupTokens>(up, row, xs, n, 0, gemv_row_chunks(up), group_lane, lanes_per_row, u);
+        }
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++) {
+            g[t] = gemv_group_sum(g[t], lanes_per_row);
+            u[t] = gemv_group_sum(u[t], lanes_per_row);
+        }
+        if (row < inter && group_lane == 0) {
+#pragma unroll
+            for (int t = 0; t < kGroupTokens; t++)
+                if (t < n)
+                    act[(size_t)order[first + t] * inter + row] = silu_gate_element(g[t] * gate_scale, u[t] * up_scale);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kMlpWarps * 32, 1) mlp_down_grouped_kernel(
+    const mlp_device *table, const int *offsets, const int *order, const float *act, int hidden, int inter, float *y,
+    int lanes_per_row)
+{
+    int expert = blockIdx.y, begin = offsets[expert], end = offsets[expert + 1];
+    if (begin == end)
+        return;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
+    int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
+    const weight_matrix down = table[expert].down;
+    float scale = gemv_row_scale(down);
+    for (int first = begin; first < end; first += kGroupTokens) {
+        int n = end - first < kGroupTokens ? end - first : kGroupTokens;
+        const float *xs[kGroupTokens];
+        float sums[kGroupTokens];
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++) {
+            xs[t] = act + (size_t)order[first + (t < n ? t : n - 1)] * inter;
+            sums[t] = 0.0f;
+        }
+        if (row < hidden)
+            gemv_row_tokens<kGroupTokens>(down, row, xs, n, 0, gemv_row_chunks(down), group_lane, lanes_per_row, sums);
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++)
+            sums[t] = gemv_group_sum(sums[t], lanes_per_row);
+        if (row < hidden && group_lane == 0) {
+#pragma unroll
+            for (int t = 0; t < kGroupTokens; t++)
+                if (t < n)
+                    y[(size_t)order[first + t] * hidden + row] = sums[t] * scale;
+        }
+    }
+}
+
 __global__ void combine_kernel(const float *shared, const float *routed, const int *chosen, const float *weights,
                                int top_k, int hidden, float *out)
 {
@@ -354,6 +460,41 @@ extern "C" int mlp_down_cuda(const mlp_device *table, const int *index, int slot
     int rows_per_block = kMlpWarps * (32 / lanes);
     dim3 grid((unsigned)((hidden + rows_per_block - 1) / rows_per_block), (unsigned)slots);
     mlp_down_kernel<<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(table, index, act, hidden, inter, y, lanes);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int moe_group_cuda(const int *chosen, int slots, int experts, int *offsets, int *order, void *stream)
+{
+    if (slots <= 0 || experts <= 0)
+        return slots < 0 || experts < 0 ? (int)cudaErrorInvalidValue : 0;
+    moe_group_kernel<<<1, 1024, 0, (cudaStream_t)stream>>>(chosen, slots, experts, offsets, order);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mlp_gate_up_grouped_cuda(const mlp_device *table, const int *offsets, const int *order, int experts,
+                                        int slots_per_input, const float *x, int hidden, int inter, float *act,
+                                        void *stream)
+{
+    if (experts <= 0 || inter <= 0)
+        return 0;
+    int lanes = gemv_lanes_per_row((hidden + 31) / 32);
+    int rows_per_block = kMlpWarps * (32 / lanes);
+    dim3 grid((unsigned)((inter + rows_per_block - 1) / rows_per_block), (unsigned)experts);
+    mlp_gate_up_grouped_kernel<<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(table, offsets, order, slots_per_input,
+                                                                                  x, hidden, inter, act, lanes);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mlp_down_grouped_cuda(const mlp_device *table, const int *offsets, const int *order, int experts,
+                                     const float *act, int hidden, int inter, float *y, void *stream)
+{
+    if (experts <= 0)
+        return 0;
+    int lanes = gemv_lanes_per_row((inter + 31) / 32);
+    int rows_per_block = kMlpWarps * (32 / lanes);
+    dim3 grid((unsigned)((hidden + rows_per_block - 1) / rows_per_block), (unsigned)experts);
+    mlp_down_grouped_kernel<<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(table, offsets, order, act, hidden,
+                                                                               inter, y, lanes);
     return (int)cudaGetLastError();
 }
 

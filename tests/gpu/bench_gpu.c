@@ -348,7 +348,7 @@ static void bench_model(const char *dir, int quick)
                 if (backend_forward(be, tokens, n, 0, &last, 1, logits, &err))
                     printf("bench_gpu: %s\n", err.msg);
                 else
-                    printf("prefill %5d tokens: %8.1f tok/s (steps of 8 tokens)\n", n, n / (now() - p0));
+                    printf("prefill %5d tokens: %8.1f tok/s (steps of 64 tokens)\n", n, n / (now() - p0));
                 free(tokens);
                 free(logits);
             }

@@ -397,8 +397,8 @@ static void check_moe(int experts, int top_k, int hidden, int inter, int with_sh
     }
     size_t th = (size_t)tokens * hidden, tk = (size_t)tokens * top_k;
     float *x = random_floats(th, 1.0f);
-    int chosen[8 * 16];
-    float weights[8 * 16];
+    int chosen[16 * 16];
+    float weights[16 * 16];
     for (int t = 0; t < tokens; t++)
         for (int k = 0; k < top_k; k++) {
             chosen[t * top_k + k] = (int)((k * 7 + 3 + t) % experts); /* distinct, not in index order */
@@ -448,6 +448,36 @@ static void check_moe(int experts, int top_k, int hidden, int inter, int with_sh
             fprintf(stderr, "moe output %zu: gpu %.9g cpu %.9g\n", r, got[r], want[r]);
     CHECK_MSG(bad == 0, "MoE step (%d experts, top %d, hidden %d, inter %d, %d tokens): %d outputs out of tolerance",
               experts, top_k, hidden, inter, tokens, bad);
+
+    /* the same slots grouped by expert (a prefill step): the grouping exactly, the output within
+     * the same tolerance */
+    int *doffsets = NULL, *dorder = NULL, offsets[64], order[16 * 16], want_offsets[64] = {0}, want_order[16 * 16];
+    CUDA_CHECK(cudaMalloc((void **)&doffsets, ((size_t)experts + 1) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dorder, tk * 4));
+    CHECK_INT(moe_group_cuda(dc, (int)tk, experts, doffsets, dorder, NULL), 0);
+    CHECK_INT(mlp_gate_up_grouped_cuda(dtable + 1, doffsets, dorder, experts, top_k, dx, hidden, inter, dact, NULL), 0);
+    CHECK_INT(mlp_down_grouped_cuda(dtable + 1, doffsets, dorder, experts, dact, hidden, inter, dy, NULL), 0);
+    CHECK_INT(moe_combine_cuda(with_shared ? dsy : NULL, dy, dc, dw, top_k, hidden, dout, tokens, NULL), 0);
+    gpu_test_download(offsets, doffsets, ((size_t)experts + 1) * 4);
+    gpu_test_download(order, dorder, tk * 4);
+    gpu_test_download(got, dout, th * 4);
+    int at = 0;
+    for (int e = 0; e < experts; e++) {
+        want_offsets[e] = at;
+        for (size_t i = 0; i < tk; i++)
+            if (chosen[i] == e)
+                want_order[at++] = (int)i;
+    }
+    want_offsets[experts] = at;
+    CHECK_MSG(!memcmp(offsets, want_offsets, ((size_t)experts + 1) * 4) && !memcmp(order, want_order, tk * 4),
+              "slots grouped by expert differ (%d experts, %zu slots)", experts, tk);
+    bad = 0;
+    for (size_t r = 0; r < th; r++)
+        bad += !close_to(got[r], want[r], (float)scale, 1e-4f);
+    CHECK_MSG(bad == 0, "grouped MoE step (%d experts, top %d, %d tokens): %d outputs out of tolerance", experts, top_k,
+              tokens, bad);
+    cudaFree(doffsets);
+    cudaFree(dorder);
     for (int e = 0; e <= experts; e++) {
         matrix_free(&gate[e]);
         matrix_free(&up[e]);
@@ -583,6 +613,8 @@ int main(void)
     check_moe(16, 8, 7168, 256, 1, 1);
     check_moe(8, 2, 192, 64, 0, 1);
     check_moe(16, 8, 7168, 256, 1, 5);
+    check_moe(40, 6, 512, 64, 0, 8);
+    check_moe(3, 3, 512, 64, 0, 12); /* 12 slots per expert: two passes of the grouped kernels */
     check_attention(1, 1, 8, 1);
     check_attention(17, 4, 8, 1);
     check_attention(300, 7, 8, 1);
@@ -590,5 +622,6 @@ int main(void)
     check_attention(2000, 16, 11, 1); /* two head groups, the second partial */
     check_attention(8, 3, 8, 8);      /* a prefill step from position 0 */
     check_attention(1000, 16, 8, 6);  /* a prefill step after 994 cached positions */
+    check_attention(700, 4, 8, 64);   /* a full prefill step */
     return check_finish();
 }

@@ -95,8 +95,8 @@ static void check_model(const char *dir, int tp)
         device_workspace_plan(c, &shard, 8, &ws);
         size_t *fields[] = {&ws.h, &ws.x, &ws.q_a, &ws.q, &ws.kv, &ws.q_latent, &ws.o_latent, &ws.attn, &ws.partial,
                             &ws.router_logits, &ws.chosen, &ws.route_weights, &ws.act, &ws.routed_y, &ws.shared_act,
-                            &ws.shared_y, &ws.logits_x, &ws.logits_part, &ws.attn_partials, &ws.gemv_partials,
-                            &ws.gemv_counters};
+                            &ws.shared_y, &ws.logits_x, &ws.logits_part, &ws.moe_offsets, &ws.moe_order,
+                            &ws.attn_partials, &ws.gemv_partials, &ws.gemv_counters};
         int ordered = 1;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
             ordered &= *fields[i] % 64 == 0;
@@ -107,8 +107,13 @@ static void check_model(const char *dir, int tp)
         size_t T = DEVICE_MAX_TOKENS;
         ordered &= ws.q_latent - ws.kv >= T * (size_t)(c->kv_lora_rank + c->qk_rope_dim);
         ordered &= ws.x - ws.h >= T * (size_t)c->hidden && ws.partial - ws.attn >= T * (size_t)heads * c->v_head_dim;
-        ordered &= ws.attn_partials + T * 8 * heads * (size_t)(c->kv_lora_rank + 2) <= ws.gemv_partials;
-        ordered &= ws.logits_part + T * (size_t)(shard.vocab.end - shard.vocab.begin) <= ws.attn_partials;
+        /* the attention partials of every step shape (8 parts planned) */
+        for (int tokens = 1; tokens <= DEVICE_MAX_TOKENS; tokens++)
+            ordered &= ws.attn_partials + (size_t)tokens * device_attention_splits_for(8, tokens) * heads *
+                                              (size_t)(c->kv_lora_rank + 2) <= ws.gemv_partials;
+        ordered &= ws.moe_order + T * (size_t)c->experts_per_token <= ws.attn_partials;
+        ordered &= ws.moe_offsets + (size_t)c->experts + 1 <= ws.moe_order;
+        ordered &= ws.logits_part + T * (size_t)(shard.vocab.end - shard.vocab.begin) <= ws.moe_offsets;
         ordered &= ws.total >= ws.gemv_counters + (size_t)device_max_gemv_rows(c, &shard);
         CHECK_MSG(ordered, "%s tp %d rank %d: workspace buffers overlap or are misaligned", dir, tp, rank);
         CHECK_INT(plan.workspace_bytes, ws.total * sizeof(float));
@@ -125,6 +130,9 @@ static void check_model(const char *dir, int tp)
 
 static void check_splits(void)
 {
+    CHECK_INT(device_attention_splits_for(264, 1), 264);
+    CHECK_INT(device_attention_splits_for(264, 64), 4);
+    CHECK_INT(device_attention_splits_for(3, 8), 1);
     CHECK_INT(device_attention_splits(1, 132), 1);
     CHECK_INT(device_attention_splits(64, 132), 1);
     CHECK_INT(device_attention_splits(65, 132), 2);
