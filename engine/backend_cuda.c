@@ -461,8 +461,8 @@ static uint16_t *layer_cache(struct cuda_backend *be, rank_device *rd, int layer
     return rd->cache + (size_t)layer * (size_t)be->capacity * be->cache_row;
 }
 
-/* h -> partial = this rank's share of o_proj(attention(rmsnorm(h))), cache rows written; for
- * the step's T tokens at positions *pos + t. */
+/* x = rmsnorm(h) -> partial = this rank's share of o_proj(attention(x)), cache rows written;
+ * for the step's T tokens at positions *pos + t. */
 static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
 {
     const model_config *c = be->cfg;
@@ -472,7 +472,6 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     int q_width = c->qk_nope_dim + c->qk_rope_dim, kv_b_rows = c->qk_nope_dim + c->v_head_dim;
     size_t hidden = (size_t)c->hidden, heads = (size_t)rd->heads, kv_lora = (size_t)c->kv_lora_rank;
     float *x = ws(rd, l->x), *q_a = ws(rd, l->q_a), *q = ws(rd, l->q), *kv = ws(rd, l->kv);
-    STEP_TRY(rmsnorm_cuda(x, ws(rd, l->h), ld->input_norm, T, c->hidden, c->rms_norm_eps, s));
     STEP_TRY(gemv(rd, &ld->q_a, x, hidden, q_a, T, s));
     STEP_TRY(gemv(rd, &ld->kv_a, x, hidden, kv, T, s));
     STEP_TRY(rmsnorm_cuda(q_a, q_a, ld->q_a_norm, T, c->q_lora_rank, c->rms_norm_eps, s));
@@ -497,7 +496,7 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     return gemv(rd, &ld->o, ws(rd, l->attn), heads * (size_t)c->v_head_dim, ws(rd, l->partial), T, s);
 }
 
-/* h -> partial = this rank's share of the dense MLP or the MoE of rmsnorm(h), T tokens. */
+/* x = rmsnorm(h) -> partial = this rank's share of the dense MLP or the MoE of x, T tokens. */
 static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
 {
     const model_config *c = be->cfg;
@@ -505,7 +504,6 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
     const device_workspace *l = &rd->layout;
     cudaStream_t s = be->stream;
     float *x = ws(rd, l->x);
-    STEP_TRY(rmsnorm_cuda(x, ws(rd, l->h), ld->post_norm, T, c->hidden, c->rms_norm_eps, s));
     if (!ld->is_moe) {
         int inter = rd->shard.dense_inter.end - rd->shard.dense_inter.begin;
         STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->act), s));
@@ -540,28 +538,60 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
                             ws(rd, l->partial), T, s);
 }
 
-/* Every rank's partial summed (local communicator), then added to every rank's h. */
-static int reduce_into_h(struct cuda_backend *be, int T)
+/* Every rank's partial summed (local communicator), then added to every rank's h, and x =
+ * rmsnorm(h, the next norm) in the same launch (norm NULL: the add alone). norm_of(rank) picks
+ * the rank's copy of the next norm's weights. */
+typedef float *(*norm_of_rank)(struct cuda_backend *be, int rank, int layer);
+
+static float *post_attention_norm(struct cuda_backend *be, int rank, int layer)
 {
-    size_t n = (size_t)T * (size_t)be->cfg->hidden;
+    return be->ranks[rank].layers[layer].post_norm;
+}
+
+static float *next_input_norm(struct cuda_backend *be, int rank, int layer)
+{
+    return layer + 1 < be->cfg->layers ? be->ranks[rank].layers[layer + 1].input_norm : NULL;
+}
+
+static float *final_norm(struct cuda_backend *be, int rank, int layer)
+{
+    (void)layer;
+    return be->ranks[rank].final_norm;
+}
+
+static int reduce_into_h(struct cuda_backend *be, int T, norm_of_rank norm, int layer)
+{
+    const model_config *c = be->cfg;
+    size_t n = (size_t)T * (size_t)c->hidden;
     for (int r = 0; r < be->tp; r++)
         STEP_TRY(cuda_comm_allreduce_sum(be->comm, r, ws(&be->ranks[r], be->ranks[r].layout.partial), n, be->stream));
-    for (int r = 0; r < be->tp; r++)
-        STEP_TRY(add_cuda(ws(&be->ranks[r], be->ranks[r].layout.h), ws(&be->ranks[r], be->ranks[r].layout.partial), n,
-                          be->stream));
+    for (int r = 0; r < be->tp; r++) {
+        rank_device *rd = &be->ranks[r];
+        float *weight = norm ? norm(be, r, layer) : NULL, *h = ws(rd, rd->layout.h);
+        const float *partial = ws(rd, rd->layout.partial);
+        STEP_TRY(weight ? residual_rmsnorm_cuda(h, partial, ws(rd, rd->layout.x), weight, T, c->hidden, c->rms_norm_eps,
+                                                be->stream)
+                        : add_cuda(h, partial, n, be->stream));
+    }
     return 0;
 }
 
 static int step_enqueue(struct cuda_backend *be, int T, int with_logits)
 {
     const model_config *c = be->cfg;
+    for (int r = 0; r < be->tp; r++) {
+        rank_device *rd = &be->ranks[r];
+        STEP_TRY(rmsnorm_cuda(ws(rd, rd->layout.x), ws(rd, rd->layout.h), rd->layers[0].input_norm, T, c->hidden,
+                              c->rms_norm_eps, be->stream));
+    }
     for (int layer = 0; layer < c->layers; layer++) {
         for (int r = 0; r < be->tp; r++)
             STEP_TRY(attention_step(be, &be->ranks[r], layer, T));
-        STEP_TRY(reduce_into_h(be, T));
+        STEP_TRY(reduce_into_h(be, T, post_attention_norm, layer));
         for (int r = 0; r < be->tp; r++)
             STEP_TRY(mlp_step(be, &be->ranks[r], layer, T));
-        STEP_TRY(reduce_into_h(be, T));
+        int last = layer + 1 == c->layers;
+        STEP_TRY(reduce_into_h(be, T, last ? (with_logits ? final_norm : NULL) : next_input_norm, layer));
     }
     if (!with_logits)
         return 0;
@@ -569,9 +599,8 @@ static int step_enqueue(struct cuda_backend *be, int T, int with_logits)
         rank_device *rd = &be->ranks[r];
         const device_workspace *l = &rd->layout;
         int part = rd->shard.vocab.end - rd->shard.vocab.begin;
-        STEP_TRY(rmsnorm_cuda(ws(rd, l->logits_x), ws(rd, l->h), rd->final_norm, T, c->hidden, c->rms_norm_eps,
-                              be->stream));
-        STEP_TRY(gemv(rd, &rd->lm_head, ws(rd, l->logits_x), (size_t)c->hidden, ws(rd, l->logits_part), T, be->stream));
+        /* x = rmsnorm(h, final norm), from the last residual add */
+        STEP_TRY(gemv(rd, &rd->lm_head, ws(rd, l->x), (size_t)c->hidden, ws(rd, l->logits_part), T, be->stream));
         STEP_TRY(cuda_comm_gather(be->comm, r, ws(rd, l->logits_part), T, (size_t)part, be->logits, (size_t)c->vocab,
                                   (size_t)rd->shard.vocab.begin, be->stream));
     }

@@ -165,14 +165,14 @@ void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int a
         T * hidden, T * hidden, T * (size_t)cfg->q_lora_rank, T * heads * (size_t)(cfg->qk_nope_dim + cfg->qk_rope_dim),
         T * (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim), T * heads * (size_t)cfg->kv_lora_rank,
         T * heads * (size_t)cfg->kv_lora_rank, T * heads * (size_t)cfg->v_head_dim, T * hidden,
-        T * (size_t)cfg->experts, T * k, T * k, T * act, T * k * hidden, T * shared_inter, T * hidden, T * hidden,
+        T * (size_t)cfg->experts, T * k, T * k, T * act, T * k * hidden, T * shared_inter, T * hidden,
         T * (size_t)range_width(shard->vocab), (size_t)cfg->experts + 1, T * k,
         (attn_splits > DEVICE_MAX_TOKENS ? (size_t)attn_splits : T) * heads * ((size_t)cfg->kv_lora_rank + 2),
         (size_t)device_max_gemv_rows(cfg, shard) * 16, (size_t)device_max_gemv_rows(cfg, shard),
     };
     size_t *fields[] = {&out->h, &out->x, &out->q_a, &out->q, &out->kv, &out->q_latent, &out->o_latent, &out->attn,
                         &out->partial, &out->router_logits, &out->chosen, &out->route_weights, &out->act,
-                        &out->routed_y, &out->shared_act, &out->shared_y, &out->logits_x, &out->logits_part,
+                        &out->routed_y, &out->shared_act, &out->shared_y, &out->logits_part,
                         &out->moe_offsets, &out->moe_order, &out->attn_partials, &out->gemv_partials,
                         &out->gemv_counters};
     size_t offset = 0;

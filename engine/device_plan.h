@@ -63,7 +63,7 @@ size_t device_vector_floats(const model_config *cfg);
  * slot); the split-K scratch serves one-token steps. */
 typedef struct {
     size_t h, x, q_a, q, kv, q_latent, o_latent, attn, partial;
-    size_t router_logits, chosen, route_weights, act, routed_y, shared_act, shared_y, logits_x, logits_part;
+    size_t router_logits, chosen, route_weights, act, routed_y, shared_act, shared_y, logits_part;
     size_t moe_offsets, moe_order;  /* ints: [experts + 1], [tokens * top_k] (slots grouped by expert) */
     size_t attn_partials, gemv_partials, gemv_counters;
     size_t total;               /* floats; each buffer starts at a multiple of 64 floats */

@@ -51,6 +51,11 @@ int mla_absorb_q_cuda(const weight_matrix *kv_b, int heads, int nope, int v, con
 /* out[i] = rmsnorm(x)[i] * weight[i] for `rows` rows of n (out may alias x). */
 int rmsnorm_cuda(float *out, const float *x, const float *weight, int rows, int n, float eps, void *stream);
 
+/* h [rows][n] += delta, then out = rmsnorm(h) * weight (a residual add and the next norm in one
+ * launch; the same arithmetic as add_cuda then rmsnorm_cuda). */
+int residual_rmsnorm_cuda(float *h, const float *delta, float *out, const float *weight, int rows, int n, float eps,
+                          void *stream);
+
 /* h[i] += delta[i]. */
 int add_cuda(float *h, const float *delta, size_t n, void *stream);
 

@@ -44,6 +44,26 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(float *out, const flo
         dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
 }
 
+/* h += delta, then out = rmsnorm(h) * weight: the residual add and the next block's norm in one
+ * launch (the same operations as add_kernel then rmsnorm_kernel). */
+__global__ void __launch_bounds__(kThreads) residual_rmsnorm_kernel(float *h, const float *delta, float *out,
+                                                                    const float *weight, int n, float eps)
+{
+    __shared__ double partial[kThreads / 32];
+    float *row = h + (size_t)blockIdx.x * n;
+    const float *add = delta + (size_t)blockIdx.x * n;
+    float *dst = out + (size_t)blockIdx.x * n;
+    double squares = 0.0;
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+        float value = row[i] + add[i];
+        row[i] = value;
+        squares += (double)value * value;
+    }
+    float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, partial), n, eps);
+    for (int i = threadIdx.x; i < n; i += kThreads)
+        dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
+}
+
 __global__ void add_kernel(float *h, const float *delta, size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -393,6 +413,15 @@ extern "C" int rmsnorm_cuda(float *out, const float *x, const float *weight, int
     if (rows <= 0)
         return 0;
     rmsnorm_kernel<<<(unsigned)rows, kThreads, 0, (cudaStream_t)stream>>>(out, x, weight, n, eps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int residual_rmsnorm_cuda(float *h, const float *delta, float *out, const float *weight, int rows, int n,
+                                     float eps, void *stream)
+{
+    if (rows <= 0)
+        return 0;
+    residual_rmsnorm_kernel<<<(unsigned)rows, kThreads, 0, (cudaStream_t)stream>>>(h, delta, out, weight, n, eps);
     return (int)cudaGetLastError();
 }
 

@@ -267,6 +267,25 @@ static void check_rmsnorm_add_allreduce(void)
     for (size_t i = 0; i < m; i++)
         h[i] += sum[i];
     CHECK(!memcmp(back, h, m * 4));
+
+    /* the residual add fused with the next norm: h exact, the norm as rmsnorm's */
+    float *normed = malloc(m * 4), *dnormed = NULL, *dweight = gpu_test_upload(w, m * 4);
+    CUDA_CHECK(cudaMalloc((void **)&dnormed, m * 4));
+    CHECK_INT(residual_rmsnorm_cuda(dh, dparts[1], dnormed, dweight, 1, (int)m, 1e-5f, NULL), 0);
+    for (size_t i = 0; i < m; i++)
+        h[i] += sum[i];
+    weight_vector hw = {DTYPE_F32, (int)m, w};
+    rmsnorm(want, h, &hw, 1e-5f);
+    gpu_test_download(back, dh, m * 4);
+    gpu_test_download(normed, dnormed, m * 4);
+    CHECK_MSG(!memcmp(back, h, m * 4), "residual add: h differs");
+    bad = 0;
+    for (size_t i = 0; i < m; i++)
+        bad += !close_to(normed[i], want[i], fabsf(want[i]), 2e-6f);
+    CHECK_MSG(bad == 0, "residual rmsnorm: %d values out of tolerance", bad);
+    cudaFree(dnormed);
+    cudaFree(dweight);
+    free(normed);
     for (int r = 0; r < RANKS; r++) {
         cudaFree(dparts[r]);
         free(parts[r]);

@@ -95,7 +95,7 @@ static void check_model(const char *dir, int tp)
         device_workspace_plan(c, &shard, 8, &ws);
         size_t *fields[] = {&ws.h, &ws.x, &ws.q_a, &ws.q, &ws.kv, &ws.q_latent, &ws.o_latent, &ws.attn, &ws.partial,
                             &ws.router_logits, &ws.chosen, &ws.route_weights, &ws.act, &ws.routed_y, &ws.shared_act,
-                            &ws.shared_y, &ws.logits_x, &ws.logits_part, &ws.moe_offsets, &ws.moe_order,
+                            &ws.shared_y, &ws.logits_part, &ws.moe_offsets, &ws.moe_order,
                             &ws.attn_partials, &ws.gemv_partials, &ws.gemv_counters};
         int ordered = 1;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
