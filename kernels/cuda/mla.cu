@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
                                                                const uint16_t *cache, const int *pos, int splits,
                                                                float *partials)
 {
-    extern __shared__ float mla_shared[];
+    extern __shared__ uint4 mla_shared[];
     int row = kv_lora + rope, q_width = nope + rope;
     size_t token = blockIdx.z;
     q_latent += token * heads * kv_lora;
@@ -32,12 +32,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
     partials += token * (size_t)splits * heads * ((size_t)kv_lora + 2);
     int head0 = blockIdx.y * kHeadsPerBlock;
     int group = heads - head0 < kHeadsPerBlock ? heads - head0 : kHeadsPerBlock;
-    float *query = mla_shared;                                  /* [group][kv_lora | rope] */
-    float *scores = query + kHeadsPerBlock * row;               /* [group][kChunk] */
-    float *max_state = scores + kHeadsPerBlock * kChunk;        /* [group] */
-    float *sum_state = max_state + kHeadsPerBlock;              /* [group] */
-    float *rescale = sum_state + kHeadsPerBlock;                /* [group] */
-    uint16_t *chunk = reinterpret_cast<uint16_t *>(rescale + kHeadsPerBlock); /* [kChunk][row] */
+    uint16_t *chunk = reinterpret_cast<uint16_t *>(mla_shared);        /* [kChunk][row], 16-byte aligned */
+    float *query = reinterpret_cast<float *>(chunk + kChunk * row);    /* [group][kv_lora | rope] */
+    float *scores = query + kHeadsPerBlock * row;                       /* [group][kChunk] */
+    float *max_state = scores + kHeadsPerBlock * kChunk;                /* [group] */
+    float *sum_state = max_state + kHeadsPerBlock;                      /* [group] */
+    float *rescale = sum_state + kHeadsPerBlock;                        /* [group] */
 
     for (int i = threadIdx.x; i < group * row; i += kThreads) {
         int g = i / row, c = i % row;
@@ -67,8 +67,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
         int n = n_pos - first < kChunk ? (int)(n_pos - first) : kChunk;
         __syncthreads(); /* the previous chunk is no longer read */
         const uint16_t *source = cache + (size_t)first * row;
-        for (int i = threadIdx.x; i < n * row; i += kThreads)
-            chunk[i] = source[i];
+        if (row % 8 == 0) { /* rows of whole 16-byte words: cache and chunk are 16-byte aligned */
+            const uint4 *from = reinterpret_cast<const uint4 *>(source);
+            uint4 *to = reinterpret_cast<uint4 *>(chunk);
+            for (int i = threadIdx.x; i < n * row / 8; i += kThreads)
+                to[i] = from[i];
+        } else {
+            for (int i = threadIdx.x; i < n * row; i += kThreads)
+                chunk[i] = source[i];
+        }
         __syncthreads();
         /* scores[g][j] = (q_latent . latent_j + q_pe . k_pe_j) * scale, one warp per pair */
         for (int pair = warp; pair < group * n; pair += kThreads / 32) {
