@@ -22,12 +22,11 @@ static __device__ __forceinline__ int gemv_chunk_elements(weight_format format)
  * Each weight is decoded once and multiplied into the sums of up to MAXT tokens (token t's
  * activations at xs[t]), products added in element order. */
 template <weight_format F, int MAXT>
-static __device__ __forceinline__ void gemv_chunk_tokens(const uint8_t *row, const uint8_t *scales, int chunk,
+static __device__ __forceinline__ void gemv_chunk_tokens(uint4 raw, const uint8_t *scales, int chunk,
                                                          const float *const *xs, int tokens, int cols,
                                                          float sums[MAXT])
 {
     constexpr int E = F == WEIGHT_NVFP4 ? 32 : F == WEIGHT_F32 ? 4 : 8;
-    uint4 raw = __ldg(reinterpret_cast<const uint4 *>(row) + chunk);
     uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
     int first = chunk * E;
     float block_scale[2] = {0.0f, 0.0f};
@@ -56,6 +55,27 @@ static __device__ __forceinline__ void gemv_chunk_tokens(const uint8_t *row, con
     }
 }
 
+/* Chunks [c_begin, c_end) stepping by `stride` from c_begin + lane, in order; four loads are
+ * issued before their chunks are used, so each lane keeps 64 bytes in flight. */
+template <weight_format F, int MAXT>
+static __device__ __forceinline__ void gemv_chunks_tokens(const uint8_t *data, const uint8_t *scales, int c_begin,
+                                                          int c_end, int lane, int stride, const float *const *xs,
+                                                          int tokens, int cols, float sums[MAXT])
+{
+    const uint4 *row = reinterpret_cast<const uint4 *>(data);
+    int c = c_begin + lane;
+    for (; c + 3 * stride < c_end; c += 4 * stride) {
+        uint4 r0 = __ldg(row + c), r1 = __ldg(row + c + stride);
+        uint4 r2 = __ldg(row + c + 2 * stride), r3 = __ldg(row + c + 3 * stride);
+        gemv_chunk_tokens<F, MAXT>(r0, scales, c, xs, tokens, cols, sums);
+        gemv_chunk_tokens<F, MAXT>(r1, scales, c + stride, xs, tokens, cols, sums);
+        gemv_chunk_tokens<F, MAXT>(r2, scales, c + 2 * stride, xs, tokens, cols, sums);
+        gemv_chunk_tokens<F, MAXT>(r3, scales, c + 3 * stride, xs, tokens, cols, sums);
+    }
+    for (; c < c_end; c += stride)
+        gemv_chunk_tokens<F, MAXT>(__ldg(row + c), scales, c, xs, tokens, cols, sums);
+}
+
 /* Chunks [c_begin, c_end) of row `row` stepping by `stride` from c_begin + lane, any format,
  * for up to MAXT tokens. */
 template <int MAXT>
@@ -67,20 +87,16 @@ static __device__ __forceinline__ void gemv_row_tokens(const weight_matrix &w, i
     const uint8_t *scales = w.scale ? w.scale + (size_t)row * w.scale_stride : nullptr;
     switch (w.format) {
     case WEIGHT_NVFP4:
-        for (int c = c_begin + lane; c < c_end; c += stride)
-            gemv_chunk_tokens<WEIGHT_NVFP4, MAXT>(data, scales, c, xs, tokens, w.cols, sums);
+        gemv_chunks_tokens<WEIGHT_NVFP4, MAXT>(data, scales, c_begin, c_end, lane, stride, xs, tokens, w.cols, sums);
         break;
     case WEIGHT_BF16:
-        for (int c = c_begin + lane; c < c_end; c += stride)
-            gemv_chunk_tokens<WEIGHT_BF16, MAXT>(data, scales, c, xs, tokens, w.cols, sums);
+        gemv_chunks_tokens<WEIGHT_BF16, MAXT>(data, scales, c_begin, c_end, lane, stride, xs, tokens, w.cols, sums);
         break;
     case WEIGHT_F16:
-        for (int c = c_begin + lane; c < c_end; c += stride)
-            gemv_chunk_tokens<WEIGHT_F16, MAXT>(data, scales, c, xs, tokens, w.cols, sums);
+        gemv_chunks_tokens<WEIGHT_F16, MAXT>(data, scales, c_begin, c_end, lane, stride, xs, tokens, w.cols, sums);
         break;
     case WEIGHT_F32:
-        for (int c = c_begin + lane; c < c_end; c += stride)
-            gemv_chunk_tokens<WEIGHT_F32, MAXT>(data, scales, c, xs, tokens, w.cols, sums);
+        gemv_chunks_tokens<WEIGHT_F32, MAXT>(data, scales, c_begin, c_end, lane, stride, xs, tokens, w.cols, sums);
         break;
     }
 }
