@@ -55,8 +55,10 @@ static __device__ __forceinline__ void gemv_chunk_tokens(uint4 raw, const uint8_
     }
 }
 
-/* Chunks [c_begin, c_end) stepping by `stride` from c_begin + lane, in order; four loads are
- * issued before their chunks are used, so each lane keeps 64 bytes in flight. */
+/* Chunks [c_begin, c_end) stepping by `stride` from c_begin + lane, in order. For one token
+ * (decode: a pure memory stream) four loads are issued before their chunks are used, so each
+ * lane keeps 64 bytes in flight; several tokens give the loop enough work per load as it is
+ * (and unrolling them too would multiply the code for little). */
 template <weight_format F, int MAXT>
 static __device__ __forceinline__ void gemv_chunks_tokens(const uint8_t *data, const uint8_t *scales, int c_begin,
                                                           int c_end, int lane, int stride, const float *const *xs,
@@ -64,7 +66,7 @@ static __device__ __forceinline__ void gemv_chunks_tokens(const uint8_t *data, c
 {
     const uint4 *row = reinterpret_cast<const uint4 *>(data);
     int c = c_begin + lane;
-    for (; c + 3 * stride < c_end; c += 4 * stride) {
+    for (; MAXT == 1 && c + 3 * stride < c_end; c += 4 * stride) {
         uint4 r0 = __ldg(row + c), r1 = __ldg(row + c + stride);
         uint4 r2 = __ldg(row + c + 2 * stride), r3 = __ldg(row + c + 3 * stride);
         gemv_chunk_tokens<F, MAXT>(r0, scales, c, xs, tokens, cols, sums);
