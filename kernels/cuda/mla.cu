@@ -26,7 +26,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
 {
     extern __shared__ uint4 mla_shared[];
     int row = kv_lora + rope, q_width = nope + rope;
-    size_t token = blockIdx.z;
+    /* x: the query (fastest, so a step's queries read each cache chunk at about the same time
+     * and all but the first find it in L2), y: the head group, z: the part of the sequence */
+    size_t token = blockIdx.x;
+    int split = blockIdx.z;
     q_latent += token * heads * kv_lora;
     q += token * heads * q_width;
     partials += token * (size_t)splits * heads * ((size_t)kv_lora + 2);
@@ -58,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
     long n_pos = (long)*pos + (long)token + 1;
     long chunks = (n_pos + kChunk - 1) / kChunk;
     long per_split = (chunks + splits - 1) / splits;
-    long first_chunk = blockIdx.x * per_split;
+    long first_chunk = split * per_split;
     long end_chunk = first_chunk + per_split < chunks ? first_chunk + per_split : chunks;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -134,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
     for (int g = 0; g < kHeadsPerBlock; g++) {
         if (g >= group)
             continue;
-        float *out = partials + ((size_t)blockIdx.x * heads + head0 + g) * stride;
+        float *out = partials + ((size_t)split * heads + head0 + g) * stride;
         if (threadIdx.x == 0) {
             out[0] = max_state[g];
             out[1] = sum_state[g];
@@ -197,7 +200,7 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
 {
     if (tokens <= 0)
         return 0;
-    if (tokens > 65535 || heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > 65535)
+    if (heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > 65535 || tokens > 65535)
         return (int)cudaErrorInvalidValue;
     size_t shared = partial_shared_bytes(kv_lora, rope);
     if (shared > 48 * 1024) {
@@ -206,13 +209,13 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
         if (status != cudaSuccess)
             return (int)status;
     }
-    dim3 grid((unsigned)splits, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)tokens);
+    dim3 grid((unsigned)tokens, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)splits);
     mla_partial_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(q_latent, q, heads, kv_lora, rope, nope,
                                                                          softmax_scale, cache, pos, splits, partials);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess)
         return (int)status;
-    mla_merge_kernel<<<dim3((unsigned)heads, (unsigned)tokens), kThreads, 0, (cudaStream_t)stream>>>(partials, splits, heads, kv_lora,
-                                                                            o_latent);
+    dim3 merge_grid((unsigned)heads, (unsigned)tokens);
+    mla_merge_kernel<<<merge_grid, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, heads, kv_lora, o_latent);
     return (int)cudaGetLastError();
 }
