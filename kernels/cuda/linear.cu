@@ -1,4 +1,5 @@
-/* linear (CUDA): the decode GEMV. A group of lanes (a whole warp for rows of 32 chunks or
+/* linear (CUDA): the GEMV of a step (one token, or up to 8 per pass sharing each weight read)
+ * and the W_UK absorption. A group of lanes (a whole warp for rows of 32 chunks or
  * more) reads one packed weight row in 16-byte chunks, so each weight byte is read once and a
  * warp's loads are contiguous; sums are float. When the rows alone cannot fill the GPU (q_a,
  * kv_a: few rows, long K) the K range is split over blocks: each writes its partial sums and

@@ -1,6 +1,7 @@
-/* mla (CUDA): absorbed MLA decode attention over the fp16 latent cache, flash-decoding style.
- * The cache is shared by every head, so a block takes a group of up to 8 heads and one part
- * of the sequence: it stages CHUNK positions at a time in shared memory (one contiguous read
+/* mla (CUDA): absorbed MLA attention over the fp16 latent cache, flash-decoding style, for the
+ * one query of a decode step or the causal queries of a prefill step (each over its own
+ * prefix). The cache is shared by every head, so a block takes one query, a group of up to 8
+ * heads and one part of the sequence: it stages CHUNK positions at a time in shared memory (one contiguous read
  * of the cache), scores them against all its heads and folds them into a running (online)
  * softmax, like the CPU's mla_decode; a second kernel merges the parts. The number of parts is
  * fixed when a graph is captured and the position is read from device memory, so parts past

@@ -1,6 +1,6 @@
-/* ops (CUDA): the small kernels of a decode step (RMSNorm, residual add, the local all-reduce,
- * the latent/rope/cache tail of the MLA projections, MoE routing, the expert MLPs chosen on the
- * device and their weighted sum). Each mirrors its CPU counterpart's order of operations,
+/* ops (CUDA): the small kernels of a step (RMSNorm, residual add, the local all-reduce, the
+ * latent/rope/cache tail of the MLA projections, MoE routing, the expert MLPs chosen on the
+ * device, per slot or grouped by expert, and their weighted sum). Each mirrors its CPU counterpart's order of operations,
  * with the per-element math of kernels/forward_math.h; the library is compiled without
  * fused multiply-add contraction so those helpers round as they do on the CPU. */
 #include <float.h>
