@@ -233,8 +233,8 @@ static int run_greedy(model_session *s, json_t *c, const char *name, kimi_err *e
     error_stats e = {0};
     logits_add(&e, got, want, (size_t)n_gen, s->vocab);
     snprintf(label, sizeof label, "%s/teacher_forced", name);
-    golden_case(s->g, logits_ok(s, &e), label, "%d steps: max %.3g mean %.3g, arg-max differs on %d of %d clear rows (tp %d)",
-                n_gen, e.max, error_mean(&e), e.argmax_differs, e.argmax_rows, s->g->tp);
+    golden_case(s->g, logits_ok(s, &e), label,
+                "%d steps: max %.3g mean %.3g, arg-max differs on %d of %d clear rows (tp %d)", n_gen, e.max, error_mean(&e), e.argmax_differs, e.argmax_rows, s->g->tp);
 
     double margin = json_number_value(json_object_get(c, "min_top1_margin"));
     double min_margin = on_cuda(s) ? CUDA_ARGMAX_MARGIN : FREE_RUN_MIN_MARGIN;

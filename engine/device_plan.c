@@ -104,7 +104,8 @@ int device_weights_visit(const model_weights *mw, const tp_shard *shard,
             continue;
         }
         VISIT(DW_ROUTER, i, -1, lw->router.w);
-        if (c->shared_experts > 0 && (rc = visit_mlp(&lw->shared, shard->shared_inter, DW_SHARED_GATE, i, -1, visit, ctx)))
+        if (c->shared_experts > 0 &&
+            (rc = visit_mlp(&lw->shared, shard->shared_inter, DW_SHARED_GATE, i, -1, visit, ctx)))
             return rc;
         for (int e = 0; e < c->experts; e++)
             if ((rc = visit_mlp(&lw->experts[e], shard->moe_inter, DW_EXPERT_GATE, i, e, visit, ctx)))

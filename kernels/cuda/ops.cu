@@ -1,8 +1,9 @@
 /* ops (CUDA): the small kernels of a step (RMSNorm, residual add, the local all-reduce, the
  * latent/rope/cache tail of the MLA projections, MoE routing, the expert MLPs chosen on the
- * device, per slot or grouped by expert, and their weighted sum). Each mirrors its CPU counterpart's order of operations,
- * with the per-element math of kernels/forward_math.h; the library is compiled without
- * fused multiply-add contraction so those helpers round as they do on the CPU. */
+ * device, per slot or grouped by expert, and their weighted sum). Each mirrors its CPU
+ * counterpart's order of operations, with the per-element math of kernels/forward_math.h; the
+ * library is compiled without fused multiply-add contraction so those helpers round as they do
+ * on the CPU. */
 #include <float.h>
 #include <math.h>
 
@@ -449,8 +450,8 @@ extern "C" int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const fl
         return (int)cudaErrorInvalidValue;
     if (tokens <= 0)
         return 0;
-    kv_rope_cache_kernel<<<(unsigned)tokens, kThreads, 0, (cudaStream_t)stream>>>(kv, kv_lora, rope, kv_norm, eps, q, heads, nope,
-                                                                   inv_freq, cos_sin_scale, pos, cache);
+    kv_rope_cache_kernel<<<(unsigned)tokens, kThreads, 0, (cudaStream_t)stream>>>(
+        kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos, cache);
     return (int)cudaGetLastError();
 }
 
