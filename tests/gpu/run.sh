@@ -64,7 +64,12 @@ printf '%-36s %s\n' "build (s)" "$build_s"
 grep -E "Test +#[0-9]+:" "$build/gpu-tests.log" |
     sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [.* ]+([A-Za-z*]+.*)$/\1|\2/' |
     while IFS='|' read -r name result; do printf '%-36s %s\n' "$name" "$result"; done
-printf '%-36s %s\n' "bench_gpu" "$([[ $bench_rc -eq 0 ]] && echo ok || echo "failed (exit $bench_rc)")"
+case $bench_rc in
+    0) bench_state=ok ;;
+    77) bench_state="skipped (no CUDA device)" ;;
+    *) bench_state="failed (exit $bench_rc)" ;;
+esac
+printf '%-36s %s\n' "bench_gpu" "$bench_state"
 grep -E "of copy bandwidth|per layer|tok/s|slower|projection" "$build/bench-gpu.log" | sed 's/^/  /'
 printf '%-36s %s\n' "wall (s)" "$((SECONDS - start))"
 exit $tests_rc
