@@ -32,6 +32,17 @@ typedef struct {
 
 typedef struct backend backend;
 
+/* A device backend (CUDA) places each rank on device memory: rank_budget_bytes is its share of
+ * what the device has free now (the local communicator puts every rank on one device), and
+ * rank_fixed_bytes what a rank needs besides its cache (packed weights, workspace, a reserve
+ * for the runtime). The engine's memory plan turns them into the largest context that fits.
+ * KIMI_ERR_USAGE for the CPU backend, or when CUDA is not built or no device exists. */
+int backend_memory(const model_weights *mw, const backend_options *opt, size_t *rank_budget_bytes,
+                   size_t *rank_fixed_bytes, kimi_err *err);
+
+/* Opening BACKEND_CUDA fails with a message naming the cause when this build has no CUDA
+ * backend or no device is present. Environment: KIMI_CUDA_GRAPHS=0 runs each decode step as
+ * plain launches instead of one captured CUDA graph (debugging; results are bit-identical). */
 int backend_open(backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err);
 void backend_close(backend *be);
 

@@ -1,7 +1,7 @@
-/* backend_cpu: the CPU reference backend (engine/backend.h): one thread per tensor-parallel
+/* backend_cpu: the CPU reference backend (engine/backend_impl.h): one thread per tensor-parallel
  * rank, each with its worker pool and its shard (engine/forward.h), stepped together by the
  * thread that calls backend_forward; a long prefill runs as consecutive chunks. */
-#include "engine/backend.h"
+#include "engine/backend_impl.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@
 enum { MAX_RANKS = 8, CHUNK_TOKENS = 128 };
 
 typedef struct {
-    struct backend *be;
+    struct cpu_backend *be;
     int rank;
     pthread_t thread;
     int started;
@@ -25,7 +25,7 @@ typedef struct {
     kimi_err err;               /* why opening this rank failed */
 } rank_slot;
 
-struct backend {
+struct cpu_backend {
     const model_weights *mw;
     int tp, threads_per_rank, spin;
     long capacity;
@@ -49,7 +49,7 @@ struct backend {
 static void *rank_main(void *arg)
 {
     rank_slot *slot = arg;
-    struct backend *be = slot->be;
+    struct cpu_backend *be = slot->be;
     /* Opened on the rank's own thread, so its cache and activations are first touched there. */
     rank_setup setup = {be->mw, be->tp, slot->rank, be->capacity, CHUNK_TOKENS, NULL, be->comm};
     if (!worker_pool_open(&slot->pool, be->threads_per_rank, be->spin, &slot->err)) {
@@ -71,7 +71,7 @@ static void *rank_main(void *arg)
 }
 
 /* Stop and join the rank threads, free everything. */
-static void backend_free(struct backend *be)
+static void backend_free(struct cpu_backend *be)
 {
     be->quit = 1;
     spin_barrier_wait(&be->step_start);
@@ -84,12 +84,10 @@ static void backend_free(struct backend *be)
     free(be);
 }
 
-int backend_open(backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err)
+int cpu_backend_open(cpu_backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err)
 {
     *out = NULL;
     const model_config *c = &mw->cfg;
-    if (opt->kind != BACKEND_CPU)
-        return kimi_fail(err, KIMI_ERR_USAGE, "--backend cuda: this build has no CUDA backend");
     if (opt->tp < 1 || opt->tp > MAX_RANKS)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and %d", opt->tp, MAX_RANKS);
     int rc = config_check_tp(c, opt->tp, err);
@@ -101,7 +99,7 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
     if (opt->threads_per_rank < 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "--threads %d: must be 0 (all cores) or positive", opt->threads_per_rank);
 
-    struct backend *be = calloc(1, sizeof *be);
+    struct cpu_backend *be = calloc(1, sizeof *be);
     if (!be)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the CPU backend");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -152,19 +150,19 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
     return 0;
 }
 
-void backend_close(backend *be)
+void cpu_backend_close(cpu_backend *be)
 {
     if (be)
         backend_free(be);
 }
 
-long backend_capacity(const backend *be)
+long cpu_backend_capacity(const cpu_backend *be)
 {
     return be->capacity;
 }
 
 /* Layers [layer_begin, layer_end) of one chunk on every rank. */
-static void run_step(struct backend *be, const int32_t *tokens, int n, long start_pos, int layer_begin,
+static void run_step(struct cpu_backend *be, const int32_t *tokens, int n, long start_pos, int layer_begin,
                      int layer_end, const int *rows, int n_rows, float *const *out)
 {
     be->tokens = tokens;
@@ -179,7 +177,7 @@ static void run_step(struct backend *be, const int32_t *tokens, int n, long star
     spin_barrier_wait(&be->step_done);
 }
 
-int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
+int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long start_pos,
                     const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err)
 {
     const model_config *c = &be->mw->cfg;
@@ -224,7 +222,7 @@ int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
     return 0;
 }
 
-int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err)
+int cpu_backend_read_kv(cpu_backend *be, long n_pos, uint16_t *out, kimi_err *err)
 {
     const model_config *c = &be->mw->cfg;
     if (n_pos < 0 || n_pos > be->capacity)

@@ -538,14 +538,15 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         rank_budget = budget / (size_t)opt->tp;
         rank_weights = info->weight_bytes / (size_t)opt->tp;
     } else {
-        rank_budget = budget;
-        rank_weights = 0;
-        for (int r = 0; r < opt->tp; r++) {
-            tp_shard shard;
-            if ((rc = tp_shard_plan(&e->weights, opt->tp, r, &shard, err)))
-                return rc;
-            rank_weights = shard.weight_bytes > rank_weights ? shard.weight_bytes : rank_weights;
-        }
+        /* The device says what it holds: its free memory, and each rank's packed weights and
+         * workspace (backend_memory), so the plan is the largest context that fits. */
+        backend_options probe = {.kind = opt->backend, .tp = opt->tp};
+        size_t device_budget;
+        if ((rc = backend_memory(&e->weights, &probe, &device_budget, &rank_weights, err)))
+            return rc;
+        rank_budget = budget ? budget : device_budget;
+        if (!budget)
+            budget_source = "free device memory";
     }
     kv_cache_plan plan;
     if ((rc = kv_cache_plan_context(cfg, rank_weights, rank_budget, opt->tp, opt->max_context, budget_source, &plan,

@@ -59,8 +59,8 @@ typedef struct {
     long max_context;               /* KV cache positions; 0 = as many as the memory budget holds */
     size_t memory_budget_bytes;     /* CPU: the machine's memory for the weights and every
                                        rank's cache replica (0 = 75% of what is available at
-                                       open); CUDA: one device's memory for its shard and cache
-                                       (0 = none known: max_context is then required) */
+                                       open); CUDA: one rank's device memory for its shard and
+                                       cache (0 = the device's free memory / tp) */
     int event_capacity;             /* events the queue holds; 0 = 4096 */
     /* Optional: loading progress, called on the thread running engine_open, at most ~10 times
      * a second and always once at the end (done == total). On the CPU backend engine_open

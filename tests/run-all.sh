@@ -11,6 +11,8 @@ jobs="$(nproc)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+# The CUDA static check's table (written by the cuda_ptxas_report test when CUDA is built).
+if [[ -f build/ptxas.txt ]]; then cat build/ptxas.txt; fi
 
 cmake --preset fuzz >/dev/null
 targets=(safetensors config encode parse render script session sse sampler)

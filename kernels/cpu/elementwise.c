@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cpu/numeric.h"
+#include "kernels/forward_math.h"
 
 static float vector_element(const weight_vector *v, int i)
 {
@@ -31,15 +32,15 @@ void rmsnorm(float *out, const float *x, const weight_vector *weight, float eps)
     double sum_squares = 0.0;
     for (int i = 0; i < n; i++)
         sum_squares += (double)x[i] * x[i];
-    float inverse_rms = (float)(1.0 / sqrt(sum_squares / n + eps));
+    float inverse_rms = rmsnorm_inverse_rms(sum_squares, n, eps);
     for (int i = 0; i < n; i++)
-        out[i] = x[i] * inverse_rms * vector_element(weight, i);
+        out[i] = rmsnorm_element(x[i], inverse_rms, vector_element(weight, i));
 }
 
 void silu_gate(float *out, const float *gate, const float *up, int n)
 {
     for (int i = 0; i < n; i++)
-        out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+        out[i] = silu_gate_element(gate[i], up[i]);
 }
 
 void accumulate_scaled(float *y, const float *x, float scale, int n)

@@ -6,6 +6,8 @@
 
 #include <math.h>
 
+#include "kernels/forward_math.h"
+
 size_t moe_route_scratch_floats(const moe_routing_config *c)
 {
     return 2 * (size_t)c->experts + 2 * (size_t)c->n_group;
@@ -32,22 +34,12 @@ void moe_route(const moe_routing_config *c, const float *logits, const float *bi
     float *group_taken = group_score + groups;  /* [groups] 1 = kept (or already ranked) */
 
     for (int e = 0; e < experts; e++) {
-        score[e] = 1.0f / (1.0f + expf(-logits[e]));
+        score[e] = moe_sigmoid(logits[e]);
         biased[e] = score[e] + (bias ? bias[e] : 0.0f);
     }
     if (groups > 1) {
         for (int g = 0; g < groups; g++) {
-            const float *member = biased + (size_t)g * group_size;
-            float best = -INFINITY, second = -INFINITY;
-            for (int j = 0; j < group_size; j++) {
-                if (member[j] > best) {
-                    second = best;
-                    best = member[j];
-                } else if (member[j] > second) {
-                    second = member[j];
-                }
-            }
-            group_score[g] = group_size > 1 ? best + second : best;
+            group_score[g] = moe_group_score(biased + (size_t)g * group_size, group_size);
             group_taken[g] = 0.0f;
         }
         for (int k = 0; k < c->topk_group && k < groups; k++)
@@ -59,7 +51,6 @@ void moe_route(const moe_routing_config *c, const float *logits, const float *bi
 
     /* A chosen (or masked) expert's biased score becomes -inf; its unbiased score stays in
      * score[]. The caller guarantees topk_group * group_size >= top_k. */
-    float sum = 0.0f;
     for (int k = 0; k < c->top_k; k++) {
         int best = 0;
         for (int e = 1; e < experts; e++)
@@ -68,11 +59,6 @@ void moe_route(const moe_routing_config *c, const float *logits, const float *bi
         chosen[k] = best;
         biased[best] = -INFINITY;
         weights[k] = score[best];
-        sum += score[best];
     }
-    for (int k = 0; k < c->top_k; k++) {
-        if (c->norm_topk_prob && sum > 0.0f)
-            weights[k] /= sum;
-        weights[k] *= c->routed_scaling_factor;
-    }
+    moe_finish_weights(weights, c->top_k, c->norm_topk_prob, c->routed_scaling_factor);
 }

@@ -5,13 +5,7 @@
 
 #include <stddef.h>
 
-typedef struct {
-    int experts;                /* n_routed_experts */
-    int top_k;                  /* num_experts_per_tok */
-    int n_group, topk_group;    /* groups of experts/n_group; keep the topk_group best groups */
-    int norm_topk_prob;         /* divide the chosen scores by their sum */
-    float routed_scaling_factor;
-} moe_routing_config;
+#include "kernels/moe_routing_math.h"
 
 size_t moe_route_scratch_floats(const moe_routing_config *c);
 

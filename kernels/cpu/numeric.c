@@ -5,21 +5,8 @@
 
 #include <string.h>
 
+#include "kernels/half_math.h"
 #include "kernels/nvfp4_math.h"
-
-static float float_from_bits(uint32_t bits)
-{
-    float value;
-    memcpy(&value, &bits, sizeof value);
-    return value;
-}
-
-static uint32_t bits_from_float(float value)
-{
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    return bits;
-}
 
 float e2m1_to_float(uint8_t nibble)
 {
@@ -33,60 +20,17 @@ float e4m3_to_float(uint8_t code)
 
 float bf16_to_float(uint16_t bits)
 {
-    return float_from_bits((uint32_t)bits << 16);
+    return bf16_bits_to_float(bits);
 }
 
 float f16_to_float(uint16_t bits)
 {
-    uint32_t sign = (uint32_t)(bits & 0x8000) << 16;
-    uint32_t exponent = (bits >> 10) & 31;
-    uint32_t mantissa = bits & 0x3FF;
-    if (exponent == 0) {
-        float magnitude = (float)mantissa * 0x1p-24f; /* exact: at most 10 significant bits */
-        return sign ? -magnitude : magnitude;
-    }
-    if (exponent == 31)
-        return float_from_bits(sign | 0x7F800000u | (mantissa << 13));
-    return float_from_bits(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
-}
-
-/* Shift right by `shift` (1..31) rounding to nearest, ties to even. */
-static uint32_t shift_right_round_even(uint32_t value, unsigned shift)
-{
-    uint32_t kept = value >> shift;
-    uint32_t rest = value & ((1u << shift) - 1);
-    uint32_t half = 1u << (shift - 1);
-    if (rest > half || (rest == half && (kept & 1)))
-        kept++;
-    return kept;
+    return half_to_float(bits);
 }
 
 uint16_t float_to_f16(float value)
 {
-    uint32_t bits = bits_from_float(value);
-    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000);
-    uint32_t magnitude = bits & 0x7FFFFFFFu;
-    uint32_t exponent = magnitude >> 23;
-    uint32_t mantissa = magnitude & 0x7FFFFF;
-
-    if (exponent == 255) {
-        if (mantissa == 0)
-            return sign | 0x7C00;
-        uint16_t payload = (uint16_t)(mantissa >> 13);
-        return sign | 0x7C00 | (payload ? payload : 0x200);
-    }
-    /* 65520 = 65504 + half an ulp: the tie goes to the even neighbour 2^16, i.e. infinity. */
-    if (magnitude >= 0x477FF000u)
-        return sign | 0x7C00;
-    if (exponent >= 113) /* >= 2^-14: normal half; a carry out of the mantissa bumps the exponent */
-        return sign | (uint16_t)shift_right_round_even(magnitude - (112u << 23), 13);
-    if (exponent == 0) /* float subnormals are far below half an fp16 subnormal step */
-        return sign;
-    /* Subnormal half: count of 2^-24 steps = (mantissa | implicit bit) * 2^(exponent - 126). */
-    unsigned shift = 126 - exponent;
-    if (shift > 31)
-        return sign;
-    return sign | (uint16_t)shift_right_round_even(mantissa | 0x800000u, shift);
+    return half_from_float(value);
 }
 
 void nvfp4_decode_row(const uint8_t *packed, const uint8_t *scales, float scale_2, int k, float *out)

@@ -5,6 +5,8 @@
 
 #include <math.h>
 
+#include "kernels/forward_math.h"
+
 static double yarn_mscale(double factor, double mscale)
 {
     return factor <= 1.0 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
@@ -55,11 +57,8 @@ void rope_cos_sin(const rope_table *table, long pos, float *cos_out, float *sin_
 
 void rope_apply(float *x, const float *cos_in, const float *sin_in, int dim)
 {
-    for (int i = 0; i < dim / 2; i++) {
-        float even = x[2 * i], odd = x[2 * i + 1];
-        x[2 * i] = even * cos_in[i] - odd * sin_in[i];
-        x[2 * i + 1] = even * sin_in[i] + odd * cos_in[i];
-    }
+    for (int i = 0; i < dim / 2; i++)
+        rope_rotate_pair(&x[2 * i], &x[2 * i + 1], cos_in[i], sin_in[i]);
 }
 
 float rope_softmax_scale(const rope_config *config, int qk_head_dim)

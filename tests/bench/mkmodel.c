@@ -54,6 +54,18 @@ static const model_spec bench_spec = {
     .mscale = 1, .mscale_all_dim = 1, .rope_factor = 64,
 };
 
+/* One rank's slice of Kimi-K2.5 at TP 8 as a TP=1 checkpoint (docs/CUDA.md): hidden 7168, 8
+ * heads with the real MLA dims, 384 experts top-8 of width 256 (2048 / 8), shared 256, dense
+ * 2304 (18432 / 8), vocabulary 20480 (163840 / 8: 20224 base ids + the 256 specials), and 3
+ * layers (1 dense + 2 MoE, about 2.9 GB), so a GPU benchmark reads exactly the bytes one rank
+ * reads per layer. */
+static const model_spec rank_spec = {
+    .hidden = 7168, .layers = 3, .dense_layers = 1, .heads = 8, .q_lora = 1536, .kv_lora = 512,
+    .nope = 128, .rope = 64, .v_head = 128, .experts = 384, .top_k = 8, .n_group = 1, .topk_group = 1,
+    .moe_inter = 256, .inter = 2304, .shared = 1, .vocab = 20224, .shards = 8,
+    .mscale = 1, .mscale_all_dim = 1, .rope_factor = 64,
+};
+
 static const struct {
     const char *flag;
     size_t offset;
@@ -80,7 +92,7 @@ static const struct {
 };
 
 static const char usage[] =
-    "usage: kimi-mkmodel --out DIR [--preset tiny|bench] [--seed N] [--tokenizer DIR]\n"
+    "usage: kimi-mkmodel --out DIR [--preset tiny|bench|rank] [--seed N] [--tokenizer DIR]\n"
     "  [--hidden N] [--layers N] [--dense-layers N] [--heads N] [--q-lora N] [--kv-lora N]\n"
     "  [--nope N] [--rope N] [--v-head N] [--experts N] [--top-k N] [--n-group N]\n"
     "  [--topk-group N] [--moe-inter N] [--inter N] [--shared N] [--vocab N (base, specials follow)]\n"
@@ -103,8 +115,10 @@ static int parse_spec(int argc, char **argv, model_spec *spec, kimi_err *err)
         *spec = tiny_spec;
     else if (!strcmp(preset, "bench"))
         *spec = bench_spec;
+    else if (!strcmp(preset, "rank"))
+        *spec = rank_spec;
     else
-        return kimi_fail(err, KIMI_ERR_USAGE, "--preset: '%s' is not tiny or bench", preset);
+        return kimi_fail(err, KIMI_ERR_USAGE, "--preset: '%s' is not tiny, bench or rank", preset);
     if (probe_arg_required(&args, "out", &spec->out_dir, err))
         return err->code;
     spec->tokenizer_dir = probe_arg(&args, "tokenizer") ? probe_arg(&args, "tokenizer") : KIMI_DEFAULT_TOKENIZER_DIR;

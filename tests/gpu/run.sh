@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# run.sh: one short run on a GPU machine: configure and build the CUDA configuration, run the
-# gpu-labelled tests, run the benchmark when kimi-probe has one, and print a short table.
-# The benchmark runs on the tiny fixture and on the bench model of tests/bench/run-bench.sh
-# (generated once by kimi-mkmodel --preset bench, ~1.6 GB), with the cpu and cuda backends.
-# Environment: KIMI_GPU_BUILD (build dir, default build-gpu), KIMI_CUDA_ARCHS (e.g. "90" to
-# build only the local architecture, faster), KIMI_JOBS (default nproc), KIMI_BENCH_MODEL (passed
-# on to run-bench.sh), KIMI_BENCH_TIMEOUT (seconds per bench run, default 300).
+# run.sh: one short run on a GPU machine (at most ~8 minutes on one H200, no network): configure
+# and build the CUDA configuration for the local architecture only, run the gpu-labelled tests
+# (every kernel against its CPU counterpart, kimi-probe golden --backend cuda at TP 1/2/8 on
+# tiny-k25 and the generated variants, the engine's prefix reuse and cancel, graphs on/off bit
+# for bit), generate the `rank` benchmark checkpoint once (one rank's slice of Kimi-K2.5 at
+# TP 8, 3 layers, ~2.9 GB) and run bench_gpu on it: each kernel's bandwidth as a fraction of the
+# measured copy bandwidth, decode time per layer with graphs on/off at 0/32k/128k context,
+# prefill tok/s, and the 8x RTX PRO 6000 projection. Ends with a short summary.
+# Environment: KIMI_GPU_BUILD (build dir, default build-gpu), KIMI_CUDA_ARCHS (default: native,
+# the local GPU), KIMI_JOBS (default nproc), KIMI_RANK_MODEL (checkpoint to bench; default
+# $KIMI_GPU_BUILD/rank-model, generated when missing), KIMI_BENCH_TIMEOUT (seconds, default 300).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${KIMI_GPU_BUILD:-$root/build-gpu}"
 jobs="${KIMI_JOBS:-$(nproc)}"
+archs="${KIMI_CUDA_ARCHS:-native}"
 bench_timeout="${KIMI_BENCH_TIMEOUT:-300}"
+rank_model="${KIMI_RANK_MODEL:-$build/rank-model}"
 cd "$root"
+start=$SECONDS
 
-configure=(cmake -S . -B "$build" -DKIMI_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-[[ -n "${KIMI_CUDA_ARCHS:-}" ]] && configure+=("-DCMAKE_CUDA_ARCHITECTURES=${KIMI_CUDA_ARCHS}")
+configure=(cmake -S . -B "$build" -DKIMI_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CUDA_ARCHITECTURES=$archs")
 echo "== configure: ${configure[*]}"
 mkdir -p "$build"
 "${configure[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; echo "run.sh: configure failed"; exit 1; }
@@ -27,52 +33,43 @@ if ! cmake --build "$build" -j"$jobs" >"$build/build.log" 2>&1; then
 fi
 build_s=$((SECONDS - build_start))
 
+# The rank checkpoint is written in the background while the tests run (CPU work).
+mkmodel_pid=
+if [[ ! -f "$rank_model/model.safetensors.index.json" ]]; then
+    echo "== generating the rank checkpoint in $rank_model (background)"
+    rm -rf "$rank_model.partial"
+    ( "$build/tests/bench/kimi-mkmodel" --preset rank --out "$rank_model.partial" >"$build/mkmodel.log" 2>&1 &&
+      mv "$rank_model.partial" "$rank_model" ) &
+    mkmodel_pid=$!
+fi
+
 echo "== gpu tests"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "(nvidia-smi not available)"
-ctest --test-dir "$build" -L gpu -V >"$build/gpu-tests.log" 2>&1
+ctest --test-dir "$build" -L gpu --output-on-failure --timeout 240 >"$build/gpu-tests.log" 2>&1
 tests_rc=$?
 cat "$build/gpu-tests.log"
 
-probe="$build/app/kimi-probe"
-bench_rows=()
-# One bench run: label, then the command; its JSON (or why it failed) becomes a summary row.
-run_bench() {
-    local label="$1"
-    shift
-    echo "== bench $label"
-    local out rc
-    out="$(timeout "$bench_timeout" "$@" 2>"$build/bench.err")"
-    rc=$?
-    if [[ $rc -ne 0 ]]; then
-        tail -3 "$build/bench.err"
-        bench_rows+=("$label|failed (exit $rc: $(tail -1 "$build/bench.err" | head -c 100))")
-    else
-        echo "$out"
-        local fields=() key value
-        for key in load_s prefill_tok_s decode_tok_s effective_gb_s bandwidth_ratio peak_rss_mb; do
-            value="$(grep -o "\"$key\": *[-0-9.eE+]*" <<<"$out" | head -1 | sed 's/.*: *//')"
-            [[ -n "$value" ]] && fields+=("$key=$value")
-        done
-        bench_rows+=("$label|${fields[*]:-$(tr -d '\n' <<<"$out" | head -c 200)}")
-    fi
-}
-if [[ -x "$probe" ]]; then
-    for backend in cpu cuda; do
-        run_bench "tiny-k25 $backend" "$probe" bench --model "$root/tests/golden/fixtures/tiny-k25" --backend "$backend"
-    done
-    for backend in cpu cuda; do
-        run_bench "bench-model $backend" env KIMI_BUILD="$build" "$root/tests/bench/run-bench.sh" --backend "$backend"
-    done
+if [[ -n "$mkmodel_pid" ]]; then
+    wait "$mkmodel_pid" || { cat "$build/mkmodel.log"; echo "run.sh: kimi-mkmodel --preset rank failed"; }
 fi
+echo "== bench_gpu"
+bench_args=()
+[[ -f "$rank_model/model.safetensors.index.json" ]] && bench_args=(--model "$rank_model")
+timeout "$bench_timeout" "$build/tests/gpu/bench_gpu" "${bench_args[@]}" | tee "$build/bench-gpu.log"
+bench_rc=${PIPESTATUS[0]}
 
 echo
 echo "== summary"
-printf '%-28s %s\n' "build (s)" "$build_s"
+printf '%-36s %s\n' "build (s)" "$build_s"
 grep -E "Test +#[0-9]+:" "$build/gpu-tests.log" |
     sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [.* ]+([A-Za-z*]+.*)$/\1|\2/' |
-    while IFS='|' read -r name result; do printf '%-28s %s\n' "$name" "$result"; done
-for row in "${bench_rows[@]}"; do
-    printf '%-28s %s\n' "bench ${row%%|*}" "${row#*|}"
-done
-[[ -x "$probe" ]] || echo "bench                        (kimi-probe not built)"
+    while IFS='|' read -r name result; do printf '%-36s %s\n' "$name" "$result"; done
+case $bench_rc in
+    0) bench_state=ok ;;
+    77) bench_state="skipped (no CUDA device)" ;;
+    *) bench_state="failed (exit $bench_rc)" ;;
+esac
+printf '%-36s %s\n' "bench_gpu" "$bench_state"
+grep -E "of copy bandwidth|per layer|tok/s|slower|projection" "$build/bench-gpu.log" | sed 's/^/  /'
+printf '%-36s %s\n' "wall (s)" "$((SECONDS - start))"
 exit $tests_rc

@@ -2,3 +2,9 @@
 kimi_unit_test(test_sampler SOURCES test_sampler.c DEPS kimi_sampler m)
 kimi_unit_test(test_kv_cache SOURCES test_kv_cache.c DEPS kimi_kv_cache)
 kimi_unit_test(test_engine SOURCES test_engine.c DEPS kimi_engine PkgConfig::JANSSON m)
+if(KIMI_HAVE_CUDA)
+  # The same engine tests on the CUDA backend (TP 1, 2, 8 on one device): gpu label, skipped
+  # (exit 77) without a device.
+  add_test(NAME test_engine_cuda COMMAND test_engine cuda WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_engine_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+endif()

@@ -3,7 +3,9 @@
  * first-step logits, prefix reuse (reused count and logits of the second turn), cancel
  * mid-decode, the context limit, stop ids, the poll() descriptor, back-pressure, API misuse
  * as clear errors (with and without a kimi_err), progress events (loading, prefill), shutdown
- * with a full queue and an idle reader, and cancel latency during a long prefill. */
+ * with a full queue and an idle reader, and cancel latency during a long prefill.
+ * `test_engine cuda` runs the greedy, prefix-reuse and cancel tests on the CUDA backend with
+ * its tolerances (exit 77, skipped, when no device exists). */
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
@@ -19,8 +21,10 @@
 #define REFERENCE "tests/golden/reference/tiny-k25"
 #define VOCAB 2304
 /* docs/CONVENTIONS.md: CPU logits against the reference. */
-#define LOGIT_MAX_ERR 1e-2
-#define LOGIT_MEAN_ERR 1e-3
+/* docs/CONVENTIONS.md: logits against the reference (CPU; CUDA: max 5e-2, no mean bound, greedy
+ * ids compared where the reference's top-1 margin exceeds 0.1). */
+static backend_kind test_backend = BACKEND_CPU;
+static double LOGIT_MAX_ERR = 1e-2, LOGIT_MEAN_ERR = 1e-3, GREEDY_MIN_MARGIN = 0;
 
 typedef struct {
     int32_t *ids;
@@ -77,12 +81,16 @@ static void check_logits(const char *what, const float *got, const float *want)
 
 static engine *open_engine(int tp, long max_context, int event_capacity)
 {
-    engine_options opt = {.model_dir = MODEL, .backend = BACKEND_CPU, .tp = tp, .threads_per_rank = 1,
+    engine_options opt = {.model_dir = MODEL, .backend = test_backend, .tp = tp, .threads_per_rank = 1,
                           .max_context = max_context, .event_capacity = event_capacity};
     engine *e = NULL;
     kimi_err err = {0};
     if (engine_open(&e, &opt, &err)) {
         fprintf(stderr, "engine_open: %s\n", err.msg);
+        if (test_backend == BACKEND_CUDA && (strstr(err.msg, "no CUDA device") || strstr(err.msg, "no CUDA backend"))) {
+            printf("SKIPPED: %s\n", err.msg);
+            exit(77);
+        }
         exit(1);
     }
     return e;
@@ -188,7 +196,8 @@ static void test_greedy_and_prefix_reuse(int tp)
     int same = o.n_tokens == want.n;
     for (int i = 0; same && i < want.n; i++)
         same = o.tokens[i] == want.ids[i];
-    CHECK_MSG(same, "tp %d: greedy ids differ from the reference", tp);
+    double margin = json_number_value(json_object_get(find_case("greedy_sys_user"), "min_top1_margin"));
+    CHECK_MSG(same || margin < GREEDY_MIN_MARGIN, "tp %d: greedy ids differ from the reference", tp);
     check_logits("greedy first step", first_logits, want_steps);
     CHECK_INT(o.stats.prompt_tokens, prompt.n);
     CHECK_INT(o.stats.reused_tokens, 0);
@@ -247,9 +256,11 @@ static void test_cancel_and_backpressure(void)
     uint64_t id = submit(e, prompt.ids, prompt.n, 300, NULL, 0, NULL);
     engine_event ev;
     int seen = 0;
+    int32_t generated[300];
     while (seen < 5 && engine_next_event(e, &ev, 60000) &&
            (ev.kind == ENGINE_EVENT_TOKEN || ev.kind == ENGINE_EVENT_PROGRESS))
-        seen += ev.kind == ENGINE_EVENT_TOKEN;
+        if (ev.kind == ENGINE_EVENT_TOKEN)
+            generated[seen++] = ev.token;
     CHECK_INT(seen, 5);
     kimi_err err = {0};
     CHECK_INT(engine_cancel(e, id, &err), 0);
@@ -258,6 +269,8 @@ static void test_cancel_and_backpressure(void)
     while (!done && engine_next_event(e, &ev, 60000)) {
         if (ev.kind == ENGINE_EVENT_TOKEN) {
             index_ok &= ev.index == seen + after;
+            if (seen + after < 300)
+                generated[seen + after] = ev.token;
             after++;
         } else if (ev.kind == ENGINE_EVENT_DONE) {
             st = ev.stats;
@@ -278,11 +291,10 @@ static void test_cancel_and_backpressure(void)
     CHECK_INT(engine_cancel(e, id, &err), 0);
     int32_t *all = malloc((size_t)(prompt.n + st.generated_tokens) * sizeof *all);
     memcpy(all, prompt.ids, (size_t)prompt.n * sizeof *all);
-    id_list want = case_ids("greedy_sys_user", "generated");
-    for (int i = 0; i < st.generated_tokens && i < want.n; i++)
-        all[prompt.n + i] = want.ids[i];
+    for (int i = 0; i < st.generated_tokens; i++)
+        all[prompt.n + i] = generated[i];
     outcome o;
-    int n_all = prompt.n + (st.generated_tokens < want.n ? st.generated_tokens : want.n);
+    int n_all = prompt.n + st.generated_tokens;
     collect(e, submit(e, all, n_all, 1, NULL, 0, NULL), &o);
     CHECK_INT(o.stats.reused_tokens, n_all - 1);
 
@@ -306,7 +318,6 @@ static void test_cancel_and_backpressure(void)
     }
     CHECK(done_a && done_b);
     free(all);
-    free(want.ids);
     free(prompt.ids);
     engine_close(e);
 }
@@ -630,8 +641,14 @@ static void test_cancel_during_prefill(void)
     engine_close(e);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "cuda")) {
+        test_backend = BACKEND_CUDA;
+        LOGIT_MAX_ERR = 5e-2;
+        LOGIT_MEAN_ERR = 1.0;
+        GREEDY_MIN_MARGIN = 0.1;
+    }
     json_error_t jerr;
     cases = json_load_file(REFERENCE "/model_cases.json", 0, &jerr);
     if (!cases) {
@@ -642,13 +659,17 @@ int main(void)
     test_greedy_and_prefix_reuse(1);
     test_greedy_and_prefix_reuse(2);
     test_cancel_and_backpressure();
-    test_stop_ids_and_context_full();
-    test_misuse();
-    test_load_progress();
-    test_null_err();
-    test_shutdown_with_full_queue();
-    test_waiting_reader_at_shutdown();
-    test_cancel_during_prefill();
+    if (test_backend == BACKEND_CUDA) {
+        test_greedy_and_prefix_reuse(8);
+    } else {
+        test_stop_ids_and_context_full();
+        test_misuse();
+        test_load_progress();
+        test_null_err();
+        test_shutdown_with_full_queue();
+        test_waiting_reader_at_shutdown();
+        test_cancel_during_prefill();
+    }
     json_decref(cases);
     return check_finish();
 }

@@ -1,0 +1,234 @@
+/* device_plan: packed layouts, the upload order of a shard, the workspace and the byte plan of
+ * the CUDA backend. The views visited are the same ones the CPU backend's forward.c computes on
+ * (weight_rows / weight_cols of the tp_shard ranges). */
+#include "engine/device_plan.h"
+
+#include <string.h>
+
+static size_t round_up(size_t value, size_t to)
+{
+    return (value + to - 1) / to * to;
+}
+
+static size_t row_bytes(const weight_matrix *w)
+{
+    switch (w->format) {
+    case WEIGHT_NVFP4:
+        return (size_t)w->cols / 2;
+    case WEIGHT_BF16:
+    case WEIGHT_F16:
+        return (size_t)w->cols * 2;
+    case WEIGHT_F32:
+        break;
+    }
+    return (size_t)w->cols * 4;
+}
+
+void packed_layout_of(const weight_matrix *view, packed_layout *out)
+{
+    memset(out, 0, sizeof *out);
+    out->data_pitch = round_up(row_bytes(view), 16);
+    out->data_bytes = round_up((size_t)view->rows * out->data_pitch, DEVICE_ALIGN);
+    if (view->format == WEIGHT_NVFP4) {
+        /* a 16-byte data chunk (32 weights) takes two scales: pad scales to the chunk count */
+        out->scale_pitch = round_up(out->data_pitch / 16 * 2, 16);
+        out->scale_bytes = round_up((size_t)view->rows * out->scale_pitch, DEVICE_ALIGN);
+    }
+    out->bytes = out->data_bytes + out->scale_bytes;
+}
+
+void packed_rows_write(const weight_matrix *view, const packed_layout *layout, int row_begin, int row_end,
+                       uint8_t *data_out, uint8_t *scale_out)
+{
+    size_t bytes = row_bytes(view), scales = (size_t)view->cols / 16;
+    for (int r = row_begin; r < row_end; r++) {
+        uint8_t *dst = data_out + (size_t)(r - row_begin) * layout->data_pitch;
+        memcpy(dst, view->data + (size_t)r * view->data_stride, bytes);
+        memset(dst + bytes, 0, layout->data_pitch - bytes);
+        if (view->format == WEIGHT_NVFP4) {
+            uint8_t *sdst = scale_out + (size_t)(r - row_begin) * layout->scale_pitch;
+            memcpy(sdst, view->scale + (size_t)r * view->scale_stride, scales);
+            memset(sdst + scales, 0, layout->scale_pitch - scales);
+        }
+    }
+}
+
+weight_matrix packed_view(const weight_matrix *view, const packed_layout *layout, const uint8_t *data,
+                          const uint8_t *scale)
+{
+    weight_matrix w = *view;
+    w.data = data;
+    w.data_stride = layout->data_pitch;
+    w.scale = view->format == WEIGHT_NVFP4 ? scale : NULL;
+    w.scale_stride = view->format == WEIGHT_NVFP4 ? layout->scale_pitch : 0;
+    return w;
+}
+
+static index_range times(index_range r, int width)
+{
+    return (index_range){r.begin * width, r.end * width};
+}
+
+#define VISIT(role_, layer_, expert_, view_)                                                       \
+    do {                                                                                           \
+        device_weight dw_ = {(role_), (layer_), (expert_), (view_)};                               \
+        int rc_ = visit(ctx, &dw_);                                                                \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+static int visit_mlp(const mlp_weights *m, index_range inter, device_weight_role first, int layer, int expert,
+                     int (*visit)(void *ctx, const device_weight *w), void *ctx)
+{
+    VISIT(first, layer, expert, weight_rows(&m->gate.w, inter));
+    VISIT((device_weight_role)(first + 1), layer, expert, weight_rows(&m->up.w, inter));
+    VISIT((device_weight_role)(first + 2), layer, expert, weight_cols(&m->down.w, inter));
+    return 0;
+}
+
+int device_weights_visit(const model_weights *mw, const tp_shard *shard,
+                         int (*visit)(void *ctx, const device_weight *w), void *ctx)
+{
+    const model_config *c = &mw->cfg;
+    int rc;
+    for (int i = 0; i < c->layers; i++) {
+        const layer_weights *lw = &mw->layers[i];
+        VISIT(DW_Q_A, i, -1, lw->q_a.w);
+        VISIT(DW_KV_A, i, -1, lw->kv_a.w);
+        VISIT(DW_Q_B, i, -1, weight_rows(&lw->q_b.w, times(shard->heads, c->qk_nope_dim + c->qk_rope_dim)));
+        VISIT(DW_KV_B, i, -1, weight_rows(&lw->kv_b.w, times(shard->heads, c->qk_nope_dim + c->v_head_dim)));
+        VISIT(DW_O, i, -1, weight_cols(&lw->o.w, times(shard->heads, c->v_head_dim)));
+        if (!lw->is_moe) {
+            if ((rc = visit_mlp(&lw->dense, shard->dense_inter, DW_DENSE_GATE, i, -1, visit, ctx)))
+                return rc;
+            continue;
+        }
+        VISIT(DW_ROUTER, i, -1, lw->router.w);
+        if (c->shared_experts > 0 &&
+            (rc = visit_mlp(&lw->shared, shard->shared_inter, DW_SHARED_GATE, i, -1, visit, ctx)))
+            return rc;
+        for (int e = 0; e < c->experts; e++)
+            if ((rc = visit_mlp(&lw->experts[e], shard->moe_inter, DW_EXPERT_GATE, i, e, visit, ctx)))
+                return rc;
+    }
+    VISIT(DW_LM_HEAD, -1, -1, weight_rows(&mw->lm_head.w, shard->vocab));
+    return 0;
+}
+
+size_t device_vector_floats(const model_config *cfg)
+{
+    size_t per_layer = 2 * (size_t)cfg->hidden + (size_t)cfg->q_lora_rank + (size_t)cfg->kv_lora_rank;
+    return (size_t)cfg->layers * (per_layer + (size_t)cfg->experts) + (size_t)cfg->hidden;
+}
+
+static int range_width(index_range r)
+{
+    return r.end - r.begin;
+}
+
+int device_max_gemv_rows(const model_config *cfg, const tp_shard *shard)
+{
+    int heads = range_width(shard->heads);
+    int candidates[] = {cfg->q_lora_rank, cfg->kv_lora_rank + cfg->qk_rope_dim,
+                        heads * (cfg->qk_nope_dim + cfg->qk_rope_dim), cfg->hidden, cfg->experts,
+                        range_width(shard->vocab), cfg->qk_nope_dim + cfg->v_head_dim};
+    int most = 1;
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
+        most = candidates[i] > most ? candidates[i] : most;
+    return most;
+}
+
+int device_attention_splits(long capacity, int sm_count)
+{
+    /* 16 positions per staged chunk; at least four chunks per part; two blocks per multiprocessor */
+    long chunks = (capacity + 15) / 16;
+    long splits = (chunks + 3) / 4;
+    long most = 2L * (sm_count > 0 ? sm_count : 1);
+    splits = splits > most ? most : splits;
+    return splits < 1 ? 1 : (int)splits;
+}
+
+int device_attention_splits_for(int splits, int tokens)
+{
+    int parts = tokens > 0 ? splits / tokens : splits;
+    return parts < 1 ? 1 : parts;
+}
+
+void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int attn_splits, device_workspace *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t heads = (size_t)range_width(shard->heads), hidden = (size_t)cfg->hidden;
+    size_t k = (size_t)(cfg->experts_per_token > 0 ? cfg->experts_per_token : 0);
+    size_t moe_inter = (size_t)range_width(shard->moe_inter), shared_inter = (size_t)range_width(shard->shared_inter);
+    size_t dense_inter = (size_t)range_width(shard->dense_inter);
+    size_t act = k * moe_inter > dense_inter ? k * moe_inter : dense_inter, T = DEVICE_MAX_TOKENS;
+    size_t sizes[] = {
+        T * hidden, T * hidden, T * (size_t)cfg->q_lora_rank, T * heads * (size_t)(cfg->qk_nope_dim + cfg->qk_rope_dim),
+        T * (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim), T * heads * (size_t)cfg->kv_lora_rank,
+        T * heads * (size_t)cfg->kv_lora_rank, T * heads * (size_t)cfg->v_head_dim, T * hidden,
+        T * (size_t)cfg->experts, T * k, T * k, T * act, T * k * hidden, T * shared_inter, T * hidden,
+        T * (size_t)range_width(shard->vocab), (size_t)cfg->experts + 1, T * k,
+        (attn_splits > DEVICE_MAX_TOKENS ? (size_t)attn_splits : T) * heads * ((size_t)cfg->kv_lora_rank + 2),
+        (size_t)device_max_gemv_rows(cfg, shard) * 16, (size_t)device_max_gemv_rows(cfg, shard),
+    };
+    size_t *fields[] = {&out->h, &out->x, &out->q_a, &out->q, &out->kv, &out->q_latent, &out->o_latent, &out->attn,
+                        &out->partial, &out->router_logits, &out->chosen, &out->route_weights, &out->act,
+                        &out->routed_y, &out->shared_act, &out->shared_y, &out->logits_part,
+                        &out->moe_offsets, &out->moe_order, &out->attn_partials, &out->gemv_partials,
+                        &out->gemv_counters};
+    size_t offset = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *fields[i] = offset;
+        offset += round_up(sizes[i] ? sizes[i] : 1, 64);
+    }
+    out->total = offset;
+}
+
+typedef struct {
+    size_t bytes;
+} sum_ctx;
+
+static int add_packed(void *ctx, const device_weight *w)
+{
+    packed_layout layout;
+    packed_layout_of(&w->view, &layout);
+    ((sum_ctx *)ctx)->bytes += layout.bytes;
+    return 0;
+}
+
+int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_splits, device_rank_plan *out,
+                          kimi_err *err)
+{
+    memset(out, 0, sizeof *out);
+    tp_shard shard;
+    if (tp_shard_plan(mw, tp, rank, &shard, err))
+        return err->code;
+    sum_ctx sum = {0};
+    device_weights_visit(mw, &shard, add_packed, &sum);
+    const model_config *c = &mw->cfg;
+    /* expert tables: three weight_matrix per expert and layer, plus the dense/shared entry */
+    size_t tables = (size_t)c->layers * ((size_t)c->experts + 1) * 3 * sizeof(weight_matrix);
+    /* each vector and table starts aligned: one DEVICE_ALIGN of slack apiece (5 vectors and a
+     * table per layer, the final norm) */
+    size_t slack = ((size_t)c->layers * 6 + 1) * DEVICE_ALIGN;
+    out->weight_bytes = sum.bytes + round_up(device_vector_floats(c) * sizeof(float), DEVICE_ALIGN) +
+                        round_up(tables, DEVICE_ALIGN) + slack;
+    device_workspace ws;
+    device_workspace_plan(c, &shard, attn_splits, &ws);
+    out->workspace_bytes = ws.total * sizeof(float);
+    out->cache_bytes_per_position = kv_bytes_per_token(c);
+    return 0;
+}
+
+long device_max_context(const device_rank_plan *plans, int ranks, size_t free_bytes, size_t reserve_bytes)
+{
+    size_t fixed = reserve_bytes, per_position = 0;
+    for (int r = 0; r < ranks; r++) {
+        fixed += plans[r].weight_bytes + plans[r].workspace_bytes;
+        per_position += plans[r].cache_bytes_per_position;
+    }
+    if (free_bytes <= fixed || per_position == 0)
+        return 0;
+    size_t fit = (free_bytes - fixed) / per_position;
+    return fit > (size_t)0x7FFFFFFF ? 0x7FFFFFFFL : (long)fit;
+}

@@ -1,0 +1,95 @@
+/* device_plan: where one tensor-parallel rank's shard lives in device memory, in plain C so the
+ * CPU tests cover it: the packed layout every weight is repacked to at load (dense rows whose
+ * pitch is a multiple of 16 bytes, zero padding, so a warp reads a row in aligned 16-byte
+ * chunks), the list of a rank's weights in upload order, the activation workspace, and the
+ * byte plan (weights + cache + workspace) that decides the largest context that fits. */
+#ifndef KIMI_DEVICE_PLAN_H
+#define KIMI_DEVICE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/error.h"
+#include "engine/weights.h"
+
+enum {
+    DEVICE_ALIGN = 256,
+    DEVICE_MAX_TOKENS = 64,     /* tokens of one device step (kernels/cuda/forward.h FORWARD_MAX_TOKENS) */
+};
+
+/* A view's packed copy: data [rows][data_pitch] then scales [rows][scale_pitch] (NVFP4). */
+typedef struct {
+    size_t data_pitch, scale_pitch;     /* bytes per row, multiples of 16 */
+    size_t data_bytes, scale_bytes;     /* each rounded up to DEVICE_ALIGN */
+    size_t bytes;                       /* data_bytes + scale_bytes */
+} packed_layout;
+
+void packed_layout_of(const weight_matrix *view, packed_layout *out);
+
+/* Rows [row_begin, row_end) of view, packed, written at row 0 of data_out/scale_out (scale_out
+ * is ignored unless NVFP4); padding bytes are zero. */
+void packed_rows_write(const weight_matrix *view, const packed_layout *layout, int row_begin, int row_end,
+                       uint8_t *data_out, uint8_t *scale_out);
+
+/* The view of a packed copy at data/scale (device or host addresses). */
+weight_matrix packed_view(const weight_matrix *view, const packed_layout *layout, const uint8_t *data,
+                          const uint8_t *scale);
+
+/* The rank's weight matrices, in the order they are uploaded. */
+typedef enum {
+    DW_Q_A, DW_KV_A, DW_Q_B, DW_KV_B, DW_O, DW_ROUTER,
+    DW_DENSE_GATE, DW_DENSE_UP, DW_DENSE_DOWN,
+    DW_SHARED_GATE, DW_SHARED_UP, DW_SHARED_DOWN,
+    DW_EXPERT_GATE, DW_EXPERT_UP, DW_EXPERT_DOWN,
+    DW_LM_HEAD,
+} device_weight_role;
+
+typedef struct {
+    device_weight_role role;
+    int layer;                  /* -1 for lm_head */
+    int expert;                 /* DW_EXPERT_*: the expert; else -1 */
+    weight_matrix view;         /* this rank's view of the checkpoint tensor (host, mmap) */
+} device_weight;
+
+/* Calls visit for each weight of the shard in upload order; stops at (and returns) the first
+ * non-zero return. */
+int device_weights_visit(const model_weights *mw, const tp_shard *shard,
+                         int (*visit)(void *ctx, const device_weight *w), void *ctx);
+
+/* Float vectors a rank keeps on the device (norm weights, router biases, decoded to float). */
+size_t device_vector_floats(const model_config *cfg);
+
+/* The activations of one step of up to DEVICE_MAX_TOKENS tokens, in floats (ints take a float's
+ * slot); the split-K scratch serves one-token steps. */
+typedef struct {
+    size_t h, x, q_a, q, kv, q_latent, o_latent, attn, partial;
+    size_t router_logits, chosen, route_weights, act, routed_y, shared_act, shared_y, logits_part;
+    size_t moe_offsets, moe_order;  /* ints: [experts + 1], [tokens * top_k] (slots grouped by expert) */
+    size_t attn_partials, gemv_partials, gemv_counters;
+    size_t total;               /* floats; each buffer starts at a multiple of 64 floats */
+} device_workspace;
+
+/* The largest `rows` a GEMV of this shard has (its split-K scratch is sized for it). */
+int device_max_gemv_rows(const model_config *cfg, const tp_shard *shard);
+
+void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int attn_splits, device_workspace *out);
+
+/* Parts of the sequence the decode attention splits into for a cache of capacity positions. */
+int device_attention_splits(long capacity, int sm_count);
+/* Parts per query in a step of `tokens` queries (they fill the GPU together): at least one,
+ * and tokens * parts <= max(splits, tokens), which the workspace holds. */
+int device_attention_splits_for(int splits, int tokens);
+
+typedef struct {
+    size_t weight_bytes;        /* packed weights + float vectors */
+    size_t workspace_bytes;
+    size_t cache_bytes_per_position;
+} device_rank_plan;
+
+int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_splits, device_rank_plan *out,
+                          kimi_err *err);
+
+/* Positions that fit when `ranks` plans share free_bytes less reserve_bytes (0 if none). */
+long device_max_context(const device_rank_plan *plans, int ranks, size_t free_bytes, size_t reserve_bytes);
+
+#endif

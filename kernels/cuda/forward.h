@@ -1,0 +1,127 @@
+/* forward (CUDA): the kernels of one step of the forward pass (one token when decoding, up to
+ * FORWARD_MAX_TOKENS of a prefill), as extern "C" launchers on device memory. Weights are
+ * weight_matrix views whose data/scale point into device memory in the packed layout of
+ * engine/device_plan.h (dense rows, row pitch a multiple of 16 bytes, zero padding). Activations are float32. Every launcher enqueues on `stream` (a cudaStream_t,
+ * NULL = default) and returns 0 or a cudaError_t code; none synchronises, none allocates, so a
+ * whole step can be captured in a CUDA graph. Positions are read from device memory (`pos`), so
+ * one captured graph serves every step. Per-element math comes from kernels/forward_math.h,
+ * kernels/half_math.h and kernels/nvfp4_math.h, shared with the CPU kernels. */
+#ifndef KIMI_KERNELS_CUDA_FORWARD_H
+#define KIMI_KERNELS_CUDA_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/moe_routing_math.h"
+#include "kernels/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most tokens one step serves (a prefill runs in steps of up to this many tokens). */
+enum { FORWARD_MAX_TOKENS = 64 };
+
+/* Scratch of the split-K GEMV: `partials` [rows * 16] floats and `counters` [rows] unsigned,
+ * zero at first use (each call leaves them zero again). */
+typedef struct {
+    float *partials;
+    unsigned *counters;
+    int max_rows;
+    int sm_count;               /* multiprocessors: the grid the split aims to fill */
+} gemv_scratch;
+
+/* y[b * y_batch + r] = sum_k W[b * row_batch + r][k] * x[b * x_batch + k], for r < rows,
+ * b < batches (rows: the rows of one batch; batches share w). W4A16 for NVFP4: each block of
+ * 16 is (e2m1 * e4m3) exact, summed in float, times scale_2 once per row. */
+int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x, size_t x_batch,
+                     float *y, size_t y_batch, const gemv_scratch *scratch, void *stream);
+/* The same for `tokens` tokens (x of token t at x + t * x_token, y at y + t * y_token): each
+ * weight is read once per 8 tokens. One token may split K (scratch). */
+int linear_gemv_tokens_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x,
+                            size_t x_batch, size_t x_token, float *y, size_t y_batch, size_t y_token, int tokens,
+                            const gemv_scratch *scratch, void *stream);
+
+/* Absorbed attention: q_latent[t][h][c] = sum_{i < nope} W_UK[h][i][c] * q[t][h][i], W_UK the
+ * first nope rows of each head's (nope + v) rows of kv_b; q [tokens][heads][q_width],
+ * q_latent [tokens][heads][kv_lora]. */
+int mla_absorb_q_cuda(const weight_matrix *kv_b, int heads, int nope, int v, const float *q, int q_width,
+                      float *q_latent, int tokens, void *stream);
+
+/* out[i] = rmsnorm(x)[i] * weight[i] for `rows` rows of n (out may alias x). */
+int rmsnorm_cuda(float *out, const float *x, const float *weight, int rows, int n, float eps, void *stream);
+
+/* h [rows][n] += delta, then out = rmsnorm(h) * weight (a residual add and the next norm in one
+ * launch; the same arithmetic as add_cuda then rmsnorm_cuda). */
+int residual_rmsnorm_cuda(float *h, const float *delta, float *out, const float *weight, int rows, int n, float eps,
+                          void *stream);
+
+/* h[i] += delta[i]. */
+int add_cuda(float *h, const float *delta, size_t n, void *stream);
+
+/* The local communicator's reduction: bufs[r][i] = sum over r' of bufs[r'][i] (ranks in
+ * order) for every r < ranks <= 8. */
+typedef struct {
+    float *bufs[8];
+} rank_buffers;
+int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, void *stream);
+
+/* The tail of the MLA projections of token t < tokens at position p = *pos + t:
+ *   kv[t] [kv_lora | rope]: latent = rmsnorm(latent, kv_norm); k_pe = rope(k_pe) -> fp16 into
+ *   cache + p * (kv_lora + rope); and q_pe = rope(q_pe) for every head of q[t] [heads][nope +
+ *   rope]. cos/sin of pair i: (float)(cos(p * inv_freq[i]) * scale). */
+int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q, int heads,
+                           int nope, const double *inv_freq, double cos_sin_scale, const int *pos,
+                           uint16_t *cache, int tokens, void *stream);
+
+/* Flash-decoding attention over the fp16 latent cache [positions][kv_lora | rope] for the
+ * queries of tokens t < tokens at positions *pos + t (causal: keys 0..*pos + t):
+ * q_latent [tokens][heads][kv_lora] (W_UK absorbed), q [tokens][heads][nope | rope] (q_pe
+ * roped); o_latent [tokens][heads][kv_lora] = the softmax-weighted sum of the latents. Each
+ * query's sequence is cut into `splits` parts (fixed at capture; parts past its length are
+ * empty), whose partial (max, sum, weighted latent) go to `partials`
+ * [tokens][splits][heads][kv_lora + 2] and are merged by a second kernel. */
+size_t mla_decode_partial_floats(int splits, int heads, int kv_lora);   /* per token */
+int mla_decode_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
+                    float softmax_scale, const uint16_t *cache, const int *pos, int splits, float *partials,
+                    float *o_latent, int tokens, void *stream);
+
+/* Routing on the device, per token: logits [tokens][experts] -> chosen [tokens][top_k],
+ * weights [tokens][top_k], exactly moe_route's selection (kernels/cpu/moe_routing.h).
+ * bias: [experts] or NULL. */
+int moe_route_cuda(const moe_routing_config *c, const float *logits, const float *bias, int *chosen, float *weights,
+                   int tokens, void *stream);
+
+/* One MLP's gate, up and down projections, selected per slot from a device table:
+ * slot s < slots uses table[index ? index[s] : 0] and input x[s / slots_per_input]:
+ *   act[s][i] = silu(gate . x) * (up . x)       i < inter  (gate/up rows of this rank)
+ *   y[s][r] = down[r] . act[s]                  r < hidden */
+typedef struct {
+    weight_matrix gate, up, down;
+} mlp_device;
+int mlp_gate_up_cuda(const mlp_device *table, const int *index, int slots, int slots_per_input, const float *x,
+                     int hidden, int inter, float *act, void *stream);
+int mlp_down_cuda(const mlp_device *table, const int *index, int slots, const float *act, int hidden, int inter,
+                  float *y, void *stream);
+
+/* The same MLPs for steps of several tokens, each expert's weights read once: moe_group_cuda
+ * sorts the slots (chosen [slots], slot t * top_k + j) by expert into offsets [experts + 1]
+ * and order [slots]; the grouped kernels then run table[e] over expert e's slots (input
+ * x[slot / slots_per_input], act and y indexed by slot, as above). */
+int moe_group_cuda(const int *chosen, int slots, int experts, int *offsets, int *order, void *stream);
+int mlp_gate_up_grouped_cuda(const mlp_device *table, const int *offsets, const int *order, int experts,
+                             int slots_per_input, const float *x, int hidden, int inter, float *act, void *stream);
+int mlp_down_grouped_cuda(const mlp_device *table, const int *offsets, const int *order, int experts,
+                          const float *act, int hidden, int inter, float *y, void *stream);
+
+/* The MoE output of each token t: out[t][r] = 0 + shared[t][r] (when shared is not NULL),
+ * then + weights[t][k] * routed[t][k][r] for the chosen experts in ascending expert index (the
+ * CPU backend's order). */
+int moe_combine_cuda(const float *shared, const float *routed, const int *chosen, const float *weights, int top_k,
+                     int hidden, float *out, int tokens, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

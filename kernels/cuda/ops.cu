@@ -1,0 +1,540 @@
+/* ops (CUDA): the small kernels of a step (RMSNorm, residual add, the local all-reduce, the
+ * latent/rope/cache tail of the MLA projections, MoE routing, the expert MLPs chosen on the
+ * device, per slot or grouped by expert, and their weighted sum). Each mirrors its CPU
+ * counterpart's order of operations, with the per-element math of kernels/forward_math.h; the
+ * library is compiled without fused multiply-add contraction so those helpers round as they do
+ * on the CPU. */
+#include <float.h>
+#include <math.h>
+
+#include "kernels/cuda/forward.h"
+#include "kernels/cuda/gemv_core.cuh"
+#include "kernels/forward_math.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+/* Sum over the block (kThreads threads) in double; every thread gets the total. */
+__device__ double block_sum(double value, double *shared)
+{
+    for (int offset = 16; offset > 0; offset /= 2)
+        value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0)
+        shared[warp] = value;
+    __syncthreads();
+    double total = 0.0;
+    for (int i = 0; i < kThreads / 32; i++)
+        total += shared[i];
+    return total;
+}
+
+__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(float *out, const float *x, const float *weight, int n,
+                                                           float eps)
+{
+    __shared__ double partial[kThreads / 32];
+    const float *row = x + (size_t)blockIdx.x * n;
+    float *dst = out + (size_t)blockIdx.x * n;
+    double squares = 0.0;
+    for (int i = threadIdx.x; i < n; i += kThreads)
+        squares += (double)row[i] * row[i];
+    float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, partial), n, eps);
+    for (int i = threadIdx.x; i < n; i += kThreads)
+        dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
+}
+
+/* h += delta, then out = rmsnorm(h) * weight: the residual add and the next block's norm in one
+ * launch (the same operations as add_kernel then rmsnorm_kernel). */
+__global__ void __launch_bounds__(kThreads) residual_rmsnorm_kernel(float *h, const float *delta, float *out,
+                                                                    const float *weight, int n, float eps)
+{
+    __shared__ double partial[kThreads / 32];
+    float *row = h + (size_t)blockIdx.x * n;
+    const float *add = delta + (size_t)blockIdx.x * n;
+    float *dst = out + (size_t)blockIdx.x * n;
+    double squares = 0.0;
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+        float value = row[i] + add[i];
+        row[i] = value;
+        squares += (double)value * value;
+    }
+    float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, partial), n, eps);
+    for (int i = threadIdx.x; i < n; i += kThreads)
+        dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
+}
+
+__global__ void add_kernel(float *h, const float *delta, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        h[i] += delta[i];
+}
+
+__global__ void allreduce_local_kernel(rank_buffers bufs, int ranks, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float sum = bufs.bufs[0][i];
+        for (int r = 1; r < ranks; r++)
+            sum += bufs.bufs[r][i];
+        for (int r = 0; r < ranks; r++)
+            bufs.bufs[r][i] = sum;
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int kv_lora, int rope,
+                                                                 const float *kv_norm, float eps, float *q, int heads,
+                                                                 int nope, const double *inv_freq,
+                                                                 double cos_sin_scale, const int *pos,
+                                                                 uint16_t *cache)
+{
+    __shared__ double partial[kThreads / 32];
+    __shared__ float cos_table[128], sin_table[128];
+    long position = (long)*pos + blockIdx.x;
+    kv += (size_t)blockIdx.x * (kv_lora + rope);
+    q += (size_t)blockIdx.x * heads * (nope + rope);
+    uint16_t *entry = cache + (size_t)position * (size_t)(kv_lora + rope);
+    for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
+        double angle = (double)position * inv_freq[i];
+        cos_table[i] = (float)(cos(angle) * cos_sin_scale);
+        sin_table[i] = (float)(sin(angle) * cos_sin_scale);
+    }
+    double squares = 0.0;
+    for (int i = threadIdx.x; i < kv_lora; i += kThreads)
+        squares += (double)kv[i] * kv[i];
+    float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, partial), kv_lora, eps);
+    for (int i = threadIdx.x; i < kv_lora; i += kThreads) {
+        float value = rmsnorm_element(kv[i], inverse_rms, kv_norm[i]);
+        kv[i] = value;
+        entry[i] = half_from_float(value);
+    }
+    __syncthreads(); /* cos/sin tables */
+    float *k_pe = kv + kv_lora;
+    for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
+        rope_rotate_pair(&k_pe[2 * i], &k_pe[2 * i + 1], cos_table[i], sin_table[i]);
+        entry[kv_lora + 2 * i] = half_from_float(k_pe[2 * i]);
+        entry[kv_lora + 2 * i + 1] = half_from_float(k_pe[2 * i + 1]);
+    }
+    int q_width = nope + rope;
+    for (int i = threadIdx.x; i < heads * (rope / 2); i += kThreads) {
+        int head = i / (rope / 2), pair = i % (rope / 2);
+        float *q_pe = q + (size_t)head * q_width + nope;
+        rope_rotate_pair(&q_pe[2 * pair], &q_pe[2 * pair + 1], cos_table[pair], sin_table[pair]);
+    }
+}
+
+/* Index of the better of two candidates: larger value, then lower index; -1 is no candidate. */
+__device__ __forceinline__ void better_of(float *value, int *index, float other_value, int other_index)
+{
+    if (other_index < 0)
+        return;
+    if (*index < 0 || other_value > *value || (other_value == *value && other_index < *index)) {
+        *value = other_value;
+        *index = other_index;
+    }
+}
+
+/* The block's arg-max of values[0..n) (the CPU's strict '>' scan: the lowest index among equals). */
+__device__ int block_arg_max(const float *values, int n, float *red_value, int *red_index)
+{
+    float best_value = 0.0f;
+    int best_index = -1;
+    for (int i = threadIdx.x; i < n; i += kThreads)
+        better_of(&best_value, &best_index, values[i], i);
+    for (int offset = 16; offset > 0; offset /= 2) {
+        float v = __shfl_xor_sync(0xFFFFFFFFu, best_value, offset);
+        int j = __shfl_xor_sync(0xFFFFFFFFu, best_index, offset);
+        better_of(&best_value, &best_index, v, j);
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0) {
+        red_value[warp] = best_value;
+        red_index[warp] = best_index;
+    }
+    __syncthreads();
+    float value = 0.0f;
+    int index = -1;
+    for (int w = 0; w < kThreads / 32; w++)
+        better_of(&value, &index, red_value[w], red_index[w]);
+    return index;
+}
+
+__global__ void __launch_bounds__(kThreads) route_kernel(moe_routing_config c, const float *logits,
+                                                         const float *bias, int *chosen, float *weights)
+{
+    extern __shared__ float route_shared[];
+    logits += (size_t)blockIdx.x * c.experts;
+    chosen += (size_t)blockIdx.x * c.top_k;
+    weights += (size_t)blockIdx.x * c.top_k;
+    int experts = c.experts, groups = c.n_group > 1 ? c.n_group : 1, group_size = experts / groups;
+    float *score = route_shared;                    /* [experts] */
+    float *biased = score + experts;                /* [experts] */
+    float *group_score = biased + experts;          /* [groups] */
+    float *group_taken = group_score + groups;      /* [groups] */
+    float *chosen_weight = group_taken + groups;    /* [top_k] */
+    __shared__ float red_value[kThreads / 32];
+    __shared__ int red_index[kThreads / 32];
+
+    for (int e = threadIdx.x; e < experts; e += kThreads) {
+        score[e] = moe_sigmoid(logits[e]);
+        biased[e] = score[e] + (bias ? bias[e] : 0.0f);
+    }
+    __syncthreads();
+    if (groups > 1) {
+        for (int g = threadIdx.x; g < groups; g += kThreads) {
+            group_score[g] = moe_group_score(biased + (size_t)g * group_size, group_size);
+            group_taken[g] = 0.0f;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int k = 0; k < c.topk_group && k < groups; k++) {
+                int best = -1;
+                for (int g = 0; g < groups; g++)
+                    if (!group_taken[g] && (best < 0 || group_score[g] > group_score[best]))
+                        best = g;
+                group_taken[best] = 1.0f;
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < experts; e += kThreads)
+            if (!group_taken[e / group_size])
+                biased[e] = -INFINITY;
+        __syncthreads();
+    }
+    for (int k = 0; k < c.top_k; k++) {
+        int best = block_arg_max(biased, experts, red_value, red_index);
+        if (threadIdx.x == 0) {
+            chosen[k] = best;
+            chosen_weight[k] = score[best];
+            biased[best] = -INFINITY;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        moe_finish_weights(chosen_weight, c.top_k, c.norm_topk_prob, c.routed_scaling_factor);
+        for (int k = 0; k < c.top_k; k++)
+            weights[k] = chosen_weight[k];
+    }
+}
+
+constexpr int kMlpWarps = 8;
+
+__global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_gate_up_kernel(const mlp_device *table, const int *index,
+                                                                     int slots_per_input, const float *x, int hidden,
+                                                                     int inter, float *act, int lanes_per_row)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
+    int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
+    int slot = blockIdx.y;
+    const mlp_device *mlp = &table[index ? index[slot] : 0];
+    const float *input = x + (size_t)(slot / slots_per_input) * hidden;
+    float gate = 0.0f, up = 0.0f, gate_scale, up_scale;
+    {
+        const weight_matrix w = mlp->gate;
+        gate_scale = gemv_row_scale(w);
+        if (row < inter)
+            gate = gemv_row_partial(w, row, input, 0, gemv_row_chunks(w), group_lane, lanes_per_row);
+    }
+    {
+        const weight_matrix w = mlp->up;
+        up_scale = gemv_row_scale(w);
+        if (row < inter)
+            up = gemv_row_partial(w, row, input, 0, gemv_row_chunks(w), group_lane, lanes_per_row);
+    }
+    gate = gemv_group_sum(gate, lanes_per_row);
+    up = gemv_group_sum(up, lanes_per_row);
+    if (row < inter && group_lane == 0)
+        act[(size_t)slot * inter + row] = silu_gate_element(gate * gate_scale, up * up_scale);
+}
+
+__global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_kernel(const mlp_device *table, const int *index,
+                                                                  const float *act, int hidden, int inter, float *y,
+                                                                  int lanes_per_row)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
+    int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
+    int slot = blockIdx.y;
+    const weight_matrix down = table[index ? index[slot] : 0].down;
+    float sum = 0.0f;
+    if (row < hidden)
+        sum = gemv_row_partial(down, row, act + (size_t)slot * inter, 0, gemv_row_chunks(down), group_lane,
+                               lanes_per_row);
+    sum = gemv_group_sum(sum, lanes_per_row);
+    if (row < hidden && group_lane == 0)
+        y[(size_t)slot * hidden + row] = sum * gemv_row_scale(down);
+}
+
+/* Slots (token t's j-th choice is slot t * top_k + j) grouped by expert: expert e's slots are
+ * order[offsets[e] .. offsets[e + 1]), ascending. One block; every expert's thread scans all
+ * slots, so the grouping does not depend on timing. */
+__global__ void __launch_bounds__(1024) moe_group_kernel(const int *chosen, int slots, int experts, int *offsets,
+                                                         int *order)
+{
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int count = 0;
+        for (int s = 0; s < slots; s++)
+            count += chosen[s] == e;
+        offsets[e + 1] = count;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        offsets[0] = 0;
+        for (int e = 0; e < experts; e++)
+            offsets[e + 1] += offsets[e];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int at = offsets[e];
+        for (int s = 0; s < slots; s++)
+            if (chosen[s] == e)
+                order[at++] = s;
+    }
+}
+
+constexpr int kGroupTokens = 8;
+
+/* Expert blockIdx.y's gate/up rows over all its slots, kGroupTokens slots per pass, so each
+ * expert's weights are read once per step (from L2 after the first pass). */
+__global__ void __launch_bounds__(kMlpWarps * 32, 1) mlp_gate_up_grouped_kernel(
+    const mlp_device *table, const int *offsets, const int *order, int slots_per_input, const float *x, int hidden,
+    int inter, float *act, int lanes_per_row)
+{
+    int expert = blockIdx.y, begin = offsets[expert], end = offsets[expert + 1];
+    if (begin == end)
+        return;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
+    int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
+    const weight_matrix gate = table[expert].gate, up = table[expert].up;
+    float gate_scale = gemv_row_scale(gate), up_scale = gemv_row_scale(up);
+    for (int first = begin; first < end; first += kGroupTokens) {
+        int n = end - first < kGroupTokens ? end - first : kGroupTokens;
+        const float *xs[kGroupTokens];
+        float g[kGroupTokens], u[kGroupTokens];
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++) {
+            xs[t] = x + (size_t)(order[first + (t < n ? t : n - 1)] / slots_per_input) * hidden;
+            g[t] = 0.0f;
+            u[t] = 0.0f;
+        }
+        if (row < inter) {
+            gemv_row_tokens<kGroupTokens>(gate, row, xs, n, 0, gemv_row_chunks(gate), group_lane, lanes_per_row, g);
+            gemv_row_tokens<kGroupTokens>(up, row, xs, n, 0, gemv_row_chunks(up), group_lane, lanes_per_row, u);
+        }
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++) {
+            g[t] = gemv_group_sum(g[t], lanes_per_row);
+            u[t] = gemv_group_sum(u[t], lanes_per_row);
+        }
+        if (row < inter && group_lane == 0) {
+#pragma unroll
+            for (int t = 0; t < kGroupTokens; t++)
+                if (t < n)
+                    act[(size_t)order[first + t] * inter + row] = silu_gate_element(g[t] * gate_scale, u[t] * up_scale);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kMlpWarps * 32, 1) mlp_down_grouped_kernel(
+    const mlp_device *table, const int *offsets, const int *order, const float *act, int hidden, int inter, float *y,
+    int lanes_per_row)
+{
+    int expert = blockIdx.y, begin = offsets[expert], end = offsets[expert + 1];
+    if (begin == end)
+        return;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
+    int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
+    const weight_matrix down = table[expert].down;
+    float scale = gemv_row_scale(down);
+    for (int first = begin; first < end; first += kGroupTokens) {
+        int n = end - first < kGroupTokens ? end - first : kGroupTokens;
+        const float *xs[kGroupTokens];
+        float sums[kGroupTokens];
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++) {
+            xs[t] = act + (size_t)order[first + (t < n ? t : n - 1)] * inter;
+            sums[t] = 0.0f;
+        }
+        if (row < hidden)
+            gemv_row_tokens<kGroupTokens>(down, row, xs, n, 0, gemv_row_chunks(down), group_lane, lanes_per_row, sums);
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++)
+            sums[t] = gemv_group_sum(sums[t], lanes_per_row);
+        if (row < hidden && group_lane == 0) {
+#pragma unroll
+            for (int t = 0; t < kGroupTokens; t++)
+                if (t < n)
+                    y[(size_t)order[first + t] * hidden + row] = sums[t] * scale;
+        }
+    }
+}
+
+__global__ void combine_kernel(const float *shared, const float *routed, const int *chosen, const float *weights,
+                               int top_k, int hidden, float *out)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= hidden)
+        return;
+    size_t t = blockIdx.y;
+    if (shared)
+        shared += t * hidden;
+    routed += t * top_k * hidden;
+    chosen += t * top_k;
+    weights += t * top_k;
+    out += t * hidden;
+    float sum = 0.0f;
+    if (shared)
+        sum += 1.0f * shared[r];
+    int last = -1;
+    for (int done = 0; done < top_k; done++) {
+        int next = -1;
+        for (int k = 0; k < top_k; k++)
+            if (chosen[k] > last && (next < 0 || chosen[k] < chosen[next]))
+                next = k;
+        sum += weights[next] * routed[(size_t)next * hidden + r];
+        last = chosen[next];
+    }
+    out[r] = sum;
+}
+
+unsigned grid_for(size_t n, unsigned threads)
+{
+    size_t blocks = (n + threads - 1) / threads;
+    return blocks < 4096 ? (unsigned)(blocks ? blocks : 1) : 4096u;
+}
+
+} // namespace
+
+extern "C" int rmsnorm_cuda(float *out, const float *x, const float *weight, int rows, int n, float eps, void *stream)
+{
+    if (rows <= 0)
+        return 0;
+    rmsnorm_kernel<<<(unsigned)rows, kThreads, 0, (cudaStream_t)stream>>>(out, x, weight, n, eps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int residual_rmsnorm_cuda(float *h, const float *delta, float *out, const float *weight, int rows, int n,
+                                     float eps, void *stream)
+{
+    if (rows <= 0)
+        return 0;
+    residual_rmsnorm_kernel<<<(unsigned)rows, kThreads, 0, (cudaStream_t)stream>>>(h, delta, out, weight, n, eps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int add_cuda(float *h, const float *delta, size_t n, void *stream)
+{
+    add_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(h, delta, n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, void *stream)
+{
+    if (ranks < 1 || ranks > 8)
+        return (int)cudaErrorInvalidValue;
+    if (ranks == 1)
+        return 0;
+    allreduce_local_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(bufs, ranks, n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q,
+                                      int heads, int nope, const double *inv_freq, double cos_sin_scale,
+                                      const int *pos, uint16_t *cache, int tokens, void *stream)
+{
+    if (rope % 2 || rope > 256)
+        return (int)cudaErrorInvalidValue;
+    if (tokens <= 0)
+        return 0;
+    kv_rope_cache_kernel<<<(unsigned)tokens, kThreads, 0, (cudaStream_t)stream>>>(
+        kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos, cache);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int moe_route_cuda(const moe_routing_config *c, const float *logits, const float *bias, int *chosen,
+                              float *weights, int tokens, void *stream)
+{
+    if (tokens <= 0)
+        return 0;
+    int groups = c->n_group > 1 ? c->n_group : 1;
+    size_t shared = (2 * (size_t)c->experts + 2 * (size_t)groups + (size_t)c->top_k) * sizeof(float);
+    if (c->experts <= 0 || c->top_k <= 0 || c->experts % groups || shared > 48 * 1024)
+        return (int)cudaErrorInvalidValue;
+    route_kernel<<<(unsigned)tokens, kThreads, shared, (cudaStream_t)stream>>>(*c, logits, bias, chosen, weights);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mlp_gate_up_cuda(const mlp_device *table, const int *index, int slots, int slots_per_input,
+                                const float *x, int hidden, int inter, float *act, void *stream)
+{
+    if (slots <= 0 || inter <= 0)
+        return 0;
+    int lanes = gemv_lanes_per_row((hidden + 31) / 32);
+    int rows_per_block = kMlpWarps * (32 / lanes);
+    dim3 grid((unsigned)((inter + rows_per_block - 1) / rows_per_block), (unsigned)slots);
+    mlp_gate_up_kernel<<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(table, index, slots_per_input, x, hidden,
+                                                                          inter, act, lanes);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mlp_down_cuda(const mlp_device *table, const int *index, int slots, const float *act, int hidden,
+                             int inter, float *y, void *stream)
+{
+    if (slots <= 0)
+        return 0;
+    int lanes = gemv_lanes_per_row((inter + 31) / 32);
+    int rows_per_block = kMlpWarps * (32 / lanes);
+    dim3 grid((unsigned)((hidden + rows_per_block - 1) / rows_per_block), (unsigned)slots);
+    mlp_down_kernel<<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(table, index, act, hidden, inter, y, lanes);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int moe_group_cuda(const int *chosen, int slots, int experts, int *offsets, int *order, void *stream)
+{
+    if (slots <= 0 || experts <= 0)
+        return slots < 0 || experts < 0 ? (int)cudaErrorInvalidValue : 0;
+    moe_group_kernel<<<1, 1024, 0, (cudaStream_t)stream>>>(chosen, slots, experts, offsets, order);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mlp_gate_up_grouped_cuda(const mlp_device *table, const int *offsets, const int *order, int experts,
+                                        int slots_per_input, const float *x, int hidden, int inter, float *act,
+                                        void *stream)
+{
+    if (experts <= 0 || inter <= 0)
+        return 0;
+    int lanes = gemv_lanes_per_row((hidden + 31) / 32);
+    int rows_per_block = kMlpWarps * (32 / lanes);
+    dim3 grid((unsigned)((inter + rows_per_block - 1) / rows_per_block), (unsigned)experts);
+    mlp_gate_up_grouped_kernel<<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(table, offsets, order, slots_per_input,
+                                                                                  x, hidden, inter, act, lanes);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mlp_down_grouped_cuda(const mlp_device *table, const int *offsets, const int *order, int experts,
+                                     const float *act, int hidden, int inter, float *y, void *stream)
+{
+    if (experts <= 0)
+        return 0;
+    int lanes = gemv_lanes_per_row((inter + 31) / 32);
+    int rows_per_block = kMlpWarps * (32 / lanes);
+    dim3 grid((unsigned)((hidden + rows_per_block - 1) / rows_per_block), (unsigned)experts);
+    mlp_down_grouped_kernel<<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(table, offsets, order, act, hidden,
+                                                                               inter, y, lanes);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int moe_combine_cuda(const float *shared, const float *routed, const int *chosen, const float *weights,
+                                int top_k, int hidden, float *out, int tokens, void *stream)
+{
+    if (tokens <= 0)
+        return 0;
+    dim3 grid((unsigned)((hidden + 255) / 256), (unsigned)tokens);
+    combine_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(shared, routed, chosen, weights,
+                                                                                       top_k, hidden, out);
+    return (int)cudaGetLastError();
+}

@@ -1,0 +1,402 @@
+/* bench_gpu: what tests/gpu/run.sh prints (speed is measured here, never asserted):
+ *   - the device's copy bandwidth (cudaMemcpy device to device, read + write bytes per second);
+ *   - each decode kernel at one rank's Kimi-K2.5 shapes (TP 8): bytes it must move / time, as a
+ *     fraction of that bandwidth (goals: NVFP4 GEMV and the MoE step >= 0.8, attention at
+ *     32k/128k context >= 0.7);
+ *   - with --model (the `kimi-mkmodel --preset rank` checkpoint): decode time per layer with
+ *     graphs on and off at 0, 32k and 128k positions of context, prefill tok/s at 1k and 8k
+ *     tokens, and the projection for 8x RTX PRO 6000 (per-layer time scaled by bandwidth to
+ *     1.8 TB/s, 61 layers, plus 122 all-reduces at a stated cost) next to the seeds' ~60 tok/s.
+ * usage: bench_gpu [--model DIR] [--quick]     (exit 77 without a device) */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/backend.h"
+#include "engine/device_plan.h"
+#include "engine/weights.h"
+#include "kernels/cuda/forward.h"
+#include "tests/gpu/gpu_test.h"
+
+#define RTX_PRO_6000_BYTES_S 1.8e12
+#define NCCL_PCIE_ALLREDUCE_S 24e-6
+#define ONE_SHOT_ALLREDUCE_S 10e-6
+#define SEEDS_TOK_S 60.0
+
+static double copy_bandwidth;   /* bytes / s */
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void measure_copy_bandwidth(void)
+{
+    size_t bytes = (size_t)2 << 30;
+    void *a = NULL, *b = NULL;
+    CUDA_CHECK(cudaMalloc(&a, bytes));
+    CUDA_CHECK(cudaMalloc(&b, bytes));
+    CUDA_CHECK(cudaMemset(a, 1, bytes));
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    float best = 1e30f;
+    for (int i = 0; i < 6; i++) {
+        cudaEventRecord(start, NULL);
+        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(stop, NULL);
+        cudaEventSynchronize(stop);
+        float ms;
+        cudaEventElapsedTime(&ms, start, stop);
+        best = ms < best ? ms : best;
+    }
+    copy_bandwidth = 2.0 * (double)bytes / (best * 1e-3);
+    printf("copy bandwidth (device to device, read + write): %.0f GB/s\n", copy_bandwidth / 1e9);
+    cudaFree(a);
+    cudaFree(b);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+}
+
+/* A device matrix of random bytes in the packed layout (values are irrelevant to speed; E4M3
+ * scales are set to 1.0 so no NaN slows anything). */
+static weight_matrix device_matrix(weight_format format, int rows, int cols, size_t *bytes)
+{
+    weight_matrix v = {format, rows, cols, NULL, format == WEIGHT_NVFP4 ? (size_t)cols / 2 : (size_t)cols * 2,
+                       NULL, (size_t)cols / 16, 1.0f};
+    packed_layout l;
+    packed_layout_of(&v, &l);
+    uint8_t *d = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&d, l.bytes));
+    CUDA_CHECK(cudaMemset(d, 0x35, l.data_bytes));
+    if (l.scale_bytes)
+        CUDA_CHECK(cudaMemset(d + l.data_bytes, 0x38, l.scale_bytes));
+    *bytes = (size_t)rows * (v.data_stride + (format == WEIGHT_NVFP4 ? (size_t)cols / 16 : 0));
+    return packed_view(&v, &l, d, d + l.data_bytes);
+}
+
+static float *device_floats(size_t n, float value)
+{
+    float *host = malloc(n * sizeof *host), *d;
+    for (size_t i = 0; i < n; i++)
+        host[i] = value * (float)((i % 7) + 1) * 0.1f;
+    d = gpu_test_upload(host, n * sizeof *host);
+    free(host);
+    return d;
+}
+
+typedef int (*kernel_fn)(void *ctx);
+
+/* Best time of `repeats` runs of fn (captured in a graph, so launch gaps are not measured). */
+static double time_kernel(kernel_fn fn, void *ctx, int repeats)
+{
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    *(cudaStream_t *)ctx = s;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    int rc = fn(ctx);
+    CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    CHECK_INT(rc, 0);
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    float best = 1e30f;
+    for (int i = 0; i < repeats; i++) {
+        cudaEventRecord(start, s);
+        cudaGraphLaunch(exec, s);
+        cudaEventRecord(stop, s);
+        cudaEventSynchronize(stop);
+        float ms;
+        cudaEventElapsedTime(&ms, start, stop);
+        best = ms < best ? ms : best;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return best * 1e-3;
+}
+
+static void report(const char *what, double bytes, double seconds, double goal)
+{
+    double ratio = bytes / seconds / copy_bandwidth;
+    printf("%-44s %9.1f us %8.1f GB/s  %.2f of copy bandwidth (goal %.1f)%s\n", what, seconds * 1e6,
+           bytes / seconds / 1e9, ratio, goal, goal > 0 && ratio < goal ? "  BELOW GOAL" : "");
+}
+
+typedef struct {
+    cudaStream_t stream;
+    weight_matrix w;
+    float *x, *y;
+    gemv_scratch scratch;
+} gemv_ctx;
+
+static int run_gemv(void *arg)
+{
+    gemv_ctx *g = arg;
+    return linear_gemv_cuda(&g->w, g->w.rows, 1, 0, g->x, 0, g->y, 0, &g->scratch, g->stream);
+}
+
+static void bench_gemv(const char *what, weight_format format, int rows, int cols, int sm)
+{
+    size_t bytes;
+    gemv_ctx g = {0};
+    g.w = device_matrix(format, rows, cols, &bytes);
+    g.x = device_floats((size_t)cols, 1.0f);
+    g.y = device_floats((size_t)rows, 0.0f);
+    g.scratch.partials = device_floats((size_t)rows * 16, 0.0f);
+    CUDA_CHECK(cudaMalloc((void **)&g.scratch.counters, (size_t)rows * 4));
+    CUDA_CHECK(cudaMemset(g.scratch.counters, 0, (size_t)rows * 4));
+    g.scratch.max_rows = rows;
+    g.scratch.sm_count = sm;
+    double t = time_kernel(run_gemv, &g, 20);
+    report(what, (double)bytes + cols * 4.0 + rows * 4.0, t, format == WEIGHT_NVFP4 ? 0.8 : 0.0);
+    cudaFree((void *)g.w.data);
+    cudaFree(g.x);
+    cudaFree(g.y);
+    cudaFree(g.scratch.partials);
+    cudaFree(g.scratch.counters);
+}
+
+typedef struct {
+    cudaStream_t stream;
+    moe_routing_config c;
+    weight_matrix router;
+    mlp_device *table;
+    float *x, *logits, *weights, *act, *y, *shared_act, *shared_y, *out;
+    int *chosen;
+    int hidden, inter;
+    gemv_scratch scratch;
+} moe_ctx;
+
+static int run_moe(void *arg)
+{
+    moe_ctx *m = arg;
+    int k = m->c.top_k, rc;
+    if ((rc = linear_gemv_cuda(&m->router, m->router.rows, 1, 0, m->x, 0, m->logits, 0, &m->scratch, m->stream)) ||
+        (rc = moe_route_cuda(&m->c, m->logits, NULL, m->chosen, m->weights, 1, m->stream)) ||
+        (rc = mlp_gate_up_cuda(m->table, NULL, 1, 1, m->x, m->hidden, m->inter, m->shared_act, m->stream)) ||
+        (rc = mlp_down_cuda(m->table, NULL, 1, m->shared_act, m->hidden, m->inter, m->shared_y, m->stream)) ||
+        (rc = mlp_gate_up_cuda(m->table + 1, m->chosen, k, k, m->x, m->hidden, m->inter, m->act, m->stream)) ||
+        (rc = mlp_down_cuda(m->table + 1, m->chosen, k, m->act, m->hidden, m->inter, m->y, m->stream)))
+        return rc;
+    return moe_combine_cuda(m->shared_y, m->y, m->chosen, m->weights, k, m->hidden, m->out, 1, m->stream);
+}
+
+/* The MoE step of one rank: router (BF16 384 x 7168), routing, shared + 8 of 384 experts of
+ * width 256 (NVFP4), weighted sum. Bytes: the router and the 9 experts' slices. */
+static void bench_moe(int sm)
+{
+    moe_ctx m = {0};
+    int experts = 384, hidden = 7168, inter = 256;
+    m.c = (moe_routing_config){experts, 8, 1, 1, 1, 2.827f};
+    m.hidden = hidden;
+    m.inter = inter;
+    size_t router_bytes, expert_bytes = 0, b;
+    m.router = device_matrix(WEIGHT_BF16, experts, hidden, &router_bytes);
+    mlp_device *table = malloc((size_t)(experts + 1) * sizeof *table);
+    for (int e = 0; e <= experts; e++) {
+        table[e].gate = device_matrix(WEIGHT_NVFP4, inter, hidden, &b);
+        table[e].up = device_matrix(WEIGHT_NVFP4, inter, hidden, &b);
+        table[e].down = device_matrix(WEIGHT_NVFP4, hidden, inter, &b);
+    }
+    expert_bytes = 3 * b; /* all three have the same byte count */
+    m.table = gpu_test_upload(table, (size_t)(experts + 1) * sizeof *table);
+    /* router logits favour no one: the choice still costs what it costs */
+    m.x = device_floats((size_t)hidden, 1.0f);
+    m.logits = device_floats((size_t)experts, 0.0f);
+    m.weights = device_floats(8, 0.0f);
+    m.act = device_floats((size_t)8 * inter, 0.0f);
+    m.y = device_floats((size_t)8 * hidden, 0.0f);
+    m.shared_act = device_floats((size_t)inter, 0.0f);
+    m.shared_y = device_floats((size_t)hidden, 0.0f);
+    m.out = device_floats((size_t)hidden, 0.0f);
+    CUDA_CHECK(cudaMalloc((void **)&m.chosen, 8 * sizeof(int)));
+    m.scratch.partials = device_floats((size_t)experts * 16, 0.0f);
+    CUDA_CHECK(cudaMalloc((void **)&m.scratch.counters, (size_t)experts * 4));
+    CUDA_CHECK(cudaMemset(m.scratch.counters, 0, (size_t)experts * 4));
+    m.scratch.max_rows = experts;
+    m.scratch.sm_count = sm;
+    double t = time_kernel(run_moe, &m, 20);
+    report("MoE step (router + 8 of 384 + shared)", (double)router_bytes + 9.0 * (double)expert_bytes, t, 0.8);
+    for (int e = 0; e <= experts; e++) {
+        cudaFree((void *)table[e].gate.data);
+        cudaFree((void *)table[e].up.data);
+        cudaFree((void *)table[e].down.data);
+    }
+    free(table);
+    cudaFree(m.table);
+    cudaFree((void *)m.router.data);
+}
+
+typedef struct {
+    cudaStream_t stream;
+    float *q_latent, *q, *partials, *out;
+    uint16_t *cache;
+    int *pos, splits;
+} attn_ctx;
+
+static int run_attention(void *arg)
+{
+    attn_ctx *a = arg;
+    return mla_decode_cuda(a->q_latent, a->q, 8, 512, 64, 128, 0.1447f, a->cache, a->pos, a->splits, a->partials,
+                           a->out, 1, a->stream);
+}
+
+static void bench_attention(long positions, int sm)
+{
+    attn_ctx a = {0};
+    size_t cache_elems = (size_t)positions * 576;
+    CUDA_CHECK(cudaMalloc((void **)&a.cache, cache_elems * 2));
+    CUDA_CHECK(cudaMemset(a.cache, 0x11, cache_elems * 2));
+    a.q_latent = device_floats(8 * 512, 0.01f);
+    a.q = device_floats(8 * 192, 0.01f);
+    a.splits = device_attention_splits(positions, sm);
+    a.partials = device_floats(mla_decode_partial_floats(a.splits, 8, 512), 0.0f);
+    a.out = device_floats(8 * 512, 0.0f);
+    int pos = (int)positions - 1;
+    a.pos = gpu_test_upload(&pos, sizeof pos);
+    double t = time_kernel(run_attention, &a, 20);
+    char what[96];
+    snprintf(what, sizeof what, "MLA decode attention, %ldk context (8 heads)", positions / 1024);
+    report(what, (double)cache_elems * 2, t, 0.7);
+    cudaFree(a.cache);
+    cudaFree(a.q_latent);
+    cudaFree(a.q);
+    cudaFree(a.partials);
+    cudaFree(a.out);
+    cudaFree(a.pos);
+}
+
+/* Seconds per decode step at position `pos` (average of `steps`), with or without logits. */
+static double step_seconds(backend *be, long pos, int steps, int vocab, int with_logits)
+{
+    kimi_err err = {0};
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    int32_t token = 7;
+    int zero = 0;
+    /* one step first: captures the graph off the clock */
+    if (backend_forward(be, &token, 1, pos, &zero, with_logits, logits, &err)) {
+        fprintf(stderr, "bench_gpu: %s\n", err.msg);
+        free(logits);
+        return -1;
+    }
+    double t0 = now();
+    for (int i = 0; i < steps; i++)
+        if (backend_forward(be, &token, 1, pos + i, &zero, with_logits, logits, &err)) {
+            fprintf(stderr, "bench_gpu: %s\n", err.msg);
+            free(logits);
+            return -1;
+        }
+    double t = (now() - t0) / steps;
+    free(logits);
+    return t;
+}
+
+static void bench_model(const char *dir, int quick)
+{
+    model_weights mw;
+    kimi_err err = {0};
+    if (weights_load(&mw, dir, &err)) {
+        printf("bench_gpu: %s\n", err.msg);
+        CHECK(0);
+        return;
+    }
+    const model_config *c = &mw.cfg;
+    long contexts[3] = {0, 32768, 131072};
+    int steps = quick ? 4 : 16;
+    long capacity = contexts[2] + steps + 2;
+    double per_layer[2][3] = {{0}};
+    double lm_head_s = 0;
+    printf("\nrank model %s: %d layers (%d dense), hidden %d, %d heads, %d experts top %d, vocab %d\n", dir, c->layers,
+           c->first_dense, c->hidden, c->heads, c->experts, c->experts_per_token, c->vocab);
+    for (int graphs = 1; graphs >= 0; graphs--) {
+        setenv("KIMI_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+        backend *be = NULL;
+        backend_options opt = {.kind = BACKEND_CUDA, .tp = 1, .max_context = capacity};
+        double t0 = now();
+        if (backend_open(&be, &mw, &opt, &err)) {
+            printf("bench_gpu: %s\n", err.msg);
+            CHECK(0);
+            break;
+        }
+        if (graphs)
+            printf("load (upload + repack) %.1f s\n", now() - t0);
+        for (int i = 0; i < 3; i++) {
+            double t = step_seconds(be, contexts[i], steps, c->vocab, 0);
+            per_layer[graphs][i] = t / c->layers;
+            printf("decode step, graphs %-3s, %6ld positions of context: %8.3f ms per step, %7.1f us per layer\n",
+                   graphs ? "on" : "off", contexts[i], t * 1e3, t / c->layers * 1e6);
+        }
+        if (graphs) {
+            lm_head_s = step_seconds(be, 0, steps, c->vocab, 1) - per_layer[1][0] * c->layers;
+            int lengths[2] = {1024, 8192};
+            for (int i = 0; i < 2; i++) {
+                int n = lengths[i];
+                int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+                float *logits = malloc((size_t)c->vocab * sizeof *logits);
+                for (int j = 0; j < n; j++)
+                    tokens[j] = (int32_t)((j * 7919) % c->vocab);
+                int last = n - 1;
+                double p0 = now();
+                if (backend_forward(be, tokens, n, 0, &last, 1, logits, &err))
+                    printf("bench_gpu: %s\n", err.msg);
+                else
+                    printf("prefill %5d tokens: %8.1f tok/s (steps of 64 tokens)\n", n, n / (now() - p0));
+                free(tokens);
+                free(logits);
+            }
+        }
+        backend_close(be);
+    }
+    unsetenv("KIMI_CUDA_GRAPHS");
+    if (per_layer[1][0] > 0) {
+        double ratio = per_layer[1][2] / per_layer[1][0];
+        /* 128k of replicated cache per layer vs the layer's weights: the bound of docs/CUDA.md */
+        double layer_bytes = 5.5e9 / 61, cache_bytes = 131072.0 * 1152;
+        double bound = (layer_bytes + cache_bytes) / layer_bytes;
+        printf("128k vs empty context: %.2fx slower (bytes bound %.2fx; goal: within 10%% of it)\n", ratio, bound);
+        double scale = copy_bandwidth / RTX_PRO_6000_BYTES_S;
+        double layer_rtx = per_layer[1][0] * scale, head_rtx = (lm_head_s > 0 ? lm_head_s : 0) * scale;
+        double compute = 61 * layer_rtx + head_rtx;
+        printf("projection, 8x RTX PRO 6000 (1.8 TB/s, per-layer time x %.2f, 61 layers + lm_head): %.2f ms of kernels\n",
+               scale, compute * 1e3);
+        printf("  + 122 all-reduces at %.0f us (NCCL, PCIe): %.1f tok/s;  at %.0f us (one-shot): %.1f tok/s;  seeds: ~%.0f tok/s\n",
+               NCCL_PCIE_ALLREDUCE_S * 1e6, 1.0 / (compute + 122 * NCCL_PCIE_ALLREDUCE_S), ONE_SHOT_ALLREDUCE_S * 1e6,
+               1.0 / (compute + 122 * ONE_SHOT_ALLREDUCE_S), SEEDS_TOK_S);
+    }
+    weights_free(&mw);
+}
+
+int main(int argc, char **argv)
+{
+    gpu_test_require_device();
+    const char *model = NULL;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            model = argv[++i];
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+    }
+    int sm = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+    measure_copy_bandwidth();
+    bench_gemv("NVFP4 GEMV dense gate slice [2304 x 7168]", WEIGHT_NVFP4, 2304, 7168, sm);
+    bench_gemv("NVFP4 GEMV down slice [7168 x 2304]", WEIGHT_NVFP4, 7168, 2304, sm);
+    bench_gemv("BF16 GEMV q_a [1536 x 7168]", WEIGHT_BF16, 1536, 7168, sm);
+    bench_gemv("BF16 GEMV kv_a [576 x 7168]", WEIGHT_BF16, 576, 7168, sm);
+    bench_gemv("BF16 GEMV lm_head slice [20480 x 7168]", WEIGHT_BF16, 20480, 7168, sm);
+    bench_moe(sm);
+    bench_attention(32768, sm);
+    bench_attention(131072, sm);
+    if (model)
+        bench_model(model, quick);
+    return check_finish();
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# ptxas-report.sh [OUT] [ARCHS...]: compile every kernels/cuda/*.cu for each architecture (device
+# code only, the flags of kernels/cuda/CMakeLists.txt) with ptxas -v, and write one line per
+# kernel and architecture: registers, stack frame, spill stores/loads, static shared memory.
+# Fails (exit 1) when any kernel spills: every kernel here runs in the decode step's hot path.
+# No GPU is needed. OUT defaults to stdout; ARCHS to "90 100 120".
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out="${1:--}"
+shift || true
+archs=("$@")
+[[ ${#archs[@]} -gt 0 ]] || archs=(90 100 120)
+nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+filt="$(command -v c++filt || echo cat)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+report="$tmp/report"
+{
+    echo "# ptxas resource usage of the CUDA kernels ($("$nvcc" --version | grep -o 'release [0-9.]*'), --fmad=false)"
+    echo "# smem: static shared memory in bytes. Dynamic on top: mla_partial_kernel 37,472 B and route_kernel"
+    echo "# 3,112 B at Kimi-K2.5's dims. stack without spills: double-precision cos/sin (kv_rope_cache) and"
+    echo "# the all-reduce's by-value pointer table, off the hot loops."
+    printf '%-6s %-36s %5s %6s %7s %7s %7s\n' arch kernel regs stack spill_st spill_ld smem
+} >"$report"
+spills=0
+for arch in "${archs[@]}"; do
+    for cu in "$root"/kernels/cuda/*.cu; do
+        "$nvcc" -cubin -arch="sm_$arch" --fmad=false -std=c++17 -I"$root" -Xptxas -v -o "$tmp/out.cubin" "$cu" \
+            2>"$tmp/ptxas.log"
+        # Blocks of: Compiling entry function 'NAME' / N bytes stack frame, S bytes spill stores,
+        # L bytes spill loads / Used R registers, ... B bytes smem
+        awk -v arch="$arch" -v file="$(basename "$cu" .cu)" '
+            /Compiling entry function/ { match($0, /'"'"'[^'"'"']+'"'"'/); name = substr($0, RSTART + 1, RLENGTH - 2); next }
+            /bytes stack frame/ && name != "" { stack = $1; st = $5; ld = $9; next }
+            /Used [0-9]+ registers/ && name != "" {
+                regs = $0; sub(/.*Used /, "", regs); sub(/ registers.*/, "", regs)
+                smem = 0; if (match($0, /[0-9]+ bytes smem/)) { smem = substr($0, RSTART, RLENGTH); sub(/ bytes smem/, "", smem) }
+                print arch, file, name, regs, stack, st, ld, smem; name = ""
+            }' "$tmp/ptxas.log" >>"$tmp/rows"
+    done
+done
+while read -r arch file name regs stack st ld smem; do
+    short="$(echo "$name" | "$filt" | sed -E 's/\(anonymous namespace\):://; s/\(.*//; s/.*:://; s/^void //')"
+    printf '%-6s %-36s %5s %6s %7s %7s %7s\n' "sm_$arch" "$file:$short" "$regs" "$stack" "$st" "$ld" "$smem" >>"$report"
+    if [[ "$st" != 0 || "$ld" != 0 ]]; then
+        spills=$((spills + 1))
+    fi
+done <"$tmp/rows"
+echo "# kernels that spill: $spills" >>"$report"
+if [[ "$out" == - ]]; then cat "$report"; else cp "$report" "$out"; cat "$report"; fi
+[[ $spills -eq 0 ]] || { echo "ptxas-report: $spills kernel(s) spill registers" >&2; exit 1; }

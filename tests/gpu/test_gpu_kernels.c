@@ -1,0 +1,646 @@
+/* GPU test: every decode kernel of kernels/cuda/forward.h against its CPU counterpart on the
+ * same inputs. Exact where the math is (the local all-reduce, the residual add, the fp16 cache
+ * bits up to one fp16 ulp where expf/cos differ, the experts the router chooses); elsewhere
+ * within the stated tolerance of a float sum taken in another order:
+ *   GEMV / MLP / absorption: |gpu - cpu| <= 2e-5 * sum_k |w_k x_k| (+1e-30) per output;
+ *   RMSNorm, routing weights: relative 2e-6;  attention: 2e-5 of the output's largest value.
+ * Weights are packed with engine/device_plan.h (the layout the backend uploads), so the test
+ * also covers that the kernels read that layout, and that the packed copy on the device
+ * dequantizes bit for bit to the CPU decoder's values. Exits 77 (skipped) without a device. */
+#include <math.h>
+#include <string.h>
+
+#include "engine/device_plan.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/mla_attention.h"
+#include "kernels/cpu/moe_routing.h"
+#include "kernels/cpu/numeric.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/forward.h"
+#include "kernels/cuda/nvfp4.h"
+#include "tests/gpu/gpu_test.h"
+
+/* A random host matrix [rows][cols] of a format (NVFP4: random codes, non-NaN scales near 1). */
+typedef struct {
+    weight_matrix host;         /* the view on host memory */
+    uint8_t *data, *scale;
+    weight_matrix dev;          /* packed, on the device */
+    uint8_t *dev_data, *dev_scale;
+} test_matrix;
+
+static size_t element_size(weight_format f)
+{
+    return f == WEIGHT_F32 ? 4 : 2;
+}
+
+static void matrix_make(test_matrix *m, weight_format format, int rows, int cols, float scale_2)
+{
+    memset(m, 0, sizeof *m);
+    size_t row_bytes = format == WEIGHT_NVFP4 ? (size_t)cols / 2 : (size_t)cols * element_size(format);
+    m->data = malloc((size_t)rows * row_bytes);
+    for (size_t i = 0; i < (size_t)rows * row_bytes; i++)
+        m->data[i] = (uint8_t)gpu_test_next();
+    if (format == WEIGHT_BF16 || format == WEIGHT_F16 || format == WEIGHT_F32) {
+        for (size_t i = 0; i < (size_t)rows * cols; i++) {
+            float v = gpu_test_uniform() * 0.1f;
+            if (format == WEIGHT_F32)
+                memcpy(m->data + 4 * i, &v, 4);
+            else {
+                uint32_t bits;
+                memcpy(&bits, &v, 4);
+                uint16_t h = format == WEIGHT_BF16 ? (uint16_t)(bits >> 16) : float_to_f16(v);
+                memcpy(m->data + 2 * i, &h, 2);
+            }
+        }
+    }
+    if (format == WEIGHT_NVFP4) {
+        m->scale = malloc((size_t)rows * cols / 16);
+        for (size_t i = 0; i < (size_t)rows * cols / 16; i++)
+            m->scale[i] = (uint8_t)(0x28 + gpu_test_next() % 32); /* 2^-2 .. 2^2 */
+    }
+    m->host = (weight_matrix){format, rows, cols, m->data, row_bytes, m->scale, (size_t)cols / 16,
+                              format == WEIGHT_NVFP4 ? scale_2 : 1.0f};
+    packed_layout l;
+    packed_layout_of(&m->host, &l);
+    uint8_t *packed = malloc(l.bytes);
+    packed_rows_write(&m->host, &l, 0, rows, packed, packed + l.data_bytes);
+    m->dev_data = gpu_test_upload(packed, l.bytes);
+    m->dev_scale = m->dev_data + l.data_bytes;
+    m->dev = packed_view(&m->host, &l, m->dev_data, m->dev_scale);
+    free(packed);
+}
+
+static void matrix_free(test_matrix *m)
+{
+    cudaFree(m->dev_data);
+    free(m->data);
+    free(m->scale);
+}
+
+/* The packed copy on the device decodes to exactly the checkpoint view's values (the upload
+ * path of the backend: packed_rows_write, then a copy). */
+static void check_packed_upload(int rows, int cols)
+{
+    test_matrix m;
+    matrix_make(&m, WEIGHT_NVFP4, rows, cols, 0.000372314453125f);
+    float *dout = NULL, *got = malloc((size_t)rows * cols * 4), *want = malloc((size_t)cols * 4);
+    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)rows * cols * 4));
+    CHECK_INT(nvfp4_dequantize_rows_cuda(&m.dev, 0, rows, dout, NULL), 0);
+    gpu_test_download(got, dout, (size_t)rows * cols * 4);
+    int bad = 0;
+    for (int r = 0; r < rows; r++) {
+        weight_matrix_decode_row(&m.host, r, want);
+        bad += memcmp(want, got + (size_t)r * cols, (size_t)cols * 4) != 0;
+    }
+    CHECK_MSG(bad == 0, "packed upload [%d x %d]: %d rows decode differently on the device", rows, cols, bad);
+    cudaFree(dout);
+    free(got);
+    free(want);
+    matrix_free(&m);
+}
+
+static float *random_floats(size_t n, float scale)
+{
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = gpu_test_uniform() * scale;
+    return x;
+}
+
+/* sum_k |W[r][k] x[k]| for each row: the scale of the rounding a float sum may differ by. */
+static void abs_products(const weight_matrix *w, const float *x, float *out)
+{
+    float *row = malloc((size_t)w->cols * sizeof *row);
+    for (int r = 0; r < w->rows; r++) {
+        weight_matrix_decode_row(w, r, row);
+        double s = 0;
+        for (int k = 0; k < w->cols; k++)
+            s += fabs((double)row[k] * x[k]);
+        out[r] = (float)s;
+    }
+    free(row);
+}
+
+static int close_to(float got, float want, float magnitude, float rel)
+{
+    return fabsf(got - want) <= rel * magnitude + 1e-30f;
+}
+
+/* tokens == 1: linear_gemv_cuda (split-K where it applies); more: linear_gemv_tokens_cuda. */
+static void check_gemv_tokens(weight_format format, int rows, int cols, int sm_count, int tokens, const char *what)
+{
+    test_matrix m;
+    matrix_make(&m, format, rows, cols, 0.0123f);
+    size_t ty = (size_t)tokens * rows;
+    float *x = random_floats((size_t)tokens * cols, 1.0f), *want = malloc(ty * 4), *got = malloc(ty * 4);
+    float *mag = malloc(ty * 4);
+    linear_rows(&m.host, x, (size_t)cols, tokens, want, (size_t)rows, 0, rows);
+    for (int t = 0; t < tokens; t++)
+        abs_products(&m.host, x + (size_t)t * cols, mag + (size_t)t * rows);
+    float *dx = gpu_test_upload(x, (size_t)tokens * cols * 4), *dy = NULL, *partials = NULL;
+    unsigned *counters = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dy, ty * 4));
+    CUDA_CHECK(cudaMalloc((void **)&partials, (size_t)rows * 16 * 4));
+    CUDA_CHECK(cudaMalloc((void **)&counters, (size_t)rows * 4));
+    CUDA_CHECK(cudaMemset(counters, 0, (size_t)rows * 4));
+    gemv_scratch scratch = {partials, counters, rows, sm_count};
+    for (int pass = 0; pass < 2; pass++) { /* twice: the split-K counters must be left at zero */
+        if (tokens == 1)
+            CHECK_INT(linear_gemv_cuda(&m.dev, rows, 1, 0, dx, 0, dy, 0, &scratch, NULL), 0);
+        else
+            CHECK_INT(linear_gemv_tokens_cuda(&m.dev, rows, 1, 0, dx, 0, (size_t)cols, dy, 0, (size_t)rows, tokens,
+                                              &scratch, NULL), 0);
+        gpu_test_download(got, dy, ty * 4);
+        int bad = 0;
+        for (size_t r = 0; r < ty; r++)
+            if (!close_to(got[r], want[r], mag[r], 2e-5f) && bad++ < 3)
+                fprintf(stderr, "%s output %zu: gpu %.9g cpu %.9g (|w||x| %.3g)\n", what, r, got[r], want[r], mag[r]);
+        CHECK_MSG(bad == 0, "%s [%d x %d], %d tokens, pass %d: %d outputs out of tolerance", what, rows, cols, tokens,
+                  pass, bad);
+    }
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(partials);
+    cudaFree(counters);
+    matrix_free(&m);
+    free(x);
+    free(want);
+    free(got);
+    free(mag);
+}
+
+static void check_gemv(weight_format format, int rows, int cols, int sm_count, const char *what)
+{
+    check_gemv_tokens(format, rows, cols, sm_count, 1, what);
+}
+
+/* The per-head W_UV product (batched GEMV) and the W_UK absorption against the CPU. */
+static void check_attention_projections(weight_format format, int heads, int nope, int v, int kv_lora)
+{
+    test_matrix m;
+    int rows_per_head = nope + v, q_width = nope + 16;
+    matrix_make(&m, format, heads * rows_per_head, kv_lora, 0.02f);
+    float *q = random_floats((size_t)heads * q_width, 1.0f), *o_lat = random_floats((size_t)heads * kv_lora, 1.0f);
+    float *want_lat = calloc((size_t)heads * kv_lora, 4), *got_lat = malloc((size_t)heads * kv_lora * 4);
+    float *want_out = malloc((size_t)heads * v * 4), *got_out = malloc((size_t)heads * v * 4);
+    for (int h = 0; h < heads; h++) {
+        weight_matrix uk = linear_row_view(&m.host, h * rows_per_head, h * rows_per_head + nope);
+        weight_matrix uv = linear_row_view(&m.host, h * rows_per_head + nope, (h + 1) * rows_per_head);
+        linear_transposed_accumulate(&uk, q + (size_t)h * q_width, want_lat + (size_t)h * kv_lora);
+        linear_rows(&uv, o_lat + (size_t)h * kv_lora, 0, 1, want_out + (size_t)h * v, 0, 0, v);
+    }
+    float *dq = gpu_test_upload(q, (size_t)heads * q_width * 4), *dlat = NULL;
+    float *do_lat = gpu_test_upload(o_lat, (size_t)heads * kv_lora * 4), *dout = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dlat, (size_t)heads * kv_lora * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)heads * v * 4));
+    CHECK_INT(mla_absorb_q_cuda(&m.dev, heads, nope, v, dq, q_width, dlat, 1, NULL), 0);
+    weight_matrix uv = m.dev;
+    uv.data += (size_t)nope * uv.data_stride;
+    if (uv.scale)
+        uv.scale += (size_t)nope * uv.scale_stride;
+    CHECK_INT(linear_gemv_cuda(&uv, v, heads, rows_per_head, do_lat, (size_t)kv_lora, dout, (size_t)v, NULL, NULL), 0);
+    gpu_test_download(got_lat, dlat, (size_t)heads * kv_lora * 4);
+    gpu_test_download(got_out, dout, (size_t)heads * v * 4);
+    int bad = 0;
+    for (size_t i = 0; i < (size_t)heads * kv_lora; i++)
+        bad += !close_to(got_lat[i], want_lat[i], 1.0f + fabsf(want_lat[i]), 2e-5f * nope);
+    CHECK_MSG(bad == 0, "W_UK absorption (format %d): %d values out of tolerance", format, bad);
+    bad = 0;
+    for (size_t i = 0; i < (size_t)heads * v; i++)
+        bad += !close_to(got_out[i], want_out[i], 1.0f + fabsf(want_out[i]), 2e-5f * kv_lora);
+    CHECK_MSG(bad == 0, "W_UV per head (format %d): %d values out of tolerance", format, bad);
+    cudaFree(dq);
+    cudaFree(dlat);
+    cudaFree(do_lat);
+    cudaFree(dout);
+    matrix_free(&m);
+    free(q);
+    free(o_lat);
+    free(want_lat);
+    free(got_lat);
+    free(want_out);
+    free(got_out);
+}
+
+static void check_rmsnorm_add_allreduce(void)
+{
+    int n = 7168, rows = 3;
+    float *x = random_floats((size_t)rows * n, 3.0f), *w = random_floats((size_t)n, 1.0f);
+    float *want = malloc((size_t)rows * n * 4), *got = malloc((size_t)rows * n * 4);
+    weight_vector wv = {DTYPE_F32, n, w};
+    for (int r = 0; r < rows; r++)
+        rmsnorm(want + (size_t)r * n, x + (size_t)r * n, &wv, 1e-5f);
+    float *dx = gpu_test_upload(x, (size_t)rows * n * 4), *dw = gpu_test_upload(w, (size_t)n * 4);
+    CHECK_INT(rmsnorm_cuda(dx, dx, dw, rows, n, 1e-5f, NULL), 0);
+    gpu_test_download(got, dx, (size_t)rows * n * 4);
+    int bad = 0;
+    for (size_t i = 0; i < (size_t)rows * n; i++)
+        bad += !close_to(got[i], want[i], fabsf(want[i]), 2e-6f);
+    CHECK_MSG(bad == 0, "rmsnorm: %d values out of tolerance", bad);
+
+    /* residual add and the local all-reduce: exact (same operations, same order) */
+    enum { RANKS = 8 };
+    size_t m = 7168;
+    float *parts[RANKS], *dparts[RANKS], *sum = malloc(m * 4), *h = random_floats(m, 1.0f), *back = malloc(m * 4);
+    rank_buffers bufs;
+    for (int r = 0; r < RANKS; r++) {
+        parts[r] = random_floats(m, 1.0f);
+        dparts[r] = gpu_test_upload(parts[r], m * 4);
+        bufs.bufs[r] = dparts[r];
+    }
+    for (size_t i = 0; i < m; i++) {
+        float s = parts[0][i];
+        for (int r = 1; r < RANKS; r++)
+            s += parts[r][i];
+        sum[i] = s;
+    }
+    CHECK_INT(allreduce_sum_local_cuda(bufs, RANKS, m, NULL), 0);
+    for (int r = 0; r < RANKS; r++) {
+        gpu_test_download(back, dparts[r], m * 4);
+        CHECK_MSG(!memcmp(back, sum, m * 4), "all-reduce: rank %d's buffer differs from the ordered sum", r);
+    }
+    float *dh = gpu_test_upload(h, m * 4);
+    CHECK_INT(add_cuda(dh, dparts[0], m, NULL), 0);
+    gpu_test_download(back, dh, m * 4);
+    for (size_t i = 0; i < m; i++)
+        h[i] += sum[i];
+    CHECK(!memcmp(back, h, m * 4));
+
+    /* the residual add fused with the next norm: h exact, the norm as rmsnorm's */
+    float *normed = malloc(m * 4), *dnormed = NULL, *dweight = gpu_test_upload(w, m * 4);
+    CUDA_CHECK(cudaMalloc((void **)&dnormed, m * 4));
+    CHECK_INT(residual_rmsnorm_cuda(dh, dparts[1], dnormed, dweight, 1, (int)m, 1e-5f, NULL), 0);
+    for (size_t i = 0; i < m; i++)
+        h[i] += sum[i];
+    weight_vector hw = {DTYPE_F32, (int)m, w};
+    rmsnorm(want, h, &hw, 1e-5f);
+    gpu_test_download(back, dh, m * 4);
+    gpu_test_download(normed, dnormed, m * 4);
+    CHECK_MSG(!memcmp(back, h, m * 4), "residual add: h differs");
+    bad = 0;
+    for (size_t i = 0; i < m; i++)
+        bad += !close_to(normed[i], want[i], fabsf(want[i]), 2e-6f);
+    CHECK_MSG(bad == 0, "residual rmsnorm: %d values out of tolerance", bad);
+    cudaFree(dnormed);
+    cudaFree(dweight);
+    free(normed);
+    for (int r = 0; r < RANKS; r++) {
+        cudaFree(dparts[r]);
+        free(parts[r]);
+    }
+    cudaFree(dh);
+    cudaFree(dx);
+    cudaFree(dw);
+    free(sum);
+    free(h);
+    free(back);
+    free(x);
+    free(w);
+    free(want);
+    free(got);
+}
+
+/* The latent norm, rope of k_pe and q_pe, and the fp16 cache rows of `tokens` tokens at
+ * positions position + t. */
+static void check_kv_rope_cache(long position, int tokens)
+{
+    int kv_lora = 512, rope = 64, heads = 8, nope = 128, q_width = nope + rope, row = kv_lora + rope;
+    size_t qn = (size_t)heads * q_width;
+    rope_config rc = {rope, 50000.0, 1, 64.0, 4096, 32.0, 1.0, 1.0, 1.0};
+    rope_table table;
+    CHECK_INT(rope_table_init(&table, &rc), 0);
+    float *kv = random_floats((size_t)tokens * row, 2.0f), *q = random_floats((size_t)tokens * qn, 1.0f);
+    float *norm = random_floats((size_t)kv_lora, 1.0f);
+    float cos_t[128], sin_t[128];
+    float *want_kv = malloc((size_t)tokens * row * 4), *want_q = malloc((size_t)tokens * qn * 4);
+    memcpy(want_kv, kv, (size_t)tokens * row * 4);
+    memcpy(want_q, q, (size_t)tokens * qn * 4);
+    weight_vector nv = {DTYPE_F32, kv_lora, norm};
+    uint16_t *want_cache = malloc((size_t)tokens * row * 2), *got_cache = malloc((size_t)tokens * row * 2);
+    for (int t = 0; t < tokens; t++) {
+        float *kv_t = want_kv + (size_t)t * row;
+        rmsnorm(kv_t, kv_t, &nv, 1e-6f);
+        rope_cos_sin(&table, position + t, cos_t, sin_t);
+        rope_apply(kv_t + kv_lora, cos_t, sin_t, rope);
+        for (int h = 0; h < heads; h++)
+            rope_apply(want_q + (size_t)t * qn + (size_t)h * q_width + nope, cos_t, sin_t, rope);
+        float_row_to_f16(kv_t, (size_t)row, want_cache + (size_t)t * row);
+    }
+
+    float *dkv = gpu_test_upload(kv, (size_t)tokens * row * 4), *dq = gpu_test_upload(q, (size_t)tokens * qn * 4);
+    float *dnorm = gpu_test_upload(norm, (size_t)kv_lora * 4);
+    double *dfreq = gpu_test_upload(table.inv_freq, (size_t)(rope / 2) * sizeof(double));
+    int pos = (int)position;
+    int *dpos = gpu_test_upload(&pos, sizeof pos);
+    uint16_t *dcache = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dcache, ((size_t)position + tokens) * row * 2));
+    CHECK_INT(mla_kv_rope_cache_cuda(dkv, kv_lora, rope, dnorm, 1e-6f, dq, heads, nope, dfreq, table.cos_sin_scale,
+                                     dpos, dcache, tokens, NULL), 0);
+    float *got_kv = malloc((size_t)tokens * row * 4), *got_q = malloc((size_t)tokens * qn * 4);
+    gpu_test_download(got_kv, dkv, (size_t)tokens * row * 4);
+    gpu_test_download(got_q, dq, (size_t)tokens * qn * 4);
+    gpu_test_download(got_cache, dcache + (size_t)position * row, (size_t)tokens * row * 2);
+    int bad = 0, far = 0;
+    for (size_t i = 0; i < (size_t)tokens * row; i++) {
+        bad += !close_to(got_kv[i], want_kv[i], 1.0f + fabsf(want_kv[i]), 2e-6f);
+        far += abs((int)got_cache[i] - (int)want_cache[i]) > 1;
+    }
+    for (size_t i = 0; i < (size_t)tokens * qn; i++)
+        bad += !close_to(got_q[i], want_q[i], 1.0f + fabsf(want_q[i]), 2e-6f);
+    CHECK_MSG(bad == 0, "kv/rope at position %ld (%d tokens): %d values out of tolerance", position, tokens, bad);
+    CHECK_MSG(far == 0, "cache rows at position %ld (%d tokens): %d fp16 values more than one ulp away", position,
+              tokens, far);
+    cudaFree(dkv);
+    cudaFree(dq);
+    cudaFree(dnorm);
+    cudaFree(dfreq);
+    cudaFree(dpos);
+    cudaFree(dcache);
+    free(kv);
+    free(q);
+    free(norm);
+    free(want_kv);
+    free(want_q);
+    free(got_kv);
+    free(got_q);
+    free(want_cache);
+    free(got_cache);
+}
+
+static void check_route(int experts, int top_k, int n_group, int topk_group, int with_bias, int tokens)
+{
+    moe_routing_config c = {experts, top_k, n_group, topk_group, 1, 2.827f};
+    float *logits = random_floats((size_t)tokens * experts, 4.0f), *bias = random_floats((size_t)experts, 0.05f);
+    float *scratch = malloc(moe_route_scratch_floats(&c) * sizeof(float));
+    int want_chosen[8 * 64], got_chosen[8 * 64];
+    float want_w[8 * 64], got_w[8 * 64];
+    for (int t = 0; t < tokens; t++)
+        moe_route(&c, logits + (size_t)t * experts, with_bias ? bias : NULL, scratch, want_chosen + t * top_k,
+                  want_w + t * top_k);
+    float *dl = gpu_test_upload(logits, (size_t)tokens * experts * 4), *db = gpu_test_upload(bias, (size_t)experts * 4);
+    int *dc = NULL;
+    float *dw = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dc, (size_t)tokens * top_k * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dw, (size_t)tokens * top_k * 4));
+    CHECK_INT(moe_route_cuda(&c, dl, with_bias ? db : NULL, dc, dw, tokens, NULL), 0);
+    gpu_test_download(got_chosen, dc, (size_t)tokens * top_k * 4);
+    gpu_test_download(got_w, dw, (size_t)tokens * top_k * 4);
+    CHECK_MSG(!memcmp(got_chosen, want_chosen, (size_t)tokens * top_k * 4),
+              "routing %d experts top %d groups %d/%d, %d tokens: choice differs", experts, top_k, n_group, topk_group,
+              tokens);
+    for (int k = 0; k < tokens * top_k; k++)
+        CHECK_MSG(close_to(got_w[k], want_w[k], fabsf(want_w[k]), 2e-6f), "routing weight %d: gpu %.9g cpu %.9g", k,
+                  got_w[k], want_w[k]);
+    cudaFree(dl);
+    cudaFree(db);
+    cudaFree(dc);
+    cudaFree(dw);
+    free(logits);
+    free(bias);
+    free(scratch);
+}
+
+/* The MoE step: shared expert + top_k experts chosen on the device, weighted sum. */
+static void check_moe(int experts, int top_k, int hidden, int inter, int with_shared, int tokens)
+{
+    test_matrix *gate = calloc((size_t)experts + 1, sizeof *gate), *up = calloc((size_t)experts + 1, sizeof *up);
+    test_matrix *down = calloc((size_t)experts + 1, sizeof *down);
+    mlp_device *table = calloc((size_t)experts + 1, sizeof *table);
+    for (int e = 0; e <= experts; e++) {
+        matrix_make(&gate[e], WEIGHT_NVFP4, inter, hidden, 0.01f + 0.001f * e);
+        matrix_make(&up[e], WEIGHT_NVFP4, inter, hidden, 0.02f);
+        matrix_make(&down[e], WEIGHT_NVFP4, hidden, inter, 0.015f);
+        table[e] = (mlp_device){gate[e].dev, up[e].dev, down[e].dev};
+    }
+    size_t th = (size_t)tokens * hidden, tk = (size_t)tokens * top_k;
+    float *x = random_floats(th, 1.0f);
+    int chosen[16 * 16];
+    float weights[16 * 16];
+    for (int t = 0; t < tokens; t++)
+        for (int k = 0; k < top_k; k++) {
+            chosen[t * top_k + k] = (int)((k * 7 + 3 + t) % experts); /* distinct, not in index order */
+            weights[t * top_k + k] = 0.1f + 0.05f * k - 0.01f * t;
+        }
+    /* CPU: the forward.c order: partial = 0, += shared, then experts by ascending index */
+    float *act = malloc((size_t)inter * 4), *upv = malloc((size_t)inter * 4), *y = malloc((size_t)hidden * 4);
+    float *want = calloc(th, 4), *got = malloc(th * 4);
+    for (int t = 0; t < tokens; t++) {
+        const float *xt = x + (size_t)t * hidden;
+        for (int e = -1; e < experts; e++) {
+            int slot = -1;
+            for (int k = 0; k < top_k; k++)
+                if (chosen[t * top_k + k] == e)
+                    slot = t * top_k + k;
+            if ((e < 0 && !with_shared) || (e >= 0 && slot < 0))
+                continue;
+            int i = e < 0 ? 0 : 1 + e;
+            linear_rows(&gate[i].host, xt, 0, 1, act, 0, 0, inter);
+            linear_rows(&up[i].host, xt, 0, 1, upv, 0, 0, inter);
+            silu_gate(act, act, upv, inter);
+            linear_rows(&down[i].host, act, 0, 1, y, 0, 0, hidden);
+            accumulate_scaled(want + (size_t)t * hidden, y, e < 0 ? 1.0f : weights[slot], hidden);
+        }
+    }
+    mlp_device *dtable = gpu_test_upload(table, ((size_t)experts + 1) * sizeof *table);
+    float *dx = gpu_test_upload(x, th * 4), *dw = gpu_test_upload(weights, tk * 4);
+    int *dc = gpu_test_upload(chosen, tk * 4);
+    float *dact = NULL, *dy = NULL, *dsact = NULL, *dsy = NULL, *dout = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dact, tk * inter * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dy, tk * hidden * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dsact, (size_t)tokens * inter * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dsy, th * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dout, th * 4));
+    CHECK_INT(mlp_gate_up_cuda(dtable, NULL, tokens, 1, dx, hidden, inter, dsact, NULL), 0);
+    CHECK_INT(mlp_down_cuda(dtable, NULL, tokens, dsact, hidden, inter, dsy, NULL), 0);
+    CHECK_INT(mlp_gate_up_cuda(dtable + 1, dc, tokens * top_k, top_k, dx, hidden, inter, dact, NULL), 0);
+    CHECK_INT(mlp_down_cuda(dtable + 1, dc, tokens * top_k, dact, hidden, inter, dy, NULL), 0);
+    CHECK_INT(moe_combine_cuda(with_shared ? dsy : NULL, dy, dc, dw, top_k, hidden, dout, tokens, NULL), 0);
+    gpu_test_download(got, dout, th * 4);
+    double scale = 0;
+    for (size_t r = 0; r < th; r++)
+        scale = fmax(scale, fabs(want[r]));
+    int bad = 0;
+    for (size_t r = 0; r < th; r++)
+        if (!close_to(got[r], want[r], (float)scale, 1e-4f) && bad++ < 3)
+            fprintf(stderr, "moe output %zu: gpu %.9g cpu %.9g\n", r, got[r], want[r]);
+    CHECK_MSG(bad == 0, "MoE step (%d experts, top %d, hidden %d, inter %d, %d tokens): %d outputs out of tolerance",
+              experts, top_k, hidden, inter, tokens, bad);
+
+    /* the same slots grouped by expert (a prefill step): the grouping exactly, the output within
+     * the same tolerance */
+    int *doffsets = NULL, *dorder = NULL, offsets[64], order[16 * 16], want_offsets[64] = {0}, want_order[16 * 16];
+    CUDA_CHECK(cudaMalloc((void **)&doffsets, ((size_t)experts + 1) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dorder, tk * 4));
+    CHECK_INT(moe_group_cuda(dc, (int)tk, experts, doffsets, dorder, NULL), 0);
+    CHECK_INT(mlp_gate_up_grouped_cuda(dtable + 1, doffsets, dorder, experts, top_k, dx, hidden, inter, dact, NULL), 0);
+    CHECK_INT(mlp_down_grouped_cuda(dtable + 1, doffsets, dorder, experts, dact, hidden, inter, dy, NULL), 0);
+    CHECK_INT(moe_combine_cuda(with_shared ? dsy : NULL, dy, dc, dw, top_k, hidden, dout, tokens, NULL), 0);
+    gpu_test_download(offsets, doffsets, ((size_t)experts + 1) * 4);
+    gpu_test_download(order, dorder, tk * 4);
+    gpu_test_download(got, dout, th * 4);
+    int at = 0;
+    for (int e = 0; e < experts; e++) {
+        want_offsets[e] = at;
+        for (size_t i = 0; i < tk; i++)
+            if (chosen[i] == e)
+                want_order[at++] = (int)i;
+    }
+    want_offsets[experts] = at;
+    CHECK_MSG(!memcmp(offsets, want_offsets, ((size_t)experts + 1) * 4) && !memcmp(order, want_order, tk * 4),
+              "slots grouped by expert differ (%d experts, %zu slots)", experts, tk);
+    bad = 0;
+    for (size_t r = 0; r < th; r++)
+        bad += !close_to(got[r], want[r], (float)scale, 1e-4f);
+    CHECK_MSG(bad == 0, "grouped MoE step (%d experts, top %d, %d tokens): %d outputs out of tolerance", experts, top_k,
+              tokens, bad);
+    cudaFree(doffsets);
+    cudaFree(dorder);
+    for (int e = 0; e <= experts; e++) {
+        matrix_free(&gate[e]);
+        matrix_free(&up[e]);
+        matrix_free(&down[e]);
+    }
+    cudaFree(dtable);
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dc);
+    cudaFree(dact);
+    cudaFree(dy);
+    cudaFree(dsact);
+    cudaFree(dsy);
+    cudaFree(dout);
+    free(gate);
+    free(up);
+    free(down);
+    free(table);
+    free(x);
+    free(act);
+    free(upv);
+    free(y);
+    free(want);
+    free(got);
+}
+
+/* Flash-decoding attention (absorbed) for `tokens` causal queries at positions
+ * n_pos - tokens + t, against the CPU's mla_decode of each query over its own prefix. The
+ * W_UV product is checked above, so kv_b's W_UV is the identity (F32): the CPU's output is
+ * then the attention's latent itself. */
+static void check_attention(long n_pos, int splits, int heads, int tokens)
+{
+    int kv_lora = 512, rope = 64, nope = 128, row = kv_lora + rope, q_width = nope + rope;
+    mla_shape shape = {kv_lora, rope, nope, kv_lora, 0.1447f};
+    size_t per_head = (size_t)(nope + kv_lora) * kv_lora, qn = (size_t)heads * q_width, on = (size_t)heads * kv_lora;
+    float *kv_b = calloc((size_t)heads * per_head, 4);
+    for (int h = 0; h < heads; h++) {
+        float *w = kv_b + (size_t)h * per_head;
+        for (size_t i = 0; i < (size_t)nope * kv_lora; i++)
+            w[i] = gpu_test_uniform() * 0.05f;
+        for (int i = 0; i < kv_lora; i++)
+            w[(size_t)(nope + i) * kv_lora + i] = 1.0f;
+    }
+    weight_matrix kv_b_host = {WEIGHT_F32, heads * (nope + kv_lora), kv_lora, (const uint8_t *)kv_b,
+                               (size_t)kv_lora * 4, NULL, 0, 1.0f};
+    uint16_t *cache = malloc((size_t)n_pos * row * 2);
+    for (size_t i = 0; i < (size_t)n_pos * row; i++)
+        cache[i] = float_to_f16(gpu_test_uniform() * 2.0f);
+    float *q = random_floats((size_t)tokens * qn, 1.0f);
+    float *scratch = malloc(mla_decode_scratch_floats(&shape, heads) * 4);
+    float *want = malloc((size_t)tokens * on * 4), *got = malloc((size_t)tokens * on * 4);
+    float *q_latent = calloc((size_t)tokens * on, 4);
+    long first = n_pos - tokens;
+    for (int t = 0; t < tokens; t++) {
+        mla_decode(&shape, &kv_b_host, 0, heads, q + (size_t)t * qn, cache, first + t + 1, scratch,
+                   want + (size_t)t * on);
+        /* the absorption from the CPU (checked separately) */
+        for (int h = 0; h < heads; h++) {
+            weight_matrix uk = linear_row_view(&kv_b_host, h * (nope + kv_lora), h * (nope + kv_lora) + nope);
+            linear_transposed_accumulate(&uk, q + (size_t)t * qn + (size_t)h * q_width,
+                                         q_latent + (size_t)t * on + (size_t)h * kv_lora);
+        }
+    }
+    float *dql = gpu_test_upload(q_latent, (size_t)tokens * on * 4), *dq = gpu_test_upload(q, (size_t)tokens * qn * 4);
+    uint16_t *dcache = gpu_test_upload(cache, (size_t)n_pos * row * 2);
+    int pos = (int)first;
+    int *dpos = gpu_test_upload(&pos, sizeof pos);
+    float *dparts = NULL, *dout = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dparts, (size_t)tokens * mla_decode_partial_floats(splits, heads, kv_lora) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)tokens * on * 4));
+    CHECK_INT(mla_decode_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, dpos, splits, dparts,
+                              dout, tokens, NULL), 0);
+    gpu_test_download(got, dout, (size_t)tokens * on * 4);
+    int bad = 0;
+    for (int t = 0; t < tokens; t++) {
+        double scale = 0;
+        for (size_t i = 0; i < on; i++)
+            scale = fmax(scale, fabs(want[(size_t)t * on + i]));
+        for (size_t i = 0; i < on; i++)
+            bad += !close_to(got[(size_t)t * on + i], want[(size_t)t * on + i], (float)scale, 2e-5f);
+    }
+    CHECK_MSG(bad == 0, "attention over %ld positions, %d queries, %d parts, %d heads: %d values out of tolerance",
+              n_pos, tokens, splits, heads, bad);
+    cudaFree(dql);
+    cudaFree(dq);
+    cudaFree(dcache);
+    cudaFree(dpos);
+    cudaFree(dparts);
+    cudaFree(dout);
+    free(kv_b);
+    free(cache);
+    free(q);
+    free(scratch);
+    free(want);
+    free(got);
+    free(q_latent);
+}
+
+int main(void)
+{
+    gpu_test_require_device();
+    int sm = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+    check_packed_upload(256, 7168);
+    check_packed_upload(5, 48);
+    /* GEMV: every format, odd widths (a half chunk at the end), rank shapes, split-K */
+    check_gemv(WEIGHT_NVFP4, 256, 7168, sm, "nvfp4 gate slice");
+    check_gemv(WEIGHT_NVFP4, 7168, 256, sm, "nvfp4 down slice");
+    check_gemv(WEIGHT_NVFP4, 37, 48, sm, "nvfp4 odd");
+    check_gemv(WEIGHT_NVFP4, 100, 7168 + 16, sm, "nvfp4 split-K, half chunk");
+    check_gemv(WEIGHT_BF16, 576, 7168, sm, "bf16 kv_a (split-K)");
+    check_gemv(WEIGHT_BF16, 1536, 7168, sm, "bf16 q_a");
+    check_gemv(WEIGHT_BF16, 384, 7168, 1, "bf16 router (no split)");
+    check_gemv(WEIGHT_BF16, 33, 100, sm, "bf16 odd");
+    check_gemv(WEIGHT_F16, 70, 136, sm, "f16");
+    check_gemv(WEIGHT_F32, 50, 330, sm, "f32");
+    /* several tokens: each weight read once for all (prefill steps), and tiles of 8 */
+    check_gemv_tokens(WEIGHT_NVFP4, 256, 7168, sm, 3, "nvfp4, 3 tokens");
+    check_gemv_tokens(WEIGHT_BF16, 576, 7168, sm, 8, "bf16 kv_a, 8 tokens");
+    check_gemv_tokens(WEIGHT_NVFP4, 37, 48, sm, 11, "nvfp4 odd, 11 tokens");
+    check_gemv_tokens(WEIGHT_F16, 70, 136, sm, 5, "f16, 5 tokens");
+    check_attention_projections(WEIGHT_BF16, 8, 128, 128, 512);
+    check_attention_projections(WEIGHT_NVFP4, 3, 32, 16, 64);
+    check_rmsnorm_add_allreduce();
+    check_kv_rope_cache(0, 1);
+    check_kv_rope_cache(4097, 1);
+    check_kv_rope_cache(131071, 1);
+    check_kv_rope_cache(100, 8);
+    check_route(384, 8, 1, 1, 1, 1);
+    check_route(16, 4, 4, 2, 1, 1);
+    check_route(64, 6, 8, 3, 0, 1);
+    check_route(384, 8, 1, 1, 1, 8);
+    check_moe(16, 8, 7168, 256, 1, 1);
+    check_moe(8, 2, 192, 64, 0, 1);
+    check_moe(16, 8, 7168, 256, 1, 5);
+    check_moe(40, 6, 512, 64, 0, 8);
+    check_moe(3, 3, 512, 64, 0, 12); /* 12 slots per expert: two passes of the grouped kernels */
+    check_attention(1, 1, 8, 1);
+    check_attention(17, 4, 8, 1);
+    check_attention(300, 7, 8, 1);
+    check_attention(5000, 64, 8, 1);
+    check_attention(2000, 16, 11, 1); /* two head groups, the second partial */
+    check_attention(8, 3, 8, 8);      /* a prefill step from position 0 */
+    check_attention(1000, 16, 8, 6);  /* a prefill step after 994 cached positions */
+    check_attention(700, 4, 8, 64);   /* a full prefill step */
+    return check_finish();
+}
