@@ -118,6 +118,9 @@ static int sm_count_of(int device, int *sm_count, kimi_err *err)
 int cuda_backend_memory(const model_weights *mw, const backend_options *opt, size_t *rank_budget_bytes,
                         size_t *rank_fixed_bytes, kimi_err *err)
 {
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
     int device, sm_count;
     size_t free_bytes, total_bytes;
     if (opt->tp < 1 || opt->tp > MAX_RANKS)
@@ -396,7 +399,7 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, ki
         return err->code;
     for (int r = 0; r < be->tp; r++)
         if (rank_open(be, r, err))
-            return kimi_err_prefix(err, "rank %d of %d", r, be->tp);
+            return kimi_err_prefix(err, err->code, "rank %d of %d", r, be->tp);
     const char *graphs = getenv("KIMI_CUDA_GRAPHS");
     be->use_graphs = !(graphs && !strcmp(graphs, "0"));
     (void)opt;
@@ -405,12 +408,15 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, ki
 
 int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err)
 {
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
     *out = NULL;
     const model_config *c = &mw->cfg;
     if (opt->tp < 1 || opt->tp > MAX_RANKS)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and %d", opt->tp, MAX_RANKS);
     if (config_check_tp(c, opt->tp, err))
-        return kimi_err_prefix(err, "--tp %d", opt->tp);
+        return kimi_err_prefix(err, err->code, "--tp %d", opt->tp);
     if (opt->max_context < 1)
         return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: the KV cache needs at least one position",
                          opt->max_context);
@@ -638,6 +644,9 @@ static int step_run(struct cuda_backend *be, int T, int with_logits, kimi_err *e
 int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long start_pos, const int *logit_rows,
                          int n_logit_rows, float *logits, kimi_err *err)
 {
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
     const model_config *c = be->cfg;
     CUDA_TRY(cudaSetDevice(be->device), "cudaSetDevice");
     if (n < 1 || start_pos < 0 || n_logit_rows < 0 || (n_logit_rows > 0 && !logits))
@@ -689,6 +698,9 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
 
 int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *err)
 {
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
     const model_config *c = be->cfg;
     CUDA_TRY(cudaSetDevice(be->device), "cudaSetDevice");
     if (n_pos < 0 || n_pos > be->capacity)

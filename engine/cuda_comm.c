@@ -17,6 +17,9 @@ struct cuda_comm {
 
 int cuda_comm_open_local(cuda_comm **out, int ranks, kimi_err *err)
 {
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
     *out = NULL;
     if (ranks < 1 || ranks > MAX_RANKS)
         return kimi_fail(err, KIMI_ERR_USAGE, "tp %d: must be between 1 and %d", ranks, MAX_RANKS);

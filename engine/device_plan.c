@@ -199,6 +199,9 @@ static int add_packed(void *ctx, const device_weight *w)
 int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_splits, device_rank_plan *out,
                           kimi_err *err)
 {
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
     memset(out, 0, sizeof *out);
     tp_shard shard;
     if (tp_shard_plan(mw, tp, rank, &shard, err))
