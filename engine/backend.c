@@ -6,6 +6,7 @@
 
 struct backend {
     backend_kind kind;
+    const model_config *cfg;
     cpu_backend *cpu;
     cuda_backend *cuda;
 };
@@ -69,6 +70,7 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
     if (!be)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the backend");
     be->kind = opt->kind;
+    be->cfg = &mw->cfg;
     int rc = opt->kind == BACKEND_CUDA ? cuda_backend_open(&be->cuda, mw, opt, err)
                                        : cpu_backend_open(&be->cpu, mw, opt, err);
     if (rc) {
@@ -95,9 +97,38 @@ long backend_capacity(const backend *be)
     return be->kind == BACKEND_CUDA ? cuda_backend_capacity(be->cuda) : cpu_backend_capacity(be->cpu);
 }
 
+/* The request, checked once for both implementations. */
+static int check_request(const backend *be, const int32_t *tokens, int n, long start_pos, const int *logit_rows,
+                         int n_logit_rows, const float *logits, kimi_err *err)
+{
+    long capacity = backend_capacity(be);
+    if (n < 1 || start_pos < 0 || n_logit_rows < 0 || (n_logit_rows > 0 && !logits))
+        return kimi_fail(err, KIMI_ERR_STATE, "forward: bad request (%d tokens at position %ld, %d logit rows)", n,
+                         start_pos, n_logit_rows);
+    if (start_pos > capacity - n)
+        return kimi_fail(err, KIMI_ERR_STATE,
+                         "context full: positions %ld..%ld do not fit in the KV cache of %ld positions", start_pos,
+                         start_pos + n - 1, capacity);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= be->cfg->vocab)
+            return kimi_fail(err, KIMI_ERR_INPUT, "token id %d at index %d is outside the vocabulary [0, %d)",
+                             tokens[i], i, be->cfg->vocab);
+    for (int j = 0; j < n_logit_rows; j++) {
+        if (logit_rows[j] < 0 || logit_rows[j] >= n)
+            return kimi_fail(err, KIMI_ERR_STATE, "logit row %d is outside the %d tokens", logit_rows[j], n);
+        for (int i = 0; i < j; i++)
+            if (logit_rows[i] == logit_rows[j])
+                return kimi_fail(err, KIMI_ERR_STATE, "logit row %d is asked for twice", logit_rows[j]);
+    }
+    return 0;
+}
+
 int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos, const int *logit_rows,
                     int n_logit_rows, float *logits, kimi_err *err)
 {
+    int rc = check_request(be, tokens, n, start_pos, logit_rows, n_logit_rows, logits, err);
+    if (rc)
+        return rc;
     if (be->kind == BACKEND_CUDA)
         return cuda_backend_forward(be->cuda, tokens, n, start_pos, logit_rows, n_logit_rows, logits, err);
     return cpu_backend_forward(be->cpu, tokens, n, start_pos, logit_rows, n_logit_rows, logits, err);

@@ -649,24 +649,6 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
         err = &local_err;
     const model_config *c = be->cfg;
     CUDA_TRY(cudaSetDevice(be->device), "cudaSetDevice");
-    if (n < 1 || start_pos < 0 || n_logit_rows < 0 || (n_logit_rows > 0 && !logits))
-        return kimi_fail(err, KIMI_ERR_STATE, "forward: bad request (%d tokens at position %ld, %d logit rows)", n,
-                         start_pos, n_logit_rows);
-    if (start_pos > be->capacity - n)
-        return kimi_fail(err, KIMI_ERR_STATE,
-                         "context full: positions %ld..%ld do not fit in the KV cache of %ld positions", start_pos,
-                         start_pos + n - 1, be->capacity);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->vocab)
-            return kimi_fail(err, KIMI_ERR_INPUT, "token id %d at index %d is outside the vocabulary [0, %d)",
-                             tokens[i], i, c->vocab);
-    for (int j = 0; j < n_logit_rows; j++) {
-        if (logit_rows[j] < 0 || logit_rows[j] >= n)
-            return kimi_fail(err, KIMI_ERR_STATE, "logit row %d is outside the %d tokens", logit_rows[j], n);
-        for (int i = 0; i < j; i++)
-            if (logit_rows[i] == logit_rows[j])
-                return kimi_fail(err, KIMI_ERR_STATE, "logit row %d is asked for twice", logit_rows[j]);
-    }
     size_t vocab = (size_t)c->vocab, hidden = (size_t)c->hidden;
     for (int first = 0; first < n; first += DEVICE_MAX_TOKENS) {
         int T = n - first < DEVICE_MAX_TOKENS ? n - first : DEVICE_MAX_TOKENS, wanted = 0;
