@@ -1,7 +1,7 @@
 /* backend_impl: the two implementations engine/backend.c dispatches to, the CPU reference
  * (backend_cpu.c) and the CUDA backend (backend_cuda.c, built only with CUDA). Arguments are
- * as in engine/backend.h; backend.c checks every forward request (sizes, positions, token ids, logit rows) before it
- * dispatches, so neither implementation repeats those checks. */
+ * as in engine/backend.h; backend.c checks every forward request (sizes, positions, token
+ * ids, logit rows) before it dispatches, so neither implementation repeats those checks. */
 #ifndef KIMI_BACKEND_IMPL_H
 #define KIMI_BACKEND_IMPL_H
 

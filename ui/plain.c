@@ -13,6 +13,7 @@
 #include <readline/readline.h>
 
 #include "app/paths.h"
+#include "ui/signal_pipe.h"
 #include "engine/array.h"
 
 #define DIM "\033[2m"
@@ -37,38 +38,6 @@ struct plain_ui {
     int turn_over;
     app *a;                     /* set while waiting */
 };
-
-/* ---- signals: a self-pipe read by every poll loop ---- */
-
-static int signal_pipe[2] = {-1, -1};
-
-static void on_signal(int sig)
-{
-    int saved = errno;
-    char byte = (char)sig;
-    ssize_t ignored = write(signal_pipe[1], &byte, 1);
-    (void)ignored;
-    errno = saved;
-}
-
-static void install_signals(void)
-{
-    if (signal_pipe[0] >= 0 || pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK))
-        return;
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-}
-
-/* The next signal caught, or 0. */
-static int take_signal(void)
-{
-    char byte;
-    return read(signal_pipe[0], &byte, 1) == 1 ? byte : 0;
-}
 
 /* ---- printing ---- */
 
@@ -277,7 +246,8 @@ plain_ui *plain_ui_new(const app_options *opt, int ask_tools)
     ui->progress_line = isatty(2);
     ui->show_reasoning = !opt->hide_reasoning && opt->reasoning != REASONING_HIDDEN;
     ui->pending_approval = ui->asked_call = -1;
-    install_signals();
+    static const int handled[] = {SIGINT, SIGTERM, SIGHUP};
+    signal_pipe_install(handled, 3, 0);    /* no SA_RESTART: the approval read sees EINTR */
     return ui;
 }
 
@@ -316,7 +286,7 @@ static tool_approval ask_approval(plain_ui *ui, int *signalled)
             char ch;
             ssize_t got = read(0, &ch, 1);
             if (got < 0 && errno == EINTR) {
-                *signalled = take_signal();
+                *signalled = signal_pipe_take();
                 if (*signalled) {
                     fputc('\n', stderr);
                     return TOOL_DENY;
@@ -365,11 +335,11 @@ plain_wait_result plain_ui_wait(plain_ui *ui, app *a, app_turn_outcome *outcome,
         }
         struct pollfd fds[APP_MAX_POLL_FDS + 1];
         int n = app_poll_fds(a, fds);
-        fds[n++] = (struct pollfd){.fd = signal_pipe[0], .events = POLLIN};
+        fds[n++] = (struct pollfd){.fd = signal_pipe_fd(), .events = POLLIN};
         if (poll(fds, (nfds_t)n, -1) < 0 && errno != EINTR)
             return kimi_fail(err, KIMI_ERR_IO, "poll: %s", strerror(errno)), PLAIN_WAIT_BROKEN;
         int sig;
-        while ((sig = take_signal())) {
+        while ((sig = signal_pipe_take())) {
             app_stop(a);
             if (sig == SIGINT)
                 interrupted = 1;
@@ -403,11 +373,11 @@ static char *read_line_tty(int *terminated)
     repl_eof = 0;
     rl_callback_handler_install("you> ", on_readline_line);
     while (!repl_line && !repl_eof) {
-        struct pollfd fds[2] = {{.fd = 0, .events = POLLIN}, {.fd = signal_pipe[0], .events = POLLIN}};
+        struct pollfd fds[2] = {{.fd = 0, .events = POLLIN}, {.fd = signal_pipe_fd(), .events = POLLIN}};
         if (poll(fds, 2, -1) < 0 && errno != EINTR)
             break;
         int sig;
-        while ((sig = take_signal())) {
+        while ((sig = signal_pipe_take())) {
             if (sig != SIGINT) {
                 *terminated = 1;
                 rl_callback_handler_remove();
@@ -432,7 +402,7 @@ static char *read_line_pipe(int *terminated)
     size_t cap = 0;
     ssize_t n;
     while ((n = getline(&line, &cap, stdin)) < 0 && errno == EINTR) {
-        if (take_signal() != SIGINT) {
+        if (signal_pipe_take() != SIGINT) {
             *terminated = 1;
             break;
         }

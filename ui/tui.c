@@ -23,6 +23,7 @@
 #include "ui/input.h"
 #include "ui/paint.h"
 #include "ui/render_model.h"
+#include "ui/signal_pipe.h"
 #include "ui/text_width.h"
 #include "ui/theme.h"
 
@@ -104,16 +105,6 @@ static int have_saved_termios;
 static char crash_reset[256];       /* written by the crash handler: what endwin would send */
 static size_t crash_reset_len;
 static volatile sig_atomic_t curses_on;
-static int signal_pipe[2] = {-1, -1};
-
-static void on_signal(int sig)
-{
-    int saved = errno;
-    char byte = (char)sig;
-    ssize_t ignored = write(signal_pipe[1], &byte, 1);
-    (void)ignored;
-    errno = saved;
-}
 
 /* A crash: endwin is not async-signal-safe, so do what it does by hand (the saved terminal
  * modes back, the alternate screen left, the cursor shown, attributes reset, paste and mouse
@@ -143,16 +134,9 @@ static void add_reset(const char *s)
 
 static void install_signals(void)
 {
-    if (signal_pipe[0] < 0 && pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK))
+    static const int handled[] = {SIGINT, SIGTERM, SIGHUP, SIGWINCH};
+    if (signal_pipe_install(handled, 4, 1))
         return;
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    sigaction(SIGWINCH, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
     struct sigaction crash = {.sa_handler = on_crash, .sa_flags = SA_RESETHAND | SA_NODEFER};
     sigemptyset(&crash.sa_mask);
     int crashes[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
@@ -160,11 +144,6 @@ static void install_signals(void)
         sigaction(crashes[i], &crash, NULL);
 }
 
-static int take_signal(void)
-{
-    char byte;
-    return read(signal_pipe[0], &byte, 1) == 1 ? byte : 0;
-}
 
 static void paste_mode(int on)
 {
@@ -1522,7 +1501,7 @@ int tui_run(tui *t, app *a)
         frame_tick(t, &timeout);
         struct pollfd fds[APP_MAX_POLL_FDS + 2];
         fds[0] = (struct pollfd){.fd = STDIN_FILENO, .events = POLLIN};
-        fds[1] = (struct pollfd){.fd = signal_pipe[0], .events = POLLIN};
+        fds[1] = (struct pollfd){.fd = signal_pipe_fd(), .events = POLLIN};
         int n = 2 + app_poll_fds(a, fds + 2);
         if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR) {
             strbuf_printf(&t->fatal, "poll: %s", strerror(errno));
@@ -1530,7 +1509,7 @@ int tui_run(tui *t, app *a)
             break;
         }
         int sig;
-        while ((sig = take_signal())) {
+        while ((sig = signal_pipe_take())) {
             if (sig == SIGWINCH) {
                 resize(t);
             } else if (sig == SIGINT) {
