@@ -2,7 +2,6 @@
 #include "ui/tui.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <langinfo.h>
 #include <locale.h>
 #include <signal.h>
