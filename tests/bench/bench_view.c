@@ -12,6 +12,7 @@
 #include <curses.h>
 
 #include "ui/paint.h"
+#include "tests/bench/bench_transcript.h"
 #include "ui/render_model.h"
 #include "ui/theme.h"
 
@@ -34,49 +35,6 @@ static double sorted_at(double *v, int n, int permille)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return v[(long)n * permille / 1000];
-}
-
-static const char *words[] = {"the", "model", "reads", "every", "weight", "once", "per",
-                              "token", "**fast**", "`kv`", "中文", "cache", "and", "so", "on"};
-enum { N_WORDS = sizeof words / sizeof words[0] };
-
-static void add_words(render_model *rm, int b, int tokens, unsigned *seed)
-{
-    char buf[64];
-    for (int i = 0; i < tokens; i++) {
-        *seed = *seed * 1103515245u + 12345u;
-        int n = snprintf(buf, sizeof buf, "%s%s", words[(*seed >> 16) % N_WORDS],
-                         (*seed >> 8) % 13 == 0 ? "\n" : " ");
-        render_model_append_text(rm, b, buf, (size_t)n, NULL);
-    }
-}
-
-static const char answer_tail[] =
-    "\n\n## Table\n\n| name | value | 说明 |\n|---|--:|---|\n| alpha | 1 | 第一 |\n"
-    "| beta | 22 | 第二 |\n\n```c\nfor (int i = 0; i < n; i++)\n    sum += x[i];\n```\n"
-    "- a list item\n- another one with more words in it\n> a quote\n";
-
-/* One turn of about 600 tokens, as bench_render builds it. */
-static void add_turn(render_model *rm, unsigned *seed, int *tokens)
-{
-    int u = render_model_append(rm, RM_USER, "", 0, NULL);
-    add_words(rm, u, 20, seed);
-    int r = render_model_append(rm, RM_REASONING, "", 0, NULL);
-    add_words(rm, r, 200, seed);
-    render_model_set_reasoning_stats(rm, r, 200, 3.2);
-    render_model_finish(rm, r);
-    int a = render_model_append(rm, RM_ANSWER, "# Answer\n\n", 10, NULL);
-    add_words(rm, a, 250, seed);
-    render_model_append_text(rm, a, answer_tail, sizeof answer_tail - 1, NULL);
-    render_model_finish(rm, a);
-    int t = render_model_append_tool(rm, "word_count", "functions.word_count:0", NULL);
-    const char *args = "{\"path\": \"notes.txt\"}";
-    render_model_append_text(rm, t, args, strlen(args), NULL);
-    render_model_set_tool_state(rm, t, RM_TOOL_DONE, NULL, 0.2, NULL);
-    const char *result = "  1204 notes.txt\nline 2\nline 3\nline 4\nline 5\n";
-    render_model_set_tool_result(rm, t, result, strlen(result), NULL);
-    render_model_finish(rm, t);
-    *tokens += 20 + 200 + 250 + 80 + 30;
 }
 
 typedef struct {
