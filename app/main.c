@@ -149,7 +149,7 @@ int main(int argc, char **argv)
         if (o.show_help)
             fputs(options_help(), stdout);
         else
-            printf("kimi-chat %s\n", options_version());
+            printf("%s\n", options_version());
         options_free(&o);
         return EXIT_OK;
     }

@@ -27,6 +27,8 @@ expect() {
 }
 
 expect 2 '^kimi-chat: --frobnicate: unknown flag' -- --frobnicate
+"$kimi_chat" --version | grep -qx "kimi-chat [0-9]*\.[0-9]*\.[0-9]*" ||
+    { echo "FAIL: --version says '$("$kimi_chat" --version)'"; failed=$((failed + 1)); }
 expect 2 '^kimi-chat: --tp 0: must be 1..8' -- --tp 0 --prompt hi
 expect 3 "^kimi-chat: --model $tmp/nowhere: no such folder" -- --model "$tmp/nowhere" --prompt hi
 cp -r "$root/app/demo/kimi-demo" "$tmp/broken" && chmod -R u+w "$tmp/broken"
