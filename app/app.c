@@ -778,17 +778,60 @@ static void session_changed(app *a)
         a->fe.session_reset(a->fe.user);
 }
 
+/* Where /load NAME reads: a session of that name in the sessions folder (what /save NAME
+ * wrote), else the file NAME as given. */
 static char *resolve_session_name(const app *a, const char *name)
 {
-    struct stat st;
-    if (strchr(name, '/') || !a->sessions_dir || stat(name, &st) == 0)
+    if (strchr(name, '/') || !a->sessions_dir)
         return strdup(name);
-    size_t n = strlen(a->sessions_dir) + strlen(name) + 8;
-    char *path = malloc(n);
-    if (!path)
-        return NULL;
     size_t len = strlen(name);
-    snprintf(path, n, "%s/%s%s", a->sessions_dir, name, len > 5 && !strcmp(name + len - 5, ".json") ? "" : ".json");
+    char *path;
+    if (asprintf(&path, "%s/%s%s", a->sessions_dir, name,
+                 len > 5 && !strcmp(name + len - 5, ".json") ? "" : ".json") < 0)
+        return NULL;
+    struct stat st;
+    if (stat(path, &st) == 0 || stat(name, &st) != 0)
+        return path;
+    free(path);
+    return strdup(name);
+}
+
+/* Where /save NAME writes: a bare NAME is always a file of the sessions folder (never a file
+ * of the current folder that happens to have that name); a path with '/' is taken as given. A
+ * target that exists and is not a session (someone's notes, a folder) is never replaced. */
+static char *save_target(const app *a, const char *name, kimi_err *err)
+{
+    if (!strchr(name, '/') && name[0] == '.') {
+        kimi_fail(err, KIMI_ERR_INPUT, "/save %s: a session name cannot start with '.'", name);
+        return NULL;
+    }
+    char *path;
+    if (strchr(name, '/') || !a->sessions_dir) {
+        path = strdup(name);
+    } else {
+        size_t len = strlen(name);
+        const char *ext = len > 5 && !strcmp(name + len - 5, ".json") ? "" : ".json";
+        if (asprintf(&path, "%s/%s%s", a->sessions_dir, name, ext) < 0)
+            path = NULL;
+    }
+    if (!path) {
+        kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        session existing;
+        session_init(&existing);
+        kimi_err why = {0};
+        int is_session = S_ISREG(st.st_mode) && session_load(&existing, path, &why) == 0;
+        session_free(&existing);
+        if (!is_session) {
+            kimi_fail(err, KIMI_ERR_INPUT, "/save %s: %s exists and is not a kimi-chat session; not replaced",
+                      name, path);
+            free(path);
+            return NULL;
+        }
+    }
     return path;
 }
 
@@ -1025,8 +1068,8 @@ static int run_command(app *a, command *c, kimi_err *err)
         return 0;
     case CMD_SAVE:
         if (c->arg[0]) {
-            char *path = resolve_session_name(a, c->arg);
-            int rc = path ? session_save(&a->sess, path, err) : kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+            char *path = save_target(a, c->arg, err);
+            int rc = path ? session_save(&a->sess, path, err) : err->code;
             if (!rc)
                 say_info(a, "saved to %s", path);
             free(path);

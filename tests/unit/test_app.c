@@ -434,6 +434,21 @@ static void test_sessions(void)
     CHECK_MSG(app_command(a, "/load mine", &err) == 0, "%s", err.msg);
     CHECK(n_msgs(a) == 2 && !strcmp(msg(a, 1)->content.s, "saved"));
 
+    /* /save NAME never replaces a file of the user's that happens to have that name */
+    FILE *notes = fopen("notes", "w");
+    fputs("my notes\n", notes);
+    fclose(notes);
+    CHECK_MSG(app_command(a, "/save notes", &err) == 0, "%s", err.msg);
+    char text[64] = "";
+    notes = fopen("notes", "r");
+    CHECK(notes && fgets(text, sizeof text, notes));
+    fclose(notes);
+    CHECK_STR(text, "my notes\n");
+    CHECK(app_command(a, "/load notes", &err) == 0 && n_msgs(a) == 2);   /* the session copy */
+    CHECK(app_command(a, "/save ./notes", &err) != 0 && strstr(err.msg, "not a kimi-chat session"));
+    CHECK(app_command(a, "/save ..", &err) != 0 && strstr(err.msg, "'.'"));
+    CHECK(app_command(a, "/save mine", &err) == 0);                      /* its own copy again */
+
     /* a corrupt file: an error, the session unchanged, and the file never written */
     char corrupt[400];
     snprintf(corrupt, sizeof corrupt, "%s/corrupt.json", tmp_dir);
