@@ -282,9 +282,12 @@ static tool_approval ask_approval(plain_ui *ui, int *signalled)
         char answer[64];
         size_t n = 0;
         for (;;) {
-            char ch;
-            ssize_t got = read(0, &ch, 1);
-            if (got < 0 && errno == EINTR) {
+            /* through stdin's buffer: on a pipe, the REPL's getline has read ahead, and the
+               answer is in that buffer, not on fd 0 */
+            errno = 0;
+            int ch = getc(stdin);
+            if (ch == EOF && errno == EINTR) {
+                clearerr(stdin);
                 *signalled = signal_pipe_take();
                 if (*signalled) {
                     fputc('\n', stderr);
@@ -292,14 +295,14 @@ static tool_approval ask_approval(plain_ui *ui, int *signalled)
                 }
                 continue;
             }
-            if (got <= 0) {
+            if (ch == EOF) {
                 fputc('\n', stderr);
                 return TOOL_DENY;
             }
             if (ch == '\n')
                 break;
             if (n < sizeof answer - 1)
-                answer[n++] = ch;
+                answer[n++] = (char)ch;
         }
         answer[n] = 0;
         if (!strcmp(answer, "y") || !strcmp(answer, "yes"))

@@ -62,6 +62,18 @@ printf 'Hello! Who are you?\n/stats\n' | "$kimi_chat" --plain --temperature 0 > 
 [[ $? -eq 0 ]] && grep -q "demo model" "$tmp/out" && grep -q "last answer: prompt" "$tmp/err" ||
     { echo "FAIL: plain REPL on a pipe"; cat "$tmp/out" "$tmp/err"; failed=$((failed + 1)); }
 
+# The REPL on a pipe asks before a tool and reads the answer from the same input: "y" runs the
+# tool and is not sent to the model as a message.
+rm -rf "$tmp/data"
+printf 'What time is it?\ny\n' | "$kimi_chat" --plain --temperature 0 > "$tmp/out" 2> "$tmp/err"
+saved=$(ls "$tmp/data/kimi-chat/sessions/"*.json 2>/dev/null | head -n 1)
+if [[ -z "$saved" ]] || ! grep -q "← now: done" "$tmp/err" ||
+    ! python3 -c "import json, sys; sys.exit(any(m['role'] == 'user' and m['content'] == 'y' for m in json.load(open('$saved'))['messages']))"; then
+    echo "FAIL: approval on a pipe:"; cat "$tmp/err"; failed=$((failed + 1))
+else
+    echo "ok: approval on a pipe runs the tool"
+fi
+
 # SIGINT during a script: exit 130 and the session so far is saved.
 rm -rf "$tmp/data"
 { echo "/set temperature 0"; for i in $(seq 40); do echo "What time is it?"; done; } > "$tmp/long.kc"
