@@ -80,10 +80,14 @@ int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
             starts_turn = !line_failed && app_busy(a);     /* /retry */
         } else {
             plain_ui_echo_turn(ui, it->text, it->len);
-            line_failed = app_send(a, it->text, it->len, &err) != 0;
-            if (line_failed)
+            if (app_send(a, it->text, it->len, &err)) {
+                /* the core is idle here: a turn that cannot start is the model's or the
+                   engine's failure (the conversation is larger than the context, out of
+                   memory, a server refusing), not a bad line */
                 line_error(s, it, err.msg);
-            starts_turn = !line_failed;
+                return 3;
+            }
+            starts_turn = 1;
         }
         if (starts_turn) {
             app_turn_outcome outcome = APP_TURN_DONE;

@@ -42,6 +42,9 @@ expect 1 "^$tmp/expect.kc:2: /expect contains \"banana\"" -- --script "$tmp/expe
 grep -q "What time" "$tmp/out" && { echo "FAIL: the script went on after a failed /expect"; failed=$((failed + 1)); }
 expect 1 "expect.kc:2: /expect contains" -- --script "$tmp/expect.kc" --temperature 0 --keep-going --no-save
 grep -q "you> What time" "$tmp/out" || { echo "FAIL: --keep-going did not go on"; failed=$((failed + 1)); }
+# A turn larger than the whole context: the model's failure (3), named, not a bad line (1).
+printf 'Hello! Who are you?\n' > "$tmp/hello.kc"
+expect 3 "^$tmp/hello.kc:1: the conversation is [0-9]+ tokens, more than the 50-token context" -- --script "$tmp/hello.kc" --max-context 50 --no-save
 echo '{"meta": {"format": "kimi-chat-session", "version": 99}, "messages": []}' > "$tmp/newer.json"
 expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.json" --prompt hi
 
