@@ -1163,15 +1163,20 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
         if (!a->sessions_dir || session_list(a->sessions_dir, &entries, &n, err))
             goto fail;
         int found = -1;
-        for (int i = 0; i < n && found < 0; i++)
+        for (int i = 0; i < n && found < 0; i++) {
             if (entries[i].n_messages > 0)
                 found = i;
+            else if (entries[i].unreadable)     /* said, skipped, and never written */
+                say_info(a, "--resume: skipped %s: %s", entries[i].path, entries[i].title);
+        }
         if (found < 0) {
             session_list_free(entries, n);
             kimi_fail(err, KIMI_ERR_USAGE, "--resume: no saved session in %s", a->sessions_dir);
             goto fail;
         }
         int rc = load_session(a, entries[found].path, err);
+        if (!rc)
+            say_info(a, "resumed %s (%d messages)", entries[found].path, a->sess.conv.n_messages);
         session_list_free(entries, n);
         if (rc)
             goto fail;

@@ -141,6 +141,7 @@ typedef struct {
     int answer_later;           /* leave the approval pending */
     int pending_call;
     char info[4096];
+    char infos[8192];           /* every info line since the app opened */
     char edit[256];
     app *a;
 } recorder;
@@ -170,6 +171,8 @@ static void on_info(void *user, const char *text)
 {
     recorder *r = user;
     snprintf(r->info, sizeof r->info, "%s", text);
+    size_t used = strlen(r->infos);
+    snprintf(r->infos + used, sizeof r->infos - used, "%s\n", text);
 }
 
 static int on_view(void *user, const char *name, const char *arg, kimi_err *err)
@@ -469,6 +472,23 @@ static void test_sessions(void)
     opt.load_path = NULL;
     struct stat st;
     CHECK(stat(corrupt, &st) == 0 && st.st_size == 48);
+
+    /* --resume with a corrupt newest session: says so, skips it, resumes the one before, and
+       never writes the corrupt one */
+    char newest[400];
+    snprintf(newest, sizeof newest, "%s/data/kimi-chat/sessions/2099-01-01T00-00-00.json", tmp_dir);
+    f = fopen(newest, "w");
+    fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"trunc", f);
+    fclose(f);
+    opt.resume = 1;
+    a = open_app(script, 1);
+    opt.resume = 0;
+    CHECK_MSG(strstr(rec.infos, "skipped") && strstr(rec.infos, "2099-01-01T00-00-00.json"), "%s", rec.infos);
+    CHECK_MSG(strstr(rec.infos, "resumed "), "%s", rec.infos);
+    CHECK(n_msgs(a) == 2 && !strcmp(msg(a, 1)->content.s, "saved"));
+    send(a, "more");
+    app_close(a);
+    CHECK(stat(newest, &st) == 0 && st.st_size == 48);
 }
 
 int main(void)
