@@ -139,15 +139,25 @@ int app_save(app *a, kimi_err *err)
 {
     if (!a->sessions_dir || conversation_is_empty(&a->sess))
         return 0;
+    int reserved = 0;
     if (!a->sess.path) {
         if (!a->sess.created)
             a->sess.created = time(NULL);
         if (!(a->sess.path = session_new_path(a->sessions_dir, a->sess.created)))
             return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        reserved = 1;
     }
     int rc = session_save(&a->sess, a->sess.path, err);
     if (a->fe.saved)
         a->fe.saved(a->fe.user, a->sess.path, rc == 0);
+    if (rc && reserved) {
+        /* no empty reserved file left behind; the next save picks a name again */
+        struct stat st;
+        if (stat(a->sess.path, &st) == 0 && st.st_size == 0)
+            unlink(a->sess.path);
+        free(a->sess.path);
+        a->sess.path = NULL;
+    }
     return rc;
 }
 

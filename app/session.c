@@ -1445,9 +1445,16 @@ char *session_new_path(const char *dir, time_t t)
             snprintf(path, size, "%s%s%s.json", dir, sep, stamp);
         else
             snprintf(path, size, "%s%s%s-%d.json", dir, sep, stamp, k);
-        struct stat st;
-        if (lstat(path, &st) && errno == ENOENT)
+        /* Created here (empty), not only looked up: two kimi-chat processes saving a new
+           session in the same second otherwise both see the name free and the second's
+           saves replace the first's conversation. */
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            close(fd);
             return path;
+        }
+        if (errno != EEXIST)
+            return path;    /* the save that follows says why the folder cannot be written */
     }
     free(path);
     return NULL;

@@ -755,6 +755,17 @@ static void test_list_and_new_path(void)
     snprintf(want, sizeof want, "%s/2026-12-01T11-40-03-3.json", dir);
     CHECK_STR(third, want);
     unlink(second);
+    /* two writers asking for a name in the same second (before either saved) get two names */
+    char *race_dir = path_in("race");
+    mkdir(race_dir, 0700);
+    char *first_writer = session_new_path(race_dir, 1796125203), *second_writer = session_new_path(race_dir, 1796125203);
+    CHECK_MSG(first_writer && second_writer && strcmp(first_writer, second_writer), "%s %s", first_writer, second_writer);
+    unlink(first_writer);
+    unlink(second_writer);
+    rmdir(race_dir);
+    free(first_writer);
+    free(second_writer);
+    free(race_dir);
     char slash_dir[600];
     snprintf(slash_dir, sizeof slash_dir, "%s/", dir);
     char *with_slash = session_new_path(slash_dir, 1796125203 + 60);
