@@ -22,14 +22,17 @@ int file_read_all(const char *path, char **data, size_t *size, kimi_err *err)
             fclose(f);
             return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", path);
         }
+        errno = 0;
         got = fread(buf + n, 1, cap - 1 - n, f);
         n += got;
     } while (got > 0);
-    int failed = ferror(f);
+    int failed = ferror(f), why = errno;
     fclose(f);
     if (failed) {
         free(buf);
-        return kimi_fail(err, KIMI_ERR_IO, "%s: read error", path);
+        /* a folder opens fine and fails here: say so rather than a bare "read error" */
+        return kimi_fail(err, KIMI_ERR_IO, "%s: cannot read: %s", path,
+                         why == EISDIR ? "it is a folder, not a file" : why ? strerror(why) : "read error");
     }
     buf[n] = 0;
     *data = buf;

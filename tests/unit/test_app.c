@@ -459,6 +459,8 @@ static void test_sessions(void)
     fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"trunc", f);
     fclose(f);
     CHECK(app_command(a, "/load /nonexistent-dir/x.json", &err) != 0);
+    mkdir("adir", 0700);
+    CHECK_MSG(app_command(a, "/load adir", &err) != 0 && strstr(err.msg, "adir: cannot read: it is a folder"), "%s", err.msg);
     err = (kimi_err){0};
     CHECK(app_command(a, "/load corrupt.json", &err) != 0 && strstr(err.msg, "corrupt.json"));
     CHECK_INT(n_msgs(a), 2);
