@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <readline/history.h>
@@ -314,11 +315,26 @@ static tool_approval ask_approval(plain_ui *ui, int *signalled)
     }
 }
 
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* How long SIGTERM/SIGHUP waits for the stopped turn to wind down (a cancelled generation or
+ * tool ends in milliseconds) before giving up on it. */
+#define TERMINATE_GRACE_S 3.0
+
 plain_wait_result plain_ui_wait(plain_ui *ui, app *a, app_turn_outcome *outcome, kimi_err *err)
 {
     int interrupted = 0;
+    double terminated_at = 0;   /* SIGTERM/SIGHUP came: the turn is stopped and wound down so
+                                   that what is saved is whole (every tool call answered) */
     ui->turn_over = 0;
     while (app_busy(a)) {
+        if (terminated_at && seconds_now() - terminated_at > TERMINATE_GRACE_S)
+            return PLAIN_WAIT_TERMINATED;
         if (ui->pending_approval >= 0) {
             int sig = 0;
             int index = ui->pending_approval;
@@ -328,8 +344,8 @@ plain_wait_result plain_ui_wait(plain_ui *ui, app *a, app_turn_outcome *outcome,
                 app_stop(a);
                 if (sig == SIGINT)
                     interrupted = 1;
-                else
-                    return PLAIN_WAIT_TERMINATED;
+                else if (!terminated_at)
+                    terminated_at = seconds_now();
             } else {
                 app_approve(a, index, decision);
             }
@@ -338,20 +354,22 @@ plain_wait_result plain_ui_wait(plain_ui *ui, app *a, app_turn_outcome *outcome,
         struct pollfd fds[APP_MAX_POLL_FDS + 1];
         int n = app_poll_fds(a, fds);
         fds[n++] = (struct pollfd){.fd = signal_pipe_fd(), .events = POLLIN};
-        if (poll(fds, (nfds_t)n, -1) < 0 && errno != EINTR)
+        if (poll(fds, (nfds_t)n, terminated_at ? 100 : -1) < 0 && errno != EINTR)
             return kimi_fail(err, KIMI_ERR_IO, "poll: %s", strerror(errno)), PLAIN_WAIT_BROKEN;
         int sig;
         while ((sig = signal_pipe_take())) {
             app_stop(a);
             if (sig == SIGINT)
                 interrupted = 1;
-            else
-                return PLAIN_WAIT_TERMINATED;
+            else if (!terminated_at)
+                terminated_at = seconds_now();
         }
         if (app_dispatch(a, err))
             return PLAIN_WAIT_BROKEN;
     }
     *outcome = ui->turn_over ? ui->outcome : APP_TURN_DONE;
+    if (terminated_at)
+        return PLAIN_WAIT_TERMINATED;
     return interrupted ? PLAIN_WAIT_INTERRUPTED : PLAIN_WAIT_IDLE;
 }
 

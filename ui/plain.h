@@ -21,7 +21,8 @@ app_frontend plain_ui_frontend(plain_ui *ui);
 typedef enum {
     PLAIN_WAIT_IDLE,            /* the turn ended (its outcome in *outcome) */
     PLAIN_WAIT_INTERRUPTED,     /* SIGINT stopped it (kept); the turn has ended */
-    PLAIN_WAIT_TERMINATED,      /* SIGTERM or SIGHUP: stop everything */
+    PLAIN_WAIT_TERMINATED,      /* SIGTERM or SIGHUP: stop everything (the turn was stopped
+                                   and, unless it hung, ended: what came is kept) */
     PLAIN_WAIT_BROKEN,          /* the core failed (err) */
 } plain_wait_result;
 

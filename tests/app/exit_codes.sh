@@ -99,5 +99,32 @@ else
     echo "ok: SIGINT -> 130, $n messages saved"
 fi
 
+# SIGTERM while a tool runs: exit 130, and the saved session is whole: the call has its
+# (cancelled) result, so the session loads and continues (a server refuses an unanswered call).
+rm -rf "$tmp/data"
+cat > "$tmp/sleepy.json" <<'JSON'
+[{"type": "function", "function": {"name": "now", "description": "The time.",
+  "parameters": {"type": "object", "properties": {}}}, "exec": {"argv": ["sleep", "30"]}}]
+JSON
+printf 'What time is it?\n' > "$tmp/now.kc"
+: > "$tmp/err"      # not the last test's: the wait below reads it
+"$kimi_chat" --script "$tmp/now.kc" --tools "$tmp/sleepy.json" --allow-tools all --temperature 0 > "$tmp/out" 2> "$tmp/err" &
+pid=$!
+for _ in $(seq 1200); do grep -q "→ now" "$tmp/err" 2>/dev/null && break; sleep 0.05; done
+kill -TERM $pid
+wait $pid
+code=$?
+saved=$(ls "$tmp/data/kimi-chat/sessions/"*.json 2>/dev/null | head -n 1)
+if [[ $code -ne 130 || -z "$saved" ]] || ! python3 -c "
+import json, sys
+m = json.load(open('$saved'))['messages']
+calls = [c['id'] for x in m for c in (x.get('tool_calls') or [])]
+answered = [x.get('tool_call_id') for x in m if x['role'] == 'tool']
+sys.exit(0 if calls and calls == answered else 1)"; then
+    echo "FAIL: SIGTERM during a tool: exit $code, saved '$saved'"; cat "$saved" 2>/dev/null; failed=$((failed + 1))
+else
+    echo "ok: SIGTERM during a tool -> 130, every call answered in the saved session"
+fi
+
 echo "exit_codes: $failed failed"
 [[ $failed -eq 0 ]]
