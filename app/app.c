@@ -632,6 +632,25 @@ void app_stop(app *a)
     }
 }
 
+int app_wind_down(app *a, double seconds, kimi_err *err)
+{
+    if (a->state == TURN_IDLE)
+        return 0;
+    app_stop(a);
+    double deadline = now_seconds() + seconds;
+    while (a->state != TURN_IDLE && now_seconds() < deadline) {
+        struct pollfd fds[APP_MAX_POLL_FDS];
+        int n = app_poll_fds(a, fds);
+        if (n && poll(fds, (nfds_t)n, 100) < 0 && errno != EINTR)
+            return kimi_fail(err, KIMI_ERR_IO, "poll: %s", strerror(errno));
+        if (app_dispatch(a, err))
+            return err->code;
+    }
+    if (a->state != TURN_IDLE)
+        return kimi_fail(err, KIMI_ERR_STATE, "the stopped turn did not end within %g s", seconds);
+    return 0;
+}
+
 int app_busy(const app *a) { return a->state != TURN_IDLE; }
 int app_quit_requested(const app *a) { return a->quit; }
 const session *app_session(const app *a) { return &a->sess; }

@@ -102,6 +102,11 @@ int app_command_check(const char *line, kimi_err *err);
 
 /* Stop the running generation or tool run; what came is kept. */
 void app_stop(app *a);
+/* Stop the running turn, if any, and handle its end for at most `seconds` (a cancelled
+ * generation or tool ends in milliseconds), so that what is saved next is whole: every tool
+ * call of the answer has its result. For quitting (SIGTERM, /quit, Ctrl-D while busy).
+ * Returns 0 when the core is idle after it. */
+int app_wind_down(app *a, double seconds, kimi_err *err);
 /* Answer a pending tool_approval. */
 void app_approve(app *a, int call_index, tool_approval decision);
 

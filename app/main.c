@@ -197,6 +197,10 @@ int main(int argc, char **argv)
         case APP_MODE_TUI: code = tui_run(view, a); break;
         case APP_MODE_PLAIN: code = plain_ui_repl(ui, a); break;
         }
+        /* a turn cut by a signal or a quit is wound down first: the session saved is whole */
+        if (app_wind_down(a, 3.0, &err))
+            fprintf(stderr, "kimi-chat: %s\n", err.msg);
+        err = (kimi_err){0};
         if (app_save(a, &err))
             fprintf(stderr, "kimi-chat: %s\n", err.msg);
     }

@@ -410,6 +410,20 @@ static void test_stop_and_failures(void)
     CHECK_MSG(seconds < 2, "stopping a running tool took %.2f s", seconds);
     CHECK(rec.outcome == APP_TURN_STOPPED && !strcmp(app_session(a)->meta[2].tool_state, "cancelled"));
     app_close(a);
+
+    /* quitting while a tool runs (SIGTERM, /quit in the full screen): wound down, the call
+       answered before the session is saved */
+    a = open_app(slow_tool, 1);
+    CHECK(app_send(a, "nap", 3, &err) == 0);
+    for (int i = 0; i < 20 && app_poll_fds(a, fds) && fds[0].fd == fake.fd[0]; i++) {
+        poll(fds, 1, 100);
+        app_dispatch(a, &err);
+    }
+    CHECK(app_busy(a) && n_msgs(a) == 2);
+    CHECK(app_wind_down(a, 3, &err) == 0 && !app_busy(a));
+    CHECK(n_msgs(a) == 3 && msg(a, 2)->role == CHAT_ROLE_TOOL && !strcmp(app_session(a)->meta[2].tool_state, "cancelled"));
+    CHECK(app_wind_down(a, 3, &err) == 0);         /* idle: nothing to do */
+    app_close(a);
     opt.allow_tools = NULL;
 
     static const answer broken[] = {{.content = "par", .error = "device lost"}};
