@@ -773,11 +773,11 @@ static int set_system(app *a, const char *text, kimi_err *err)
                 return err->code;
             }
         session_truncate(&a->sess, 0);
-        for (int i = 0; i < s2.conv.n_messages; i++)
-            if (session_append(&a->sess, &s2.conv.messages[i], &s2.meta[i], err))
-                break;
+        int rc = 0;
+        for (int i = 0; !rc && i < s2.conv.n_messages; i++)
+            rc = session_append(&a->sess, &s2.conv.messages[i], &s2.meta[i], err);
         session_free(&s2);
-        return err->code;
+        return rc ? err->code : 0;     /* not err->code alone: it may hold a caller's old error */
     }
     if (!*text)
         return 0;
@@ -1056,9 +1056,25 @@ static int run_command(app *a, command *c, kimi_err *err)
         int u = last_user_index(a);
         if (u < 0)
             return kimi_fail(err, KIMI_ERR_STATE, "/retry: there is no question to answer again");
-        session_truncate(&a->sess, u + 1);
-        session_changed(a);
-        return begin_turn(a, err);
+        /* the answer is dropped only once the new one is on its way: when the generation
+           cannot start (a server down, the context), the old answer stays */
+        session kept;
+        session_init(&kept);
+        int rc = 0;
+        for (int i = u + 1; !rc && i < a->sess.conv.n_messages; i++)
+            rc = session_append(&kept, &a->sess.conv.messages[i], &a->sess.meta[i], err);
+        if (!rc) {
+            session_truncate(&a->sess, u + 1);
+            rc = begin_turn(a, err);
+            for (int i = 0; rc && i < kept.conv.n_messages; i++) {
+                kimi_err restore = {0};
+                if (session_append(&a->sess, &kept.conv.messages[i], &kept.meta[i], &restore))
+                    break;
+            }
+            session_changed(a);
+        }
+        session_free(&kept);
+        return rc;
     }
     case CMD_UNDO:
     case CMD_EDIT: {

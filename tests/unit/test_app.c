@@ -32,6 +32,7 @@ typedef struct {
     int n_script, started;
     int fd[2];
     int running, cancelled, emitted;
+    const char *refuse;         /* start fails with this (a server down) */
     generator_result result;
     char last_request_system[64];
 } fake_generator;
@@ -39,7 +40,8 @@ typedef struct {
 static int fake_start(generator *g, const generator_request *req, kimi_err *err)
 {
     fake_generator *f = (fake_generator *)g;
-    (void)err;
+    if (f->refuse)
+        return kimi_fail(err, KIMI_ERR_IO, "%s", f->refuse);
     f->running = 1;
     f->cancelled = f->emitted = 0;
     f->started++;
@@ -256,6 +258,11 @@ static void test_answer_and_commands(void)
     CHECK(app_command(a, "/retry", &err) == 0);
     wait_idle(a, 10);
     CHECK_INT(n_msgs(a), 3);                        /* the answer replaced */
+    /* /retry that cannot start keeps the answer it was to replace */
+    fake.refuse = "server down";
+    CHECK(app_command(a, "/retry", &err) != 0 && strstr(err.msg, "server down"));
+    fake.refuse = NULL;
+    CHECK(!app_busy(a) && n_msgs(a) == 3 && !strcmp(msg(a, 2)->content.s, "four"));
     CHECK(app_command(a, "/edit", &err) == 0 && n_msgs(a) == 1);
     CHECK_STR(rec.edit, "2+2?");
     CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
