@@ -540,7 +540,8 @@ void app_approve(app *a, int call_index, tool_approval decision)
         return;
     pending_call *c = &a->calls[call_index];
     tool_def *t = tools_find(&a->tools, c->name.data ? c->name.data : "");
-    if (!t) {
+    if (!t || !t->enabled || a->opt->no_tools) {
+        /* disabled while the question was open (/tools disable): reported, never run */
         a->state = TURN_GENERATING;
         advance_tools(a);
         return;

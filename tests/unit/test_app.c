@@ -348,6 +348,23 @@ static void test_approval(void)
     CHECK(!app_busy(a) && rec.outcome == APP_TURN_DONE);
     CHECK(n_msgs(a) == 6 && !strcmp(msg(a, 4)->content.s, "2\n"));
     app_close(a);
+
+    /* the tool disabled while its question is open: "yes" does not run it */
+    rec = (recorder){0};
+    CHECK(app_open(&a, &opt, &f2, fake_open(script, 3), &err) == 0);
+    rec.a = a;
+    rec.answer_later = 1;
+    CHECK(app_send(a, "go", 2, &err) == 0);
+    wait_idle(a, 10);
+    CHECK(app_busy(a) && rec.approvals == 1);
+    CHECK(app_command(a, "/tools disable echo", &err) == 0);
+    rec.answer_later = 0;
+    rec.answer = TOOL_APPROVE_ONCE;
+    app_approve(a, 0, TOOL_APPROVE_ONCE);
+    wait_idle(a, 10);
+    CHECK_MSG(n_msgs(a) >= 3 && !strcmp(app_session(a)->meta[2].tool_state, "unknown tool") &&
+              !app_last_turn_called(a, "echo"), "%s", app_session(a)->meta[2].tool_state);
+    app_close(a);
 }
 
 static void test_bad_calls_and_limit(void)
