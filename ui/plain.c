@@ -415,8 +415,8 @@ static char *read_line_tty(int *terminated)
     return repl_eof ? NULL : repl_line;
 }
 
-/* One line from a pipe or file (no prompt, no editing). */
-static char *read_line_pipe(int *terminated)
+/* One line from a pipe or file (no prompt, no editing), *len bytes: NUL bytes in it are kept. */
+static char *read_line_pipe(int *terminated, size_t *len)
 {
     char *line = NULL;
     size_t cap = 0;
@@ -433,7 +433,8 @@ static char *read_line_pipe(int *terminated)
         return NULL;
     }
     if (n && line[n - 1] == '\n')
-        line[n - 1] = 0;
+        line[--n] = 0;
+    *len = (size_t)n;
     return line;
 }
 
@@ -457,10 +458,12 @@ int plain_ui_repl(plain_ui *ui, app *a)
     int code = 0, terminated = 0;
     strbuf pending = {0};       /* lines joined by a trailing backslash */
     while (!app_quit_requested(a)) {
-        char *line = tty ? read_line_tty(&terminated) : read_line_pipe(&terminated);
+        size_t len = 0;
+        char *line = tty ? read_line_tty(&terminated) : read_line_pipe(&terminated, &len);
         if (!line)
             break;
-        size_t len = strlen(line);
+        if (tty)
+            len = strlen(line);
         if (len && line[len - 1] == '\\') {
             strbuf_add(&pending, line, len - 1);
             strbuf_add(&pending, "\n", 1);

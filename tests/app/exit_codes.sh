@@ -77,6 +77,15 @@ else
     echo "ok: approval on a pipe runs the tool"
 fi
 
+# A NUL byte in a line the REPL reads from a pipe is kept, not the end of the message.
+rm -rf "$tmp/data"
+printf 'Hello!\0 Who are you?\n' | "$kimi_chat" --plain --temperature 0 > "$tmp/out" 2> "$tmp/err"
+saved=$(ls "$tmp/data/kimi-chat/sessions/"*.json 2>/dev/null | head -n 1)
+[[ -n "$saved" ]] && python3 -c "
+import json, sys
+sys.exit(0 if json.load(open('$saved'))['messages'][0]['content'] == 'Hello!\0 Who are you?' else 1)" ||
+    { echo "FAIL: a NUL byte on the REPL's input"; cat "$saved" "$tmp/err"; failed=$((failed + 1)); }
+
 # SIGINT during a script: exit 130 and the session so far is saved.
 rm -rf "$tmp/data"
 { echo "/set temperature 0"; for i in $(seq 40); do echo "What time is it?"; done; } > "$tmp/long.kc"
