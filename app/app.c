@@ -985,7 +985,12 @@ static int export_session(app *a, const command *c, kimi_err *err)
         char stamp[32];
         time_t t = time(NULL);
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
-        snprintf(path, sizeof path, "kimi-chat-%s.%s", stamp, c->format == EXPORT_JSON ? "json" : "md");
+        /* a second export in the same second gets its own file, not the first one's */
+        const char *ext = c->format == EXPORT_JSON ? "json" : "md";
+        struct stat st;
+        snprintf(path, sizeof path, "kimi-chat-%s.%s", stamp, ext);
+        for (int k = 2; stat(path, &st) == 0; k++)
+            snprintf(path, sizeof path, "kimi-chat-%s-%d.%s", stamp, k, ext);
     }
     int rc = c->format == EXPORT_JSON ? session_save(&a->sess, path, err)
                                       : session_export_markdown(&a->sess, path, err);

@@ -490,6 +490,10 @@ static void test_sessions(void)
     CHECK(app_command(a, "/save ..", &err) != 0 && strstr(err.msg, "'.'"));
     CHECK(app_command(a, "/save mine", &err) == 0);                      /* its own copy again */
 
+    /* two exports in one second: two files, the first one kept */
+    CHECK(app_command(a, "/export", &err) == 0 && app_command(a, "/export", &err) == 0);
+    CHECK_MSG(system("test $(ls kimi-chat-*.md | wc -l) -eq 2") == 0, "%s", rec.info);
+
     /* a corrupt file: an error, the session unchanged, and the file never written */
     char corrupt[400];
     snprintf(corrupt, sizeof corrupt, "%s/corrupt.json", tmp_dir);
