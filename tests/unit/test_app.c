@@ -139,6 +139,7 @@ typedef struct {
     app_turn_outcome outcome;
     char message[256];
     int approvals, updates, resets, errors;
+    int saved_ok;               /* the last save's outcome */
     tool_approval answer;       /* what the approval callback says */
     int answer_later;           /* leave the approval pending */
     int pending_call;
@@ -167,6 +168,7 @@ static void on_approval(void *user, const app_tool_call *c)
 
 static void on_update(void *user, const app_tool_call *c) { (void)c; ((recorder *)user)->updates++; }
 static void on_reset(void *user) { ((recorder *)user)->resets++; }
+static void on_saved(void *user, const char *path, int ok) { (void)path; ((recorder *)user)->saved_ok = ok; }
 static void on_error(void *user, const char *line) { (void)line; ((recorder *)user)->errors++; }
 
 static void on_info(void *user, const char *text)
@@ -216,7 +218,7 @@ static app *open_app(const answer *script, int n)
     rec = (recorder){.answer = TOOL_APPROVE_ONCE, .pending_call = -1};
     app_frontend fe = {.user = &rec, .turn_done = on_turn_done, .tool_update = on_update,
                        .session_reset = on_reset, .error = on_error, .info = on_info,
-                       .view_command = on_view};
+                       .view_command = on_view, .saved = on_saved};
     app *a = NULL;
     kimi_err err = {0};
     CHECK_MSG(app_open(&a, &opt, &fe, fake_open(script, n), &err) == 0, "%s", err.msg);
@@ -516,6 +518,23 @@ static void test_sessions(void)
     opt.load_path = NULL;
     struct stat st;
     CHECK(stat(corrupt, &st) == 0 && st.st_size == 48);
+
+    /* the sessions folder unwritable mid-session: the save fails (said), the conversation
+       stays in memory, and once the folder is back /save writes it, with no empty file left */
+    char sessions[400], moved[400];
+    snprintf(sessions, sizeof sessions, "%s/data/kimi-chat/sessions", tmp_dir);
+    snprintf(moved, sizeof moved, "%s/sessions.away", tmp_dir);
+    a = open_app(script, 1);
+    CHECK(rename(sessions, moved) == 0);
+    f = fopen(sessions, "w");                   /* a file where the folder was */
+    fclose(f);
+    int errors = rec.errors;
+    send(a, "not saved yet");
+    CHECK(rec.errors > errors && !rec.saved_ok && n_msgs(a) == 2);
+    CHECK(unlink(sessions) == 0 && rename(moved, sessions) == 0);
+    CHECK_MSG(app_command(a, "/save", &err) == 0 && rec.saved_ok, "%s", err.msg);
+    CHECK(app_session(a)->path && stat(app_session(a)->path, &st) == 0 && st.st_size > 0);
+    app_close(a);
 
     /* --resume with a corrupt newest session: says so, skips it, resumes the one before, and
        never writes the corrupt one */
