@@ -725,12 +725,14 @@ static int submit_line(app *a, const char *text, size_t len, kimi_err *err)
     if (len >= 2 && text[0] == '/' && text[1] == '/')
         return app_send(a, text + 1, len - 1, err);
     if (len && text[0] == '/') {
-        char line[4096];
-        if (len >= sizeof line)
-            return kimi_fail(err, KIMI_ERR_INPUT, "command too long (%zu bytes)", len);
-        memcpy(line, text, len);
-        line[len] = 0;
-        return app_command(a, line, err);
+        if (memchr(text, 0, len))
+            return kimi_fail(err, KIMI_ERR_INPUT, "a command is one line of text");
+        char *line = strndup(text, len);    /* any length: /system takes long text */
+        if (!line)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        int rc = app_command(a, line, err);
+        free(line);
+        return rc;
     }
     int blank = 1;
     for (size_t i = 0; i < len && blank; i++)
@@ -760,12 +762,12 @@ static int require_idle(app *a, const command *c, kimi_err *err)
     return 0;
 }
 
-static int set_system(app *a, const char *text, kimi_err *err)
+static int set_system(app *a, const char *text, size_t len, kimi_err *err)
 {
     chat_conversation *conv = &a->sess.conv;
     if (conv->n_messages && conv->messages[0].role == CHAT_ROLE_SYSTEM) {
-        if (*text)
-            return chat_text_set(&conv->messages[0].content, text, strlen(text), err);
+        if (len)
+            return chat_text_set(&conv->messages[0].content, text, len, err);
         session s2;
         session_init(&s2);
         for (int i = 1; i < conv->n_messages; i++)
@@ -780,13 +782,13 @@ static int set_system(app *a, const char *text, kimi_err *err)
         session_free(&s2);
         return rc ? err->code : 0;     /* not err->code alone: it may hold a caller's old error */
     }
-    if (!*text)
+    if (!len)
         return 0;
     /* insert the system prompt in front */
     session s2;
     session_init(&s2);
     chat_message sys = {.role = CHAT_ROLE_SYSTEM};
-    int rc = chat_text_set(&sys.content, text, strlen(text), err) || session_append(&s2, &sys, NULL, err);
+    int rc = chat_text_set(&sys.content, text, len, err) || session_append(&s2, &sys, NULL, err);
     chat_message_free(&sys);
     for (int i = 0; !rc && i < conv->n_messages; i++)
         rc = session_append(&s2, &conv->messages[i], &a->sess.meta[i], err);
@@ -1026,10 +1028,10 @@ static int run_command(app *a, command *c, kimi_err *err)
         say_info(a, "new conversation");
         return 0;
     case CMD_SYSTEM:
-        if (require_idle(a, c, err) || set_system(a, c->arg, err))
+        if (require_idle(a, c, err) || set_system(a, c->text, c->text_len, err))
             return err->code;
         session_changed(a);
-        say_info(a, c->arg[0] ? "system prompt set" : "system prompt removed");
+        say_info(a, c->text_len ? "system prompt set" : "system prompt removed");
         return 0;
     case CMD_THINK:
         a->sess.settings.thinking = c->on;
@@ -1232,7 +1234,7 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
         if (rc)
             goto fail;
     }
-    if (opt->system_prompt && set_system(a, opt->system_prompt, err))
+    if (opt->system_prompt && set_system(a, opt->system_prompt, strlen(opt->system_prompt), err))
         goto fail;
     free(a->sess.model);
     free(a->sess.backend);

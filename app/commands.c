@@ -168,6 +168,16 @@ int command_parse(const char *line, size_t len, command *out, kimi_err *err)
         return kimi_fail(err, KIMI_ERR_INPUT, "not a command (commands start with /)");
     if (memchr(line, 0, len) || memchr(line, '\n', len))
         return kimi_fail(err, KIMI_ERR_INPUT, "a command is one line of text");
+    if (len >= 7 && !memcmp(line, "/system", 7) && (len == 7 || isspace((unsigned char)line[7]))) {
+        size_t start = 7;
+        while (start < len && isspace((unsigned char)line[start]))
+            start++;
+        out->id = CMD_SYSTEM;
+        out->name = "system";
+        out->text = line + start;
+        out->text_len = len - start;
+        return 0;
+    }
     if (len >= sizeof out->arg)
         return kimi_fail(err, KIMI_ERR_INPUT, "command too long (%zu bytes)", len);
     char buf[sizeof out->arg];

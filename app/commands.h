@@ -25,7 +25,11 @@ typedef enum { EXPORT_MARKDOWN, EXPORT_JSON } export_format;
 typedef struct {
     command_id id;
     const char *name;           /* canonical name without '/', "set" */
-    char arg[4096];             /* the rest of the line, trimmed (system text, file, name) */
+    char arg[4096];             /* the rest of the line, trimmed (file, name, value) */
+    const char *text;           /* CMD_SYSTEM: the text, [text_len] bytes inside the parsed line
+                                   (valid while it is; any length: a system prompt is often
+                                   longer than a command) */
+    size_t text_len;
     int on;                     /* CMD_THINK */
     setting_id setting;         /* CMD_SET */
     double number;              /* CMD_SET: temperature, top_p */

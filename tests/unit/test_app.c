@@ -268,6 +268,16 @@ static void test_answer_and_commands(void)
     CHECK(app_command(a, "/edit", &err) == 0 && n_msgs(a) == 1);
     CHECK_STR(rec.edit, "2+2?");
     CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
+    /* a 100 KB system prompt, typed as a command */
+    size_t big = 100 * 1024;
+    char *line = malloc(big + 9);
+    memcpy(line, "/system ", 8);
+    memset(line + 8, 's', big);
+    line[big + 8] = 0;
+    CHECK_MSG(app_submit_line(a, line, big + 8, &err) == 0, "%s", err.msg);
+    CHECK(n_msgs(a) == 1 && msg(a, 0)->role == CHAT_ROLE_SYSTEM && msg(a, 0)->content.len == big);
+    free(line);
+    CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
     send(a, "q");
     CHECK(app_command(a, "/new", &err) == 0 && n_msgs(a) == 0);
     CHECK(app_command(a, "/set temperature 0", &err) == 0 && app_session(a)->settings.temperature == 0);

@@ -30,8 +30,9 @@ int main(void)
     CHECK_INT(parse_ok("/exit").id, CMD_QUIT);
     CHECK_INT(parse_ok("/clear").id, CMD_NEW);
     CHECK_INT(parse_ok("/new  ").id, CMD_NEW);
-    CHECK_STR(parse_ok("/system   Be terse.  ").arg, "Be terse.");
-    CHECK_STR(parse_ok("/system").arg, "");
+    command sys = parse_ok("/system   Be terse.  ");
+    CHECK(sys.text_len == 9 && !memcmp(sys.text, "Be terse.", 9));
+    CHECK_INT((int)parse_ok("/system").text_len, 0);
     CHECK_INT(parse_ok("/think on").on, 1);
     CHECK_INT(parse_ok("/think off").on, 0);
     command c = parse_ok("/set temperature 0.7");
@@ -98,6 +99,11 @@ int main(void)
     memset(long_line, 'x', sizeof long_line);
     long_line[0] = '/';
     CHECK(command_parse(long_line, sizeof long_line, &n, &err) != 0 && strstr(err.msg, "too long"));
+    /* a system prompt has any length */
+    memcpy(long_line, "/system ", 8);
+    CHECK(command_parse(long_line, sizeof long_line, &n, &err) == 0 && n.id == CMD_SYSTEM &&
+          n.text == long_line + 8 && n.text_len == sizeof long_line - 8);
+    CHECK(command_parse("/systemx", 8, &n, &err) != 0 && strstr(err.msg, "unknown command /systemx"));
     CHECK(strstr(commands_help(), "/reasoning collapsed|expanded|hidden") != NULL);
     CHECK(strstr(commands_help(), "//TEXT") != NULL);
     return check_finish();
