@@ -1092,17 +1092,21 @@ static int run_command(app *a, command *c, kimi_err *err)
         if (u < 0)
             return kimi_fail(err, KIMI_ERR_STATE, "/%s: there is no exchange to drop", c->name);
         const chat_text *t = &a->sess.conv.messages[u].content;
-        char *text = strndup(t->s ? t->s : "", t->len);
+        if (c->id == CMD_EDIT) {
+            /* the front end takes the text first: one that has no input to put it in (a
+               script, a pipe) refuses, and the exchange stays rather than vanish */
+            char *text = strndup(t->s ? t->s : "", t->len);
+            int rc = text ? view_command(a, c, text, err) : kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+            free(text);
+            if (rc)
+                return rc;
+        }
         session_truncate(&a->sess, u);
         session_changed(a);
         autosave(a);
-        int rc = 0;
-        if (c->id == CMD_EDIT)
-            rc = view_command(a, c, text ? text : "", err);
-        else
+        if (c->id == CMD_UNDO)
             say_info(a, "dropped the last exchange");
-        free(text);
-        return rc;
+        return 0;
     }
     case CMD_TOOLS:
         if (c->tools == TOOLS_LIST) {

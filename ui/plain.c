@@ -224,11 +224,13 @@ static void on_error(void *user, const char *line)
 static int on_view_command(void *user, const char *name, const char *arg, kimi_err *err)
 {
     plain_ui *ui = user;
-    (void)err;
     if (!strcmp(name, "reasoning"))
         ui->show_reasoning = strcmp(arg, "hidden") != 0 && !ui->opt->hide_reasoning;
-    else if (!strcmp(name, "edit") && isatty(0)) {
-        /* the next prompt starts with the dropped message */
+    else if (!strcmp(name, "edit")) {
+        /* the next prompt starts with the dropped message; without a terminal there is no
+           prompt to put it in, and /edit would only drop it */
+        if (!ui->ask_tools || !isatty(0))
+            return kimi_fail(err, KIMI_ERR_INPUT, "/edit needs the interactive prompt (/undo drops the last exchange)");
         rl_insert_text(arg);
     } else if (!strcmp(name, "theme") || (!strcmp(name, "tools") && arg[0]))
         fprintf(stderr, "(/%s %s applies to the full-screen view)\n", name, arg);

@@ -140,6 +140,7 @@ typedef struct {
     char message[256];
     int approvals, updates, resets, errors;
     int saved_ok;               /* the last save's outcome */
+    int refuse_edit;            /* the front end has no input for /edit */
     tool_approval answer;       /* what the approval callback says */
     int answer_later;           /* leave the approval pending */
     int pending_call;
@@ -182,7 +183,8 @@ static void on_info(void *user, const char *text)
 static int on_view(void *user, const char *name, const char *arg, kimi_err *err)
 {
     recorder *r = user;
-    (void)err;
+    if (!strcmp(name, "edit") && r->refuse_edit)
+        return kimi_fail(err, KIMI_ERR_INPUT, "/edit needs the interactive prompt");
     if (!strcmp(name, "edit"))
         snprintf(r->edit, sizeof r->edit, "%s", arg);
     return 0;
@@ -265,6 +267,10 @@ static void test_answer_and_commands(void)
     CHECK(app_command(a, "/retry", &err) != 0 && strstr(err.msg, "server down"));
     fake.refuse = NULL;
     CHECK(!app_busy(a) && n_msgs(a) == 3 && !strcmp(msg(a, 2)->content.s, "four"));
+    /* a front end without an input to edit in refuses /edit: the exchange stays */
+    rec.refuse_edit = 1;
+    CHECK(app_command(a, "/edit", &err) != 0 && n_msgs(a) == 3);
+    rec.refuse_edit = 0;
     CHECK(app_command(a, "/edit", &err) == 0 && n_msgs(a) == 1);
     CHECK_STR(rec.edit, "2+2?");
     CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
