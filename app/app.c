@@ -528,10 +528,8 @@ static void advance_tools(app *a)
     }
     a->tool_rounds++;
     kimi_err err = {0};
-    if (start_generation(a, &err)) {
-        report(a, &err);
-        end_turn(a, APP_TURN_FAILED, err.msg);
-    }
+    if (start_generation(a, &err))
+        end_turn(a, APP_TURN_FAILED, err.msg);     /* said once, as the turn's outcome */
 }
 
 void app_approve(app *a, int call_index, tool_approval decision)

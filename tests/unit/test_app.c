@@ -141,6 +141,7 @@ typedef struct {
     int approvals, updates, resets, errors;
     int saved_ok;               /* the last save's outcome */
     int refuse_edit;            /* the front end has no input for /edit */
+    int refuse_after_tool;      /* the generator refuses to start once a tool is done */
     tool_approval answer;       /* what the approval callback says */
     int answer_later;           /* leave the approval pending */
     int pending_call;
@@ -167,7 +168,13 @@ static void on_approval(void *user, const app_tool_call *c)
         app_approve(r->a, c->index, r->answer);
 }
 
-static void on_update(void *user, const app_tool_call *c) { (void)c; ((recorder *)user)->updates++; }
+static void on_update(void *user, const app_tool_call *c)
+{
+    recorder *r = user;
+    r->updates++;
+    if (r->refuse_after_tool && !strcmp(c->state, "done"))
+        fake.refuse = "server down";
+}
 static void on_reset(void *user) { ((recorder *)user)->resets++; }
 static void on_saved(void *user, const char *path, int ok) { (void)path; ((recorder *)user)->saved_ok = ok; }
 static void on_error(void *user, const char *line) { (void)line; ((recorder *)user)->errors++; }
@@ -322,6 +329,17 @@ static void test_tool_rounds(void)
     CHECK_STR(msg(a, 2)->name, "echo");
     CHECK_STR(app_session(a)->meta[2].tool_state, "done");
     CHECK(app_last_turn_called(a, "echo") && !app_last_turn_called(a, "ech"));
+    app_close(a);
+
+    /* the generation after the tool results cannot start: the turn fails with that one line,
+       said once (the outcome), not twice */
+    a = open_app(script, 2);
+    rec.refuse_after_tool = 1;
+    send(a, "use the tool");
+    fake.refuse = NULL;
+    CHECK(rec.outcome == APP_TURN_FAILED && strstr(rec.message, "server down"));
+    CHECK_INT(rec.errors, 0);
+    CHECK(n_msgs(a) == 3 && msg(a, 2)->role == CHAT_ROLE_TOOL);
     app_close(a);
     opt.allow_tools = NULL;
 
