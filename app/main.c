@@ -153,13 +153,14 @@ int main(int argc, char **argv)
         options_free(&o);
         return EXIT_OK;
     }
-    if (o.load_path && access(o.load_path, R_OK)) {
+    struct stat st;
+    if (o.load_path && (access(o.load_path, R_OK) || (stat(o.load_path, &st) == 0 && S_ISDIR(st.st_mode)))) {
         char message[600];
-        snprintf(message, sizeof message, "--load %s: cannot read the file", o.load_path);
+        snprintf(message, sizeof message, "--load %s: %s", o.load_path,
+                 access(o.load_path, R_OK) ? "cannot read the file" : "is a folder, not a session file");
         options_free(&o);
         return fail(EXIT_USAGE, message);
     }
-    struct stat st;
     errno = 0;
     if (o.model_dir && !o.server_url && (stat(o.model_dir, &st) || !S_ISDIR(st.st_mode))) {
         char message[600];

@@ -204,10 +204,13 @@ int tools_load(tool_set *ts, const char *path, kimi_err *err)
     size_t len;
     int rc = file_read_all(path, &text, &len, err);
     if (rc) {
-        /* A missing tools file is the user's input at fault, not a model file. */
-        if (rc == KIMI_ERR_MODEL && err)
-            err->code = KIMI_ERR_INPUT;
-        return rc == KIMI_ERR_MODEL ? KIMI_ERR_INPUT : rc;
+        /* A tools file that is missing or unreadable (a folder, no permission) is the user's
+           input at fault, not a model file nor the system. */
+        if (rc != KIMI_ERR_NOMEM)
+            rc = KIMI_ERR_INPUT;
+        if (err)
+            err->code = rc;
+        return rc;
     }
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);

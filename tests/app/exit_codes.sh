@@ -35,6 +35,8 @@ cp -r "$root/app/demo/kimi-demo" "$tmp/broken" && chmod -R u+w "$tmp/broken"
 truncate -s 1000 "$tmp/broken/model-00002-of-00003.safetensors"
 expect 3 "model-00002-of-00003.safetensors" -- --model "$tmp/broken" --prompt hi
 expect 2 "^kimi-chat: --script: .*missing.kc" -- --script "$tmp/missing.kc"
+expect 2 "^kimi-chat: --load $tmp: is a folder" -- --load "$tmp" --prompt hi
+expect 2 "^kimi-chat: $tmp: cannot read: it is a folder" -- --tools "$tmp" --prompt hi
 printf 'Hello! Who are you?\n/frobnicate now\n' > "$tmp/bad.kc"
 expect 1 "^$tmp/bad.kc:2: unknown command /frobnicate" -- --script "$tmp/bad.kc"
 printf 'Hello! Who are you?\n/expect contains banana\nWhat time is it?\n' > "$tmp/expect.kc"
