@@ -459,11 +459,20 @@ int plain_ui_repl(plain_ui *ui, app *a)
     }
     int code = 0, terminated = 0;
     strbuf pending = {0};       /* lines joined by a trailing backslash */
-    while (!app_quit_requested(a)) {
+    int at_end = 0;
+    while (!app_quit_requested(a) && !at_end) {
         size_t len = 0;
         char *line = tty ? read_line_tty(&terminated) : read_line_pipe(&terminated, &len);
-        if (!line)
+        if (!line && (terminated || !pending.len))
             break;
+        if (!line) {
+            /* the input ended after a line continued with '\': what was typed is sent, not
+               dropped (without the newline the backslash promised) */
+            at_end = 1;
+            pending.len--;
+            if (!(line = strdup("")))
+                break;
+        }
         if (tty)
             len = strlen(line);
         if (len && line[len - 1] == '\\') {

@@ -88,6 +88,15 @@ import json, sys
 sys.exit(0 if json.load(open('$saved'))['messages'][0]['content'] == 'Hello!\0 Who are you?' else 1)" ||
     { echo "FAIL: a NUL byte on the REPL's input"; cat "$saved" "$tmp/err"; failed=$((failed + 1)); }
 
+# The input ends after a line continued with '\': the message is sent, not dropped.
+rm -rf "$tmp/data"
+printf 'Hello! \\\nWho are you? \\\n' | "$kimi_chat" --plain --temperature 0 > "$tmp/out" 2> "$tmp/err"
+saved=$(ls "$tmp/data/kimi-chat/sessions/"*.json 2>/dev/null | head -n 1)
+[[ -n "$saved" ]] && python3 -c "
+import json, sys
+sys.exit(0 if json.load(open('$saved'))['messages'][0]['content'] == 'Hello! \nWho are you? ' else 1)" ||
+    { echo "FAIL: a continued last line"; cat "$saved" "$tmp/err"; failed=$((failed + 1)); }
+
 # SIGINT during a script: exit 130 and the session so far is saved.
 rm -rf "$tmp/data"
 { echo "/set temperature 0"; for i in $(seq 40); do echo "What time is it?"; done; } > "$tmp/long.kc"
