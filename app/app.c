@@ -801,9 +801,16 @@ static int set_system(app *a, const char *text, size_t len, kimi_err *err)
     return rc ? err->code : 0;
 }
 
+/* The conversation was replaced or cut: the context it fills is what its last answer filled
+ * (unknown, 0, when no answer has stats), and no tool counts as called in the current turn. */
 static void session_changed(app *a)
 {
     a->context_used = 0;
+    for (int i = a->sess.conv.n_messages - 1; i >= 0 && !a->context_used; i--)
+        if (a->sess.meta[i].has_stats)
+            a->context_used = a->sess.meta[i].prompt_tokens + a->sess.meta[i].generated_tokens;
+    free(a->called.data);
+    a->called = (strbuf){0};
     if (a->fe.session_reset)
         a->fe.session_reset(a->fe.user);
 }

@@ -329,6 +329,11 @@ static void test_tool_rounds(void)
     CHECK_STR(msg(a, 2)->name, "echo");
     CHECK_STR(app_session(a)->meta[2].tool_state, "done");
     CHECK(app_last_turn_called(a, "echo") && !app_last_turn_called(a, "ech"));
+    long used = app_context_used(a);
+    CHECK(used > 0);
+    kimi_err nerr = {0};
+    CHECK(app_command(a, "/new", &nerr) == 0);
+    CHECK(!app_last_turn_called(a, "echo") && app_context_used(a) == 0);   /* /expect tool after /new */
     app_close(a);
 
     /* the generation after the tool results cannot start: the turn fails with that one line,
@@ -509,6 +514,7 @@ static void test_sessions(void)
     CHECK(app_command(a, "/save mine", &err) == 0);
     CHECK(app_command(a, "/new", &err) == 0 && n_msgs(a) == 0);
     CHECK_MSG(app_command(a, "/load mine", &err) == 0, "%s", err.msg);
+    CHECK(app_context_used(a) > 0);     /* /stats after a load: what its last answer filled */
     CHECK(n_msgs(a) == 2 && !strcmp(msg(a, 1)->content.s, "saved"));
 
     /* /save NAME never replaces a file of the user's that happens to have that name */
