@@ -1,0 +1,160 @@
+/* gemm (CUDA): BF16 tensor-core GEMMs through cuBLASLt for the projections of a prefill step,
+ * with the element-wise conversions (activations, dequantised weight tiles) they read. Row-major
+ * weight rows W[n][k] are cuBLASLt's column-major k x n matrix, so C (column-major n x m, one
+ * token per column) = op_T(A) B: the "TN" shape tensor cores serve best. */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/gemm.h"
+#include "kernels/half_math.h"
+#include "kernels/nvfp4_math.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void bf16_from_float_kernel(const float *x, int cols, size_t x_ld, uint16_t *out, size_t out_ld)
+{
+    int row = blockIdx.y;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+        out[(size_t)row * out_ld + c] = bf16_from_float(x[(size_t)row * x_ld + c]);
+}
+
+__global__ void bf16_dequantise_kernel(weight_matrix w, int row_begin, uint16_t *out, size_t out_ld)
+{
+    int r = blockIdx.y, row = row_begin + r;
+    const uint8_t *data = w.data + (size_t)row * w.data_stride;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < w.cols; c += gridDim.x * blockDim.x) {
+        float value;
+        switch (w.format) {
+        case WEIGHT_NVFP4: {
+            uint8_t byte = data[c / 2];
+            float block_scale = nvfp4_e4m3_to_float(w.scale[(size_t)row * w.scale_stride + c / 16]);
+            value = nvfp4_dequantize((uint8_t)(c & 1 ? byte >> 4 : byte & 15), block_scale, w.scale_2);
+            break;
+        }
+        case WEIGHT_BF16:
+            value = bf16_bits_to_float(reinterpret_cast<const uint16_t *>(data)[c]);
+            break;
+        case WEIGHT_F16:
+            value = half_to_float(reinterpret_cast<const uint16_t *>(data)[c]);
+            break;
+        default:
+            value = reinterpret_cast<const float *>(data)[c];
+            break;
+        }
+        out[(size_t)r * out_ld + c] = bf16_from_float(value);
+    }
+}
+
+unsigned column_blocks(int cols)
+{
+    int blocks = (cols + kThreads - 1) / kThreads;
+    return (unsigned)(blocks > 64 ? 64 : blocks < 1 ? 1 : blocks);
+}
+
+int from_cublas(cublasStatus_t status)
+{
+    if (status == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return (int)(status == CUBLAS_STATUS_ALLOC_FAILED ? cudaErrorMemoryAllocation : cudaErrorNotSupported);
+}
+
+/* The descriptors of one GEMM shape, destroyed together. */
+struct gemm_descriptors {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulPreference_t preference = nullptr;
+    ~gemm_descriptors()
+    {
+        if (preference)
+            cublasLtMatmulPreferenceDestroy(preference);
+        if (c)
+            cublasLtMatrixLayoutDestroy(c);
+        if (b)
+            cublasLtMatrixLayoutDestroy(b);
+        if (a)
+            cublasLtMatrixLayoutDestroy(a);
+        if (op)
+            cublasLtMatmulDescDestroy(op);
+    }
+};
+
+} // namespace
+
+extern "C" int bf16_from_float_cuda(const float *x, int rows, int cols, size_t x_ld, uint16_t *out, size_t out_ld,
+                                    void *stream)
+{
+    if (rows <= 0 || cols <= 0)
+        return 0;
+    if (rows > 65535)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid(column_blocks(cols), (unsigned)rows);
+    bf16_from_float_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(x, cols, x_ld, out, out_ld);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int bf16_dequantise_cuda(const weight_matrix *w, int row_begin, int rows, uint16_t *out, size_t out_ld,
+                                    void *stream)
+{
+    if (rows <= 0 || w->cols <= 0)
+        return 0;
+    if (rows > 65535 || (w->format == WEIGHT_NVFP4 && !w->scale))
+        return (int)cudaErrorInvalidValue;
+    dim3 grid(column_blocks(w->cols), (unsigned)rows);
+    bf16_dequantise_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(*w, row_begin, out, out_ld);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int gemm_context_create(gemm_context *ctx)
+{
+    cublasLtHandle_t handle = nullptr;
+    int status = from_cublas(cublasLtCreate(&handle));
+    ctx->handle = status ? nullptr : handle;
+    return status;
+}
+
+extern "C" void gemm_context_destroy(gemm_context *ctx)
+{
+    if (ctx->handle)
+        cublasLtDestroy((cublasLtHandle_t)ctx->handle);
+    ctx->handle = nullptr;
+}
+
+#define GEMM_TRY(call)                                                                                      \
+    do {                                                                                                    \
+        int status_ = from_cublas(call);                                                                    \
+        if (status_)                                                                                        \
+            return status_;                                                                                 \
+    } while (0)
+
+extern "C" int gemm_bf16_cuda(const gemm_context *ctx, int m, int n, int k, const uint16_t *a, size_t lda,
+                              const uint16_t *b, size_t ldb, float *c, size_t ldc, void *scratch,
+                              size_t scratch_bytes, void *stream)
+{
+    if (m <= 0 || n <= 0 || k <= 0)
+        return 0;
+    if (!ctx->handle || lda < (size_t)k || ldb < (size_t)k || ldc < (size_t)n)
+        return (int)cudaErrorInvalidValue;
+    cublasLtHandle_t handle = (cublasLtHandle_t)ctx->handle;
+    gemm_descriptors d;
+    cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    GEMM_TRY(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    GEMM_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+    GEMM_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep));
+    GEMM_TRY(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, (int64_t)lda));
+    GEMM_TRY(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, (int64_t)ldb));
+    GEMM_TRY(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, (uint64_t)n, (uint64_t)m, (int64_t)ldc));
+    GEMM_TRY(cublasLtMatmulPreferenceCreate(&d.preference));
+    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &scratch_bytes, sizeof scratch_bytes));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    GEMM_TRY(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.preference, 1, &result, &found));
+    if (found < 1)
+        return (int)cudaErrorNotSupported;
+    const float one = 1.0f, zero = 0.0f;
+    GEMM_TRY(cublasLtMatmul(handle, d.op, &one, a, d.a, b, d.b, &zero, c, d.c, c, d.c, &result.algo, scratch,
+                            scratch_bytes, (cudaStream_t)stream));
+    return 0;
+}
