@@ -231,6 +231,9 @@ int device_gemm_plan_make(const weight_matrix *w, int tokens, size_t y_token, co
     size_t rows = ws->gemm_w_elems / k8;
     if (rows < 1)
         return -1;
+    /* whole multiples of 64 rows keep every tile's y (and its dequantised rows) 256-byte aligned */
+    if (rows > 64)
+        rows = rows / 64 * 64;
     out->dequantise = 1;
     out->tile_rows = rows < (size_t)w->rows ? (int)rows : w->rows;
     out->lda = k8;

@@ -60,6 +60,17 @@ int from_cublas(cublasStatus_t status)
     return (int)(status == CUBLAS_STATUS_ALLOC_FAILED ? cudaErrorMemoryAllocation : cudaErrorNotSupported);
 }
 
+/* The alignment cuBLASLt may assume of a buffer: the largest power of two dividing its address,
+ * at most 256 (its default assumption, which a tile starting mid-matrix may not meet). */
+uint32_t alignment_of(const void *p)
+{
+    uintptr_t address = (uintptr_t)p;
+    uint32_t align = 256;
+    while (align > 1 && address % align)
+        align /= 2;
+    return align;
+}
+
 /* The descriptors of one GEMM shape, destroyed together. */
 struct gemm_descriptors {
     cublasLtMatmulDesc_t op = nullptr;
@@ -148,6 +159,15 @@ extern "C" int gemm_bf16_cuda(const gemm_context *ctx, int m, int n, int k, cons
     GEMM_TRY(cublasLtMatmulPreferenceCreate(&d.preference));
     GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &scratch_bytes, sizeof scratch_bytes));
+    uint32_t aligns[3] = {alignment_of(a), alignment_of(b), alignment_of(c)};
+    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aligns[0],
+                                                  sizeof aligns[0]));
+    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &aligns[1],
+                                                  sizeof aligns[1]));
+    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &aligns[2],
+                                                  sizeof aligns[2]));
+    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &aligns[2],
+                                                  sizeof aligns[2]));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     GEMM_TRY(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.preference, 1, &result, &found));

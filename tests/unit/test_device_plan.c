@@ -269,6 +269,10 @@ static void check_gemm_plan_limits(void)
                          .scale_2 = 1.0f};
     CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 64, &ws, &plan), 0);
     CHECK(plan.dequantise && plan.lda == 24 && plan.tile_rows == 4);
+    ws.gemm_w_elems = 24 * 130;     /* 130 rows: whole multiples of 64 rows per tile */
+    f32.rows = 300;
+    CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 300, &ws, &plan), 0);
+    CHECK_INT(plan.tile_rows, 128);
     ws.gemm_w_elems = 23;   /* not one row of the tile */
     CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 64, &ws, &plan), -1);
 }
