@@ -8,7 +8,7 @@
  * expert choice and the weighted sum stay on the device, and the position lives in device
  * memory, so one captured CUDA graph per step shape (token count, with or without logits)
  * serves every step. Steps of DEVICE_GEMM_MIN_TOKENS tokens or more run the dense projections
- * (q_a, kv_a, q_b, o_proj, router, lm_head) as BF16 tensor-core GEMMs instead (kernels/cuda/
+ * (q_a, kv_a, q_b, o_proj, router, lm_head, the dense and shared MLPs) as BF16 tensor-core GEMMs instead (kernels/cuda/
  * gemm.h; launched, not captured); KIMI_CUDA_PREFILL=steps keeps them on the GEMV. The
  * embedding rows are looked up on the host (one row per token, so the
  * 2.3 GB table never needs device memory). */
@@ -501,6 +501,30 @@ static int project(struct cuda_backend *be, rank_device *rd, const weight_matrix
     return 0;
 }
 
+/* The dense or shared MLP table[0] of T tokens as GEMMs (gate into act, up into gemm_up, then
+ * silu(gate) * up and down into y); returns 1 when the step is too short for them (nothing done). */
+static int mlp_gemm(struct cuda_backend *be, rank_device *rd, const mlp_device *m, const float *x, int T, float *act,
+                    float *y, int *status)
+{
+    const model_config *c = be->cfg;
+    const device_workspace *l = &rd->layout;
+    device_gemm_plan p;
+    if (!be->prefill_gemm || device_gemm_plan_make(&m->gate, T, (size_t)m->gate.rows, l, &p) ||
+        device_gemm_plan_make(&m->up, T, (size_t)m->up.rows, l, &p) ||
+        device_gemm_plan_make(&m->down, T, (size_t)m->down.rows, l, &p))
+        return 1;
+    int inter = m->gate.rows;
+    float *up = ws(rd, l->gemm_up);
+    *status = project(be, rd, &m->gate, x, (size_t)c->hidden, act, T, be->stream);
+    if (!*status)
+        *status = project(be, rd, &m->up, x, (size_t)c->hidden, up, T, be->stream);
+    if (!*status)
+        *status = silu_gate_cuda(act, up, act, (size_t)T * (size_t)inter, be->stream);
+    if (!*status)
+        *status = project(be, rd, &m->down, act, (size_t)inter, y, T, be->stream);
+    return 0;
+}
+
 static uint16_t *layer_cache(struct cuda_backend *be, rank_device *rd, int layer)
 {
     return rd->cache + (size_t)layer * (size_t)be->capacity * be->cache_row;
@@ -549,7 +573,10 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
     const device_workspace *l = &rd->layout;
     cudaStream_t s = be->stream;
     float *x = ws(rd, l->x);
+    int status = 0;
     if (!ld->is_moe) {
+        if (!mlp_gemm(be, rd, &ld->host_table[0], x, T, ws(rd, l->act), ws(rd, l->partial), &status))
+            return status;
         int inter = rd->shard.dense_inter.end - rd->shard.dense_inter.begin;
         STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->act), s));
         return mlp_down_cuda(ld->table, NULL, T, ws(rd, l->act), c->hidden, inter, ws(rd, l->partial), s);
@@ -562,8 +589,12 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
     const float *shared_y = NULL;
     if (ld->has_shared) {
         int inter = rd->shard.shared_inter.end - rd->shard.shared_inter.begin;
-        STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->shared_act), s));
-        STEP_TRY(mlp_down_cuda(ld->table, NULL, T, ws(rd, l->shared_act), c->hidden, inter, ws(rd, l->shared_y), s));
+        if (mlp_gemm(be, rd, &ld->host_table[0], x, T, ws(rd, l->shared_act), ws(rd, l->shared_y), &status)) {
+            STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->shared_act), s));
+            STEP_TRY(mlp_down_cuda(ld->table, NULL, T, ws(rd, l->shared_act), c->hidden, inter, ws(rd, l->shared_y),
+                                   s));
+        }
+        STEP_TRY(status);
         shared_y = ws(rd, l->shared_y);
     }
     /* slot t * k + j: token t's j-th choice; one token reads just its k experts, a longer step

@@ -159,9 +159,12 @@ static void gemm_extent(const model_config *cfg, const tp_shard *shard, size_t *
 {
     size_t heads = (size_t)range_width(shard->heads), hidden = (size_t)cfg->hidden;
     size_t q_lora = (size_t)cfg->q_lora_rank, o_k = heads * (size_t)cfg->v_head_dim;
+    size_t dense = (size_t)range_width(shard->dense_inter), shared = (size_t)range_width(shard->shared_inter);
+    /* q_a, kv_a, router, lm_head, q_b, o_proj; the dense and shared MLPs' gate/up and down */
     size_t rows[] = {q_lora, (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim), (size_t)cfg->experts,
-                     (size_t)range_width(shard->vocab), heads * (size_t)(cfg->qk_nope_dim + cfg->qk_rope_dim), hidden};
-    size_t ks[] = {hidden, hidden, hidden, hidden, q_lora, o_k};
+                     (size_t)range_width(shard->vocab), heads * (size_t)(cfg->qk_nope_dim + cfg->qk_rope_dim), hidden,
+                     dense, hidden, shared, hidden};
+    size_t ks[] = {hidden, hidden, hidden, hidden, q_lora, o_k, hidden, dense, hidden, shared};
     *widest_k = 8;
     *most_elems = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -187,7 +190,7 @@ void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int a
         T * (size_t)range_width(shard->vocab), (size_t)cfg->experts + 1, T * k,
         (attn_splits > DEVICE_MAX_TOKENS ? (size_t)attn_splits : T) * heads * ((size_t)cfg->kv_lora_rank + 2),
         (size_t)device_max_gemv_rows(cfg, shard) * 16, (size_t)device_max_gemv_rows(cfg, shard),
-        0, 0, DEVICE_GEMM_SCRATCH_BYTES / sizeof(float),
+        0, 0, DEVICE_GEMM_SCRATCH_BYTES / sizeof(float), T * (dense_inter > shared_inter ? dense_inter : shared_inter),
     };
     size_t widest_k, most_elems;
     gemm_extent(cfg, shard, &widest_k, &most_elems);
@@ -199,7 +202,8 @@ void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int a
                         &out->partial, &out->router_logits, &out->chosen, &out->route_weights, &out->act,
                         &out->routed_y, &out->shared_act, &out->shared_y, &out->logits_part,
                         &out->moe_offsets, &out->moe_order, &out->attn_partials, &out->gemv_partials,
-                        &out->gemv_counters, &out->gemm_x, &out->gemm_w, &out->gemm_scratch};
+                        &out->gemv_counters, &out->gemm_x, &out->gemm_w, &out->gemm_scratch,
+                        &out->gemm_up};
     size_t offset = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *fields[i] = offset;

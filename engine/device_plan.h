@@ -72,6 +72,7 @@ typedef struct {
     size_t gemm_x;              /* BF16 [tokens][gemm_x_ld]: a GEMM's activations */
     size_t gemm_w;              /* BF16 [gemm_w_elems]: a dequantised weight tile */
     size_t gemm_scratch;        /* DEVICE_GEMM_SCRATCH_BYTES: the cuBLASLt workspace */
+    size_t gemm_up;             /* [tokens][wider of dense and shared inter]: a GEMM MLP's up projection */
     size_t gemm_x_ld;           /* BF16 elements per token of gemm_x (the widest K, a multiple of 8) */
     size_t gemm_w_elems;
     size_t total;               /* floats; each buffer starts at a multiple of 64 floats */

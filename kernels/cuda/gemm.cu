@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/gemm.h"
+#include "kernels/forward_math.h"
 #include "kernels/half_math.h"
 #include "kernels/nvfp4_math.h"
 
@@ -45,6 +46,12 @@ __global__ void bf16_dequantise_kernel(weight_matrix w, int row_begin, uint16_t 
         }
         out[(size_t)r * out_ld + c] = bf16_from_float(value);
     }
+}
+
+__global__ void silu_gate_kernel(const float *gate, const float *up, float *act, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        act[i] = silu_gate_element(gate[i], up[i]);
 }
 
 unsigned column_blocks(int cols)
@@ -114,6 +121,16 @@ extern "C" int bf16_dequantise_cuda(const weight_matrix *w, int row_begin, int r
         return (int)cudaErrorInvalidValue;
     dim3 grid(column_blocks(w->cols), (unsigned)rows);
     bf16_dequantise_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(*w, row_begin, out, out_ld);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int silu_gate_cuda(const float *gate, const float *up, float *act, size_t n, void *stream)
+{
+    if (n == 0)
+        return 0;
+    size_t blocks = (n + kThreads - 1) / kThreads;
+    silu_gate_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), kThreads, 0, (cudaStream_t)stream>>>(gate, up, act,
+                                                                                                       n);
     return (int)cudaGetLastError();
 }
 

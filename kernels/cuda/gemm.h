@@ -26,6 +26,10 @@ int bf16_from_float_cuda(const float *x, int rows, int cols, size_t x_ld, uint16
 int bf16_dequantise_cuda(const weight_matrix *w, int row_begin, int rows, uint16_t *out, size_t out_ld,
                          void *stream);
 
+/* act[i] = silu(gate[i]) * up[i] for i < n (kernels/forward_math.h; act may alias gate): between
+ * the gate/up GEMMs of an MLP and its down GEMM. */
+int silu_gate_cuda(const float *gate, const float *up, float *act, size_t n, void *stream);
+
 /* A cuBLASLt handle (one per backend; NULL until created). */
 typedef struct {
     void *handle;

@@ -6,7 +6,8 @@
  *   |gpu - ref| <= 1e-5 * sum_k |a_k b_k| (+1e-30) per output (fp32 accumulation order);
  *   the whole projection (convert, dequantise, GEMM) against the CPU's exact fp32 linear:
  *   |gpu - cpu| <= 8e-3 * sum_k |w_k x_k| (+1e-30): rounding both operands to BF16 moves each
- *   product by at most 2 * 2^-9 of itself, fp32 sums add less than 1e-5.
+ *   product by at most 2 * 2^-9 of itself, fp32 sums add less than 1e-5;
+ *   silu(gate) * up between an MLP's GEMMs: relative 2e-6 of the CPU's (expf may differ by ulps).
  * Exits 77 (skipped) without a device. */
 #include <math.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/forward_math.h"
 #include "kernels/half_math.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -116,6 +118,25 @@ static void check_dequantise(weight_format format, int rows, int cols, int row_b
     free(got);
     free(row);
     weight_free(&m);
+}
+
+static void check_silu_gate(size_t n)
+{
+    float *g = random_floats(n, 12.0f), *u = random_floats(n, 2.0f), *got = malloc(n * sizeof *got);
+    float *dg = gpu_test_upload(g, n * sizeof *g), *du = gpu_test_upload(u, n * sizeof *u);
+    CHECK_INT(silu_gate_cuda(dg, du, dg, n, NULL), 0);     /* in place, as the backend runs it */
+    gpu_test_download(got, dg, n * sizeof *got);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = silu_gate_element(g[i], u[i]);
+        bad += !(fabsf(got[i] - want) <= 2e-6f * fabsf(want) + 1e-30f);
+    }
+    CHECK_MSG(bad == 0, "silu gate of %zu: %zu values off", n, bad);
+    cudaFree(dg);
+    cudaFree(du);
+    free(g);
+    free(u);
+    free(got);
 }
 
 /* The GEMM alone on BF16 operands, against a float64 sum of the same operands. */
@@ -225,6 +246,7 @@ int main(void)
     check_dequantise(WEIGHT_BF16, 70, 1000, 5, 60);
     check_dequantise(WEIGHT_F16, 33, 520, 0, 33);
     check_dequantise(WEIGHT_F32, 20, 36, 3, 17);
+    check_silu_gate((size_t)64 * 2304 + 5);
 
     gemm_context ctx = {0};
     CHECK_INT(gemm_context_create(&ctx), 0);

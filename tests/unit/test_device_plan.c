@@ -66,11 +66,11 @@ static int check_one(void *arg, const device_weight *w)
     return 0;
 }
 
-/* The projections a prefill step runs through project() (engine/backend_cuda.c). */
+/* The weights a prefill step runs as GEMMs (engine/backend_cuda.c project(), mlp_gemm()). */
 static int is_projection(device_weight_role role)
 {
     return role == DW_Q_A || role == DW_KV_A || role == DW_Q_B || role == DW_O || role == DW_ROUTER ||
-           role == DW_LM_HEAD;
+           role == DW_LM_HEAD || (role >= DW_DENSE_GATE && role <= DW_SHARED_DOWN);
 }
 
 typedef struct {
@@ -148,7 +148,7 @@ static void check_model(const char *dir, int tp)
                             &ws.router_logits, &ws.chosen, &ws.route_weights, &ws.act, &ws.routed_y, &ws.shared_act,
                             &ws.shared_y, &ws.logits_part, &ws.moe_offsets, &ws.moe_order,
                             &ws.attn_partials, &ws.gemv_partials, &ws.gemv_counters, &ws.gemm_x, &ws.gemm_w,
-                            &ws.gemm_scratch};
+                            &ws.gemm_scratch, &ws.gemm_up};
         int ordered = 1;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
             ordered &= *fields[i] % 64 == 0;
@@ -169,13 +169,16 @@ static void check_model(const char *dir, int tp)
         ordered &= ws.gemm_x >= ws.gemv_counters + (size_t)device_max_gemv_rows(c, &shard);
         ordered &= (ws.gemm_w - ws.gemm_x) * 2 >= T * ws.gemm_x_ld && ws.gemm_x_ld % 8 == 0;
         ordered &= (ws.gemm_scratch - ws.gemm_w) * 2 >= ws.gemm_w_elems;
-        ordered &= (ws.total - ws.gemm_scratch) * sizeof(float) >= DEVICE_GEMM_SCRATCH_BYTES;
+        ordered &= (ws.gemm_up - ws.gemm_scratch) * sizeof(float) >= DEVICE_GEMM_SCRATCH_BYTES;
+        ordered &= ws.total - ws.gemm_up >= T * (size_t)(shard.dense_inter.end - shard.dense_inter.begin) &&
+                   ws.total - ws.gemm_up >= T * (size_t)(shard.shared_inter.end - shard.shared_inter.begin);
         CHECK_MSG(ordered, "%s tp %d rank %d: workspace buffers overlap or are misaligned", dir, tp, rank);
         CHECK_INT(plan.workspace_bytes, ws.total * sizeof(float));
 
         gemm_check gc = {&ws, 0, 0};
         device_weights_visit(&mw, &shard, check_gemm_plan, &gc);
-        CHECK_MSG(gc.planned == 4 * c->layers + moe_layers + 1 && gc.faults == 0,
+        int mlps = c->layers - moe_layers + (c->shared_experts > 0 ? moe_layers : 0);
+        CHECK_MSG(gc.planned == 4 * c->layers + moe_layers + 1 + 3 * mlps && gc.faults == 0,
                   "%s tp %d rank %d: %d GEMM plans, %d faults", dir, tp, rank, gc.planned, gc.faults);
 
         /* the largest context: exactly the positions that fit */
