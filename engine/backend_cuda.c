@@ -8,10 +8,11 @@
  * expert choice and the weighted sum stay on the device, and the position lives in device
  * memory, so one captured CUDA graph per step shape (token count, with or without logits)
  * serves every step. Steps of DEVICE_GEMM_MIN_TOKENS tokens or more run the dense projections
- * (q_a, kv_a, q_b, o_proj, router, lm_head, the dense and shared MLPs) as BF16 tensor-core GEMMs instead (kernels/cuda/
- * gemm.h; launched, not captured); KIMI_CUDA_PREFILL=steps keeps them on the GEMV. The
- * embedding rows are looked up on the host (one row per token, so the
- * 2.3 GB table never needs device memory). */
+ * (q_a, kv_a, q_b, o_proj, router, lm_head, the dense and shared MLPs) as BF16 tensor-core
+ * GEMMs instead, exact weights times hi + lo activations so they round like the fp32 GEMV
+ * (kernels/cuda/gemm.h; launched, not captured); KIMI_CUDA_PREFILL=steps keeps them on the
+ * GEMV. The embedding rows are looked up on the host (one row per token, so the 2.3 GB table
+ * never needs device memory). */
 #include "engine/backend_impl.h"
 
 #include <cuda_runtime_api.h>
@@ -486,8 +487,10 @@ static int project(struct cuda_backend *be, rank_device *rd, const weight_matrix
     device_gemm_plan p;
     if (!be->prefill_gemm || device_gemm_plan_make(w, tokens, (size_t)w->rows, l, &p))
         return gemv(rd, w, x, x_width, y, tokens, s);
-    uint16_t *xb = (uint16_t *)ws(rd, l->gemm_x), *tile = (uint16_t *)ws(rd, l->gemm_w);
-    STEP_TRY(bf16_from_float_cuda(x, tokens, p.k, x_width, xb, p.ldb, s));
+    uint16_t *hi = (uint16_t *)ws(rd, l->gemm_x), *lo = hi + (size_t)tokens * p.ldb;
+    uint16_t *tile = (uint16_t *)ws(rd, l->gemm_w);
+    float alpha = w->format == WEIGHT_NVFP4 ? w->scale_2 : 1.0f;
+    STEP_TRY(bf16_split_cuda(x, tokens, p.k, x_width, hi, lo, p.ldb, s));
     for (int first = 0; first < p.n; first += p.tile_rows) {
         int rows = p.n - first < p.tile_rows ? p.n - first : p.tile_rows;
         const uint16_t *a = (const uint16_t *)(w->data + (size_t)first * w->data_stride);
@@ -495,8 +498,10 @@ static int project(struct cuda_backend *be, rank_device *rd, const weight_matrix
             STEP_TRY(bf16_dequantise_cuda(w, first, rows, tile, p.lda, s));
             a = tile;
         }
-        STEP_TRY(gemm_bf16_cuda(&be->gemm, tokens, rows, p.k, a, p.lda, xb, p.ldb, y + first, p.ldc,
-                                ws(rd, l->gemm_scratch), DEVICE_GEMM_SCRATCH_BYTES, s));
+        for (int part = 0; part < 2; part++)
+            STEP_TRY(gemm_bf16_cuda(&be->gemm, tokens, rows, p.k, alpha, a, p.lda, part ? lo : hi, p.ldb,
+                                    part ? 1.0f : 0.0f, y + first, p.ldc, ws(rd, l->gemm_scratch),
+                                    DEVICE_GEMM_SCRATCH_BYTES, s));
     }
     return 0;
 }

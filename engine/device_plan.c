@@ -196,7 +196,7 @@ void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int a
     gemm_extent(cfg, shard, &widest_k, &most_elems);
     out->gemm_x_ld = widest_k;
     out->gemm_w_elems = most_elems < DEVICE_GEMM_TILE_MAX_ELEMS ? most_elems : DEVICE_GEMM_TILE_MAX_ELEMS;
-    sizes[22] = (T * widest_k + 1) / 2;         /* BF16: two per float */
+    sizes[22] = T * widest_k;                   /* BF16 hi and lo: two per float each */
     sizes[23] = (out->gemm_w_elems + 1) / 2;
     size_t *fields[] = {&out->h, &out->x, &out->q_a, &out->q, &out->kv, &out->q_latent, &out->o_latent, &out->attn,
                         &out->partial, &out->router_logits, &out->chosen, &out->route_weights, &out->act,
@@ -216,7 +216,8 @@ int device_gemm_plan_make(const weight_matrix *w, int tokens, size_t y_token, co
                           device_gemm_plan *out)
 {
     memset(out, 0, sizeof *out);
-    if (tokens < DEVICE_GEMM_MIN_TOKENS || tokens > DEVICE_MAX_TOKENS || w->rows < 1 || w->cols < 1)
+    if (tokens < DEVICE_GEMM_MIN_TOKENS || tokens > DEVICE_MAX_TOKENS || w->rows < 1 || w->cols < 1 ||
+        w->format == WEIGHT_F16 || w->format == WEIGHT_F32)
         return -1;
     size_t k8 = round_up((size_t)w->cols, 8);
     if (k8 > ws->gemm_x_ld || y_token < (size_t)w->rows)

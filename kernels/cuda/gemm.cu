@@ -1,5 +1,5 @@
 /* gemm (CUDA): BF16 tensor-core GEMMs through cuBLASLt for the projections of a prefill step,
- * with the element-wise conversions (activations, dequantised weight tiles) they read. Row-major
+ * with the element-wise conversions (activations split hi + lo, NVFP4 tiles) they read. Row-major
  * weight rows W[n][k] are cuBLASLt's column-major k x n matrix, so C (column-major n x m, one
  * token per column) = op_T(A) B: the "TN" shape tensor cores serve best. */
 #include <cublasLt.h>
@@ -14,11 +14,15 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void bf16_from_float_kernel(const float *x, int cols, size_t x_ld, uint16_t *out, size_t out_ld)
+__global__ void bf16_split_kernel(const float *x, int cols, size_t x_ld, uint16_t *hi, uint16_t *lo, size_t out_ld)
 {
     int row = blockIdx.y;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
-        out[(size_t)row * out_ld + c] = bf16_from_float(x[(size_t)row * x_ld + c]);
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+        float value = x[(size_t)row * x_ld + c];
+        uint16_t high = bf16_from_float(value);
+        hi[(size_t)row * out_ld + c] = high;
+        lo[(size_t)row * out_ld + c] = bf16_from_float(value - bf16_bits_to_float(high));
+    }
 }
 
 __global__ void bf16_dequantise_kernel(weight_matrix w, int row_begin, uint16_t *out, size_t out_ld)
@@ -26,25 +30,11 @@ __global__ void bf16_dequantise_kernel(weight_matrix w, int row_begin, uint16_t 
     int r = blockIdx.y, row = row_begin + r;
     const uint8_t *data = w.data + (size_t)row * w.data_stride;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < w.cols; c += gridDim.x * blockDim.x) {
-        float value;
-        switch (w.format) {
-        case WEIGHT_NVFP4: {
-            uint8_t byte = data[c / 2];
-            float block_scale = nvfp4_e4m3_to_float(w.scale[(size_t)row * w.scale_stride + c / 16]);
-            value = nvfp4_dequantize((uint8_t)(c & 1 ? byte >> 4 : byte & 15), block_scale, w.scale_2);
-            break;
-        }
-        case WEIGHT_BF16:
-            value = bf16_bits_to_float(reinterpret_cast<const uint16_t *>(data)[c]);
-            break;
-        case WEIGHT_F16:
-            value = half_to_float(reinterpret_cast<const uint16_t *>(data)[c]);
-            break;
-        default:
-            value = reinterpret_cast<const float *>(data)[c];
-            break;
-        }
-        out[(size_t)r * out_ld + c] = bf16_from_float(value);
+        uint8_t byte = data[c / 2];
+        float block_scale = nvfp4_e4m3_to_float(w.scale[(size_t)row * w.scale_stride + c / 16]);
+        /* at most 2 x 4 significant bits: exact in BF16 */
+        out[(size_t)r * out_ld + c] =
+            bf16_from_float(nvfp4_e2m1_to_float((uint8_t)(c & 1 ? byte >> 4 : byte & 15)) * block_scale);
     }
 }
 
@@ -100,15 +90,15 @@ struct gemm_descriptors {
 
 } // namespace
 
-extern "C" int bf16_from_float_cuda(const float *x, int rows, int cols, size_t x_ld, uint16_t *out, size_t out_ld,
-                                    void *stream)
+extern "C" int bf16_split_cuda(const float *x, int rows, int cols, size_t x_ld, uint16_t *hi, uint16_t *lo,
+                               size_t out_ld, void *stream)
 {
     if (rows <= 0 || cols <= 0)
         return 0;
     if (rows > 65535)
         return (int)cudaErrorInvalidValue;
     dim3 grid(column_blocks(cols), (unsigned)rows);
-    bf16_from_float_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(x, cols, x_ld, out, out_ld);
+    bf16_split_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(x, cols, x_ld, hi, lo, out_ld);
     return (int)cudaGetLastError();
 }
 
@@ -117,7 +107,7 @@ extern "C" int bf16_dequantise_cuda(const weight_matrix *w, int row_begin, int r
 {
     if (rows <= 0 || w->cols <= 0)
         return 0;
-    if (rows > 65535 || (w->format == WEIGHT_NVFP4 && !w->scale))
+    if (rows > 65535 || w->format != WEIGHT_NVFP4 || !w->scale)
         return (int)cudaErrorInvalidValue;
     dim3 grid(column_blocks(w->cols), (unsigned)rows);
     bf16_dequantise_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(*w, row_begin, out, out_ld);
@@ -156,9 +146,9 @@ extern "C" void gemm_context_destroy(gemm_context *ctx)
             return status_;                                                                                 \
     } while (0)
 
-extern "C" int gemm_bf16_cuda(const gemm_context *ctx, int m, int n, int k, const uint16_t *a, size_t lda,
-                              const uint16_t *b, size_t ldb, float *c, size_t ldc, void *scratch,
-                              size_t scratch_bytes, void *stream)
+extern "C" int gemm_bf16_cuda(const gemm_context *ctx, int m, int n, int k, float alpha, const uint16_t *a,
+                              size_t lda, const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc,
+                              void *scratch, size_t scratch_bytes, void *stream)
 {
     if (m <= 0 || n <= 0 || k <= 0)
         return 0;
@@ -190,8 +180,7 @@ extern "C" int gemm_bf16_cuda(const gemm_context *ctx, int m, int n, int k, cons
     GEMM_TRY(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.preference, 1, &result, &found));
     if (found < 1)
         return (int)cudaErrorNotSupported;
-    const float one = 1.0f, zero = 0.0f;
-    GEMM_TRY(cublasLtMatmul(handle, d.op, &one, a, d.a, b, d.b, &zero, c, d.c, c, d.c, &result.algo, scratch,
+    GEMM_TRY(cublasLtMatmul(handle, d.op, &alpha, a, d.a, b, d.b, &beta, c, d.c, c, d.c, &result.algo, scratch,
                             scratch_bytes, (cudaStream_t)stream));
     return 0;
 }

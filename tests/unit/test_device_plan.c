@@ -3,7 +3,8 @@
  * decodes to exactly the values of the checkpoint view; pitches and alignments hold; padding is
  * zero; the workspace buffers do not overlap; the byte plan and the largest context add up;
  * every projection a prefill step runs as BF16 GEMMs has a plan whose tiles fit the workspace
- * and cover its rows, and the GEMM plan, replayed on the CPU in BF16, gives the linear's result.
+ * and cover its rows, and the GEMM plan, replayed on the CPU in BF16 (hi + lo activations),
+ * gives the fp32 linear's result.
  * Also: opening --backend cuda without a usable device (or without CUDA) is a clear error. */
 #include <float.h>
 #include <math.h>
@@ -16,6 +17,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/half_math.h"
+#include "kernels/nvfp4_math.h"
 #include "tests/unit/check.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"
@@ -91,7 +93,7 @@ static int check_gemm_plan(void *arg, const device_weight *w)
     for (int tokens = 1; tokens <= DEVICE_MAX_TOKENS; tokens++) {
         device_gemm_plan plan;
         int rc = device_gemm_plan_make(&p, tokens, (size_t)p.rows, gc->ws, &plan);
-        if (tokens < DEVICE_GEMM_MIN_TOKENS) {
+        if (tokens < DEVICE_GEMM_MIN_TOKENS || p.format == WEIGHT_F16 || p.format == WEIGHT_F32) {
             gc->faults += rc != -1;
             continue;
         }
@@ -104,7 +106,7 @@ static int check_gemm_plan(void *arg, const device_weight *w)
         if (p.format == WEIGHT_BF16)
             fits &= !plan.dequantise && plan.tile_rows == p.rows && plan.lda * 2 == l.data_pitch;
         else
-            fits &= plan.dequantise && plan.lda % 8 == 0 && plan.lda >= (size_t)plan.k &&
+            fits &= p.format == WEIGHT_NVFP4 && plan.dequantise && plan.lda % 8 == 0 && plan.lda >= (size_t)plan.k &&
                     (size_t)plan.tile_rows * plan.lda <= gc->ws->gemm_w_elems;
         gc->faults += !fits;
     }
@@ -167,7 +169,7 @@ static void check_model(const char *dir, int tp)
         ordered &= ws.moe_offsets + (size_t)c->experts + 1 <= ws.moe_order;
         ordered &= ws.logits_part + T * (size_t)(shard.vocab.end - shard.vocab.begin) <= ws.moe_offsets;
         ordered &= ws.gemm_x >= ws.gemv_counters + (size_t)device_max_gemv_rows(c, &shard);
-        ordered &= (ws.gemm_w - ws.gemm_x) * 2 >= T * ws.gemm_x_ld && ws.gemm_x_ld % 8 == 0;
+        ordered &= (ws.gemm_w - ws.gemm_x) * 2 >= 2 * T * ws.gemm_x_ld && ws.gemm_x_ld % 8 == 0;
         ordered &= (ws.gemm_scratch - ws.gemm_w) * 2 >= ws.gemm_w_elems;
         ordered &= (ws.gemm_up - ws.gemm_scratch) * sizeof(float) >= DEVICE_GEMM_SCRATCH_BYTES;
         ordered &= ws.total - ws.gemm_up >= T * (size_t)(shard.dense_inter.end - shard.dense_inter.begin) &&
@@ -191,9 +193,10 @@ static void check_model(const char *dir, int tp)
     weights_free(&mw);
 }
 
-/* A GEMM plan replayed on the CPU as the device runs it (activations and dequantised tiles
- * rounded to BF16, sums in float, tile by tile into y's rows) matches y = W x within BF16's
- * rounding, and writes exactly the rows [0, n) of every token's y. */
+/* A GEMM plan replayed on the CPU as the device runs it (NVFP4 tiles as e2m1 * e4m3 in BF16,
+ * activations split into BF16 hi + lo parts, two sums in float times scale_2, tile by tile into
+ * y's rows) matches the fp32 linear y = W x within 2e-6 of sum_k |w_k x_k| (the lo part's
+ * rounding, 2^-17, and float sums in another order), and writes exactly the rows [0, n) of every token's y. */
 static void check_gemm_plan_replay(void)
 {
     enum { ROWS = 37, COLS = 48, PITCH = 32, TOKENS = 17, Y_TOKEN = 40 };
@@ -203,60 +206,72 @@ static void check_gemm_plan_replay(void)
     for (size_t i = 0; i < sizeof scales; i++)
         scales[i] = (uint8_t)(0x28 + i % 24);
     weight_matrix w = {.format = WEIGHT_NVFP4, .rows = ROWS, .cols = COLS, .data = data, .data_stride = PITCH,
-                       .scale = scales, .scale_stride = 16, .scale_2 = 0.5f};
+                       .scale = scales, .scale_stride = 16, .scale_2 = 0.00037f};
     device_workspace ws = {.gemm_x_ld = 64, .gemm_w_elems = 10 * 48 + 5};
     device_gemm_plan plan;
     CHECK_INT(device_gemm_plan_make(&w, TOKENS, Y_TOKEN, &ws, &plan), 0);
     CHECK_INT(plan.tile_rows, 10);
     CHECK_INT(plan.lda, 48);
+    CHECK(plan.dequantise);
     static float x[TOKENS][COLS], y[TOKENS][Y_TOKEN], want[TOKENS][ROWS];
     for (int t = 0; t < TOKENS; t++)
         for (int i = 0; i < COLS; i++)
-            x[t][i] = (float)((t * 31 + i * 17) % 23) / 7.0f - 1.5f;
+            x[t][i] = (float)((t * 31 + i * 17) % 23) / 7.0f - 1.5f + (float)i * 1e-4f;
     for (int t = 0; t < TOKENS; t++)
         for (int i = 0; i < Y_TOKEN; i++)
             y[t][i] = -999.0f;
-    uint16_t xb[TOKENS][64], tile[10 * 48 + 5];
+    static uint16_t hi[TOKENS][64], lo[TOKENS][64], tile[10 * 48 + 5];
     for (int t = 0; t < TOKENS; t++)
-        for (int i = 0; i < plan.k; i++)
-            xb[t][i] = bf16_from_float(x[t][i]);
-    float row[COLS];
+        for (int i = 0; i < plan.k; i++) {
+            hi[t][i] = bf16_from_float(x[t][i]);
+            lo[t][i] = bf16_from_float(x[t][i] - bf16_bits_to_float(hi[t][i]));
+        }
+    int inexact = 0;
     for (int first = 0; first < plan.n; first += plan.tile_rows) {
         int rows = plan.n - first < plan.tile_rows ? plan.n - first : plan.tile_rows;
-        for (int r = 0; r < rows; r++) {
-            weight_matrix_decode_row(&w, first + r, row);
-            for (int i = 0; i < plan.k; i++)
-                tile[(size_t)r * plan.lda + i] = bf16_from_float(row[i]);
-        }
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < plan.k; i++) {
+                const uint8_t byte = w.data[(size_t)(first + r) * w.data_stride + i / 2];
+                float e = nvfp4_e2m1_to_float((uint8_t)(i & 1 ? byte >> 4 : byte & 15)) *
+                          nvfp4_e4m3_to_float(w.scale[(size_t)(first + r) * w.scale_stride + i / 16]);
+                tile[(size_t)r * plan.lda + i] = bf16_from_float(e);
+                inexact += bf16_bits_to_float(tile[(size_t)r * plan.lda + i]) != e;
+            }
         for (int t = 0; t < plan.m; t++)
             for (int r = 0; r < rows; r++) {
-                float sum = 0.0f;
-                for (int i = 0; i < plan.k; i++)
-                    sum += bf16_bits_to_float(tile[(size_t)r * plan.lda + i]) * bf16_bits_to_float(xb[t][i]);
-                (&y[0][0])[(size_t)t * plan.ldc + (size_t)(first + r)] = sum;
+                float sums[2] = {0.0f, 0.0f};
+                for (int i = 0; i < plan.k; i++) {
+                    float a = bf16_bits_to_float(tile[(size_t)r * plan.lda + i]);
+                    sums[0] += a * bf16_bits_to_float(hi[t][i]);
+                    sums[1] += a * bf16_bits_to_float(lo[t][i]);
+                }
+                (&y[0][0])[(size_t)t * plan.ldc + (size_t)(first + r)] = w.scale_2 * sums[0] + w.scale_2 * sums[1];
             }
     }
+    CHECK_INT(inexact, 0);
     double worst = 0.0;
     int untouched = 1;
+    float row[COLS];
     for (int t = 0; t < TOKENS; t++) {
         linear_rows(&w, x[t], COLS, 1, want[t], ROWS, 0, ROWS);
-        double scale = 0.0;
-        for (int r = 0; r < ROWS; r++)
-            scale = fabs(want[t][r]) > scale ? fabs(want[t][r]) : scale;
         for (int r = 0; r < ROWS; r++) {
-            double e = fabs(y[t][r] - want[t][r]) / (scale > 0 ? scale : 1);
+            weight_matrix_decode_row(&w, r, row);
+            double mag = 0.0;
+            for (int i = 0; i < COLS; i++)
+                mag += fabs((double)row[i] * x[t][i]);
+            double e = fabs(y[t][r] - want[t][r]) / (mag > 0 ? mag : 1);
             worst = e > worst ? e : worst;
         }
         for (int r = ROWS; r < Y_TOKEN; r++)
             untouched &= y[t][r] == -999.0f;
     }
-    CHECK_MSG(worst <= 1e-2, "BF16 replay: max error %.3g of the row's largest |y|", worst);
+    CHECK_MSG(worst <= 2e-6, "GEMM replay: max error %.3g of sum |w x|", worst);
     CHECK(untouched);
 }
 
 static void check_gemm_plan_limits(void)
 {
-    uint8_t data[64 * 96] = {0};
+    uint8_t data[300 * 96] = {0};
     weight_matrix bf16 = {.format = WEIGHT_BF16, .rows = 64, .cols = 40, .data = data, .data_stride = 96,
                           .scale_2 = 1.0f};
     device_workspace ws = {.gemm_x_ld = 48, .gemm_w_elems = 100};
@@ -268,16 +283,22 @@ static void check_gemm_plan_limits(void)
     CHECK(!plan.dequantise && plan.tile_rows == 64 && plan.lda == 48 && plan.ldb == 48 && plan.ldc == 64);
     bf16.cols = 49;     /* K wider than the activations' rows */
     CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_MAX_TOKENS, 64, &ws, &plan), -1);
+    /* F16 and F32 are not exact in BF16: the GEMV serves them */
     weight_matrix f32 = {.format = WEIGHT_F32, .rows = 64, .cols = 20, .data = data, .data_stride = 80,
                          .scale_2 = 1.0f};
-    CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 64, &ws, &plan), 0);
+    CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 64, &ws, &plan), -1);
+    f32.format = WEIGHT_F16;
+    CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 64, &ws, &plan), -1);
+    weight_matrix fp4 = {.format = WEIGHT_NVFP4, .rows = 64, .cols = 20, .data = data, .data_stride = 16,
+                         .scale = data, .scale_stride = 16, .scale_2 = 1.0f};
+    CHECK_INT(device_gemm_plan_make(&fp4, DEVICE_MAX_TOKENS, 64, &ws, &plan), 0);
     CHECK(plan.dequantise && plan.lda == 24 && plan.tile_rows == 4);
     ws.gemm_w_elems = 24 * 130;     /* 130 rows: whole multiples of 64 rows per tile */
-    f32.rows = 300;
-    CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 300, &ws, &plan), 0);
+    fp4.rows = 300;
+    CHECK_INT(device_gemm_plan_make(&fp4, DEVICE_MAX_TOKENS, 300, &ws, &plan), 0);
     CHECK_INT(plan.tile_rows, 128);
     ws.gemm_w_elems = 23;   /* not one row of the tile */
-    CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 64, &ws, &plan), -1);
+    CHECK_INT(device_gemm_plan_make(&fp4, DEVICE_MAX_TOKENS, 300, &ws, &plan), -1);
 }
 
 static void check_bf16_rounding(void)
