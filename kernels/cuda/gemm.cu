@@ -5,6 +5,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <new>
+
 #include "kernels/cuda/gemm.h"
 #include "kernels/forward_math.h"
 #include "kernels/half_math.h"
@@ -68,15 +70,28 @@ uint32_t alignment_of(const void *p)
     return align;
 }
 
-/* The descriptors of one GEMM shape, destroyed together. */
-struct gemm_descriptors {
+/* The descriptors and the algorithm of one GEMM shape (sizes, leading dimensions, buffer
+ * alignments, workspace): cuBLASLt's heuristic query costs far more host time than a launch, so
+ * each shape asks once per context. */
+struct gemm_key {
+    int m, n, k;
+    size_t lda, ldb, ldc, scratch_bytes;
+    uint32_t align[3];
+    bool operator==(const gemm_key &o) const
+    {
+        return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
+               scratch_bytes == o.scratch_bytes && align[0] == o.align[0] && align[1] == o.align[1] &&
+               align[2] == o.align[2];
+    }
+};
+
+struct gemm_shape {
+    gemm_key key;
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulPreference_t preference = nullptr;
-    ~gemm_descriptors()
+    cublasLtMatmulAlgo_t algo;
+    void release()
     {
-        if (preference)
-            cublasLtMatmulPreferenceDestroy(preference);
         if (c)
             cublasLtMatrixLayoutDestroy(c);
         if (b)
@@ -85,6 +100,25 @@ struct gemm_descriptors {
             cublasLtMatrixLayoutDestroy(a);
         if (op)
             cublasLtMatmulDescDestroy(op);
+        op = nullptr;
+        a = b = c = nullptr;
+    }
+};
+
+constexpr int kCachedShapes = 256;
+
+struct gemm_cache {
+    gemm_shape shapes[kCachedShapes];
+    int count = 0;
+    int next_evicted = 0;   /* when full, entries are replaced in turn */
+};
+
+struct preference_guard {
+    cublasLtMatmulPreference_t preference = nullptr;
+    ~preference_guard()
+    {
+        if (preference)
+            cublasLtMatmulPreferenceDestroy(preference);
     }
 };
 
@@ -126,17 +160,33 @@ extern "C" int silu_gate_cuda(const float *gate, const float *up, float *act, si
 
 extern "C" int gemm_context_create(gemm_context *ctx)
 {
+    ctx->handle = nullptr;
+    ctx->shapes = new (std::nothrow) gemm_cache;
+    if (!ctx->shapes)
+        return (int)cudaErrorMemoryAllocation;
     cublasLtHandle_t handle = nullptr;
     int status = from_cublas(cublasLtCreate(&handle));
-    ctx->handle = status ? nullptr : handle;
-    return status;
+    if (status) {
+        delete static_cast<gemm_cache *>(ctx->shapes);
+        ctx->shapes = nullptr;
+        return status;
+    }
+    ctx->handle = handle;
+    return 0;
 }
 
 extern "C" void gemm_context_destroy(gemm_context *ctx)
 {
+    gemm_cache *cache = static_cast<gemm_cache *>(ctx->shapes);
+    if (cache) {
+        for (int i = 0; i < cache->count; i++)
+            cache->shapes[i].release();
+        delete cache;
+    }
     if (ctx->handle)
         cublasLtDestroy((cublasLtHandle_t)ctx->handle);
     ctx->handle = nullptr;
+    ctx->shapes = nullptr;
 }
 
 #define GEMM_TRY(call)                                                                                      \
@@ -145,6 +195,39 @@ extern "C" void gemm_context_destroy(gemm_context *ctx)
         if (status_)                                                                                        \
             return status_;                                                                                 \
     } while (0)
+
+/* The descriptors and the heuristic's first algorithm for key, into d (released by the caller on
+ * failure). */
+static int gemm_shape_make(cublasLtHandle_t handle, const gemm_key &key, gemm_shape *d)
+{
+    d->key = key;
+    cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    GEMM_TRY(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    GEMM_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+    GEMM_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep));
+    GEMM_TRY(cublasLtMatrixLayoutCreate(&d->a, CUDA_R_16BF, (uint64_t)key.k, (uint64_t)key.n, (int64_t)key.lda));
+    GEMM_TRY(cublasLtMatrixLayoutCreate(&d->b, CUDA_R_16BF, (uint64_t)key.k, (uint64_t)key.m, (int64_t)key.ldb));
+    GEMM_TRY(cublasLtMatrixLayoutCreate(&d->c, CUDA_R_32F, (uint64_t)key.n, (uint64_t)key.m, (int64_t)key.ldc));
+    preference_guard p;
+    size_t scratch_bytes = key.scratch_bytes;
+    GEMM_TRY(cublasLtMatmulPreferenceCreate(&p.preference));
+    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(p.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &scratch_bytes, sizeof scratch_bytes));
+    const cublasLtMatmulPreferenceAttributes_t aligned[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uint32_t align = key.align[i < 3 ? i : 2];
+        GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(p.preference, aligned[i], &align, sizeof align));
+    }
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    GEMM_TRY(cublasLtMatmulAlgoGetHeuristic(handle, d->op, d->a, d->b, d->c, d->c, p.preference, 1, &result, &found));
+    if (found < 1)
+        return (int)cudaErrorNotSupported;
+    d->algo = result.algo;
+    return 0;
+}
 
 extern "C" int gemm_bf16_cuda(const gemm_context *ctx, int m, int n, int k, float alpha, const uint16_t *a,
                               size_t lda, const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc,
@@ -155,32 +238,28 @@ extern "C" int gemm_bf16_cuda(const gemm_context *ctx, int m, int n, int k, floa
     if (!ctx->handle || lda < (size_t)k || ldb < (size_t)k || ldc < (size_t)n)
         return (int)cudaErrorInvalidValue;
     cublasLtHandle_t handle = (cublasLtHandle_t)ctx->handle;
-    gemm_descriptors d;
-    cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-    GEMM_TRY(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    GEMM_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
-    GEMM_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep));
-    GEMM_TRY(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, (int64_t)lda));
-    GEMM_TRY(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, (int64_t)ldb));
-    GEMM_TRY(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, (uint64_t)n, (uint64_t)m, (int64_t)ldc));
-    GEMM_TRY(cublasLtMatmulPreferenceCreate(&d.preference));
-    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &scratch_bytes, sizeof scratch_bytes));
-    uint32_t aligns[3] = {alignment_of(a), alignment_of(b), alignment_of(c)};
-    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aligns[0],
-                                                  sizeof aligns[0]));
-    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &aligns[1],
-                                                  sizeof aligns[1]));
-    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &aligns[2],
-                                                  sizeof aligns[2]));
-    GEMM_TRY(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &aligns[2],
-                                                  sizeof aligns[2]));
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    GEMM_TRY(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.preference, 1, &result, &found));
-    if (found < 1)
-        return (int)cudaErrorNotSupported;
-    GEMM_TRY(cublasLtMatmul(handle, d.op, &alpha, a, d.a, b, d.b, &beta, c, d.c, c, d.c, &result.algo, scratch,
+    gemm_cache *cache = static_cast<gemm_cache *>(ctx->shapes);
+    gemm_key key = {m, n, k, lda, ldb, ldc, scratch_bytes, {alignment_of(a), alignment_of(b), alignment_of(c)}};
+    gemm_shape *d = nullptr;
+    for (int i = 0; i < cache->count && !d; i++)
+        if (cache->shapes[i].key == key)
+            d = &cache->shapes[i];
+    if (!d) {
+        if (cache->count < kCachedShapes) {
+            d = &cache->shapes[cache->count++];
+        } else {
+            d = &cache->shapes[cache->next_evicted];
+            cache->next_evicted = (cache->next_evicted + 1) % kCachedShapes;
+            d->release();
+        }
+        int status = gemm_shape_make(handle, key, d);
+        if (status) {
+            d->release();
+            d->key.m = -1;  /* matches no call */
+            return status;
+        }
+    }
+    GEMM_TRY(cublasLtMatmul(handle, d->op, &alpha, a, d->a, b, d->b, &beta, c, d->c, c, d->c, &d->algo, scratch,
                             scratch_bytes, (cudaStream_t)stream));
     return 0;
 }

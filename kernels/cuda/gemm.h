@@ -32,9 +32,11 @@ int bf16_dequantise_cuda(const weight_matrix *w, int row_begin, int rows, uint16
  * the gate/up GEMMs of an MLP and its down GEMM. */
 int silu_gate_cuda(const float *gate, const float *up, float *act, size_t n, void *stream);
 
-/* A cuBLASLt handle (one per backend; NULL until created). */
+/* A cuBLASLt handle and the GEMM shapes it has planned (descriptors and algorithm, asked of
+ * the heuristic once per shape); one per backend, NULLs until created. */
 typedef struct {
     void *handle;
+    void *shapes;
 } gemm_context;
 int gemm_context_create(gemm_context *ctx);
 void gemm_context_destroy(gemm_context *ctx);

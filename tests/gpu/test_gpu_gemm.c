@@ -189,7 +189,7 @@ static void check_gemm(const gemm_context *ctx, void *scratch, int m, int n, int
     }
     CHECK_MSG(bad == 0, "gemm m %d n %d k %d: %d outputs off", m, n, k, bad);
     CHECK_MSG(padding_kept, "gemm m %d n %d k %d: wrote past n in a row of c", m, n, k);
-    /* beta = 1 adds onto c: the lo part's GEMM */
+    /* beta = 1 adds onto c (the lo part's GEMM), through the shape the first call planned */
     float *twice = malloc((size_t)m * ldc * sizeof *twice);
     CHECK_INT(gemm_bf16_cuda(ctx, m, n, k, 0.5f, da, lda, db, ldb, 1.0f, dc, ldc, scratch, DEVICE_GEMM_SCRATCH_BYTES,
                              NULL), 0);
