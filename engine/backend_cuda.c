@@ -7,8 +7,12 @@
  * tokens, each chosen expert once per step, attention absorbed and causal per query). Routing,
  * expert choice and the weighted sum stay on the device, and the position lives in device
  * memory, so one captured CUDA graph per step shape (token count, with or without logits)
- * serves every step. The embedding rows are looked up on the host (one row per token, so the
- * 2.3 GB table never needs device memory). */
+ * serves every step. Steps of DEVICE_GEMM_MIN_TOKENS tokens or more run the dense projections
+ * (q_a, kv_a, q_b, o_proj, router, lm_head, the dense and shared MLPs) as BF16 tensor-core
+ * GEMMs instead, exact weights times hi + lo activations so they round like the fp32 GEMV
+ * (kernels/cuda/gemm.h; launched, not captured); KIMI_CUDA_PREFILL=steps keeps them on the
+ * GEMV. The embedding rows are looked up on the host (one row per token, so the 2.3 GB table
+ * never needs device memory). */
 #include "engine/backend_impl.h"
 
 #include <cuda_runtime_api.h>
@@ -21,6 +25,7 @@
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/forward.h"
+#include "kernels/cuda/gemm.h"
 
 enum { MAX_RANKS = 8, STAGING_BYTES = 32 << 20 };
 _Static_assert((int)DEVICE_MAX_TOKENS == (int)FORWARD_MAX_TOKENS,
@@ -56,6 +61,8 @@ struct cuda_backend {
     const model_weights *mw;
     const model_config *cfg;
     int tp, device, sm_count, splits, use_graphs;
+    int prefill_gemm;           /* steps of DEVICE_GEMM_MIN_TOKENS or more project through GEMMs */
+    gemm_context gemm;
     long capacity;
     size_t cache_row;
     cudaStream_t stream;
@@ -340,6 +347,7 @@ void cuda_backend_close(cuda_backend *be)
     cudaFreeHost(be->host_pos);
     cudaFreeHost(be->host_logits);
     cuda_comm_close(be->comm);
+    gemm_context_destroy(&be->gemm);
     if (be->stream)
         cudaStreamDestroy(be->stream);
     free(be);
@@ -402,6 +410,15 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, ki
             return kimi_err_prefix(err, err->code, "rank %d of %d", r, be->tp);
     const char *graphs = getenv("KIMI_CUDA_GRAPHS");
     be->use_graphs = !(graphs && !strcmp(graphs, "0"));
+    const char *prefill = getenv("KIMI_CUDA_PREFILL");
+    if (prefill && strcmp(prefill, "gemm") && strcmp(prefill, "steps"))
+        return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_PREFILL=%s: must be gemm or steps", prefill);
+    be->prefill_gemm = !(prefill && !strcmp(prefill, "steps"));
+    if (be->prefill_gemm) {
+        int status = gemm_context_create(&be->gemm);
+        if (status)
+            return cuda_fail(err, (cudaError_t)status, "cuBLASLt handle");
+    }
     (void)opt;
     return 0;
 }
@@ -462,6 +479,57 @@ static int gemv(rank_device *rd, const weight_matrix *w, const float *x, size_t 
     return linear_gemv_tokens_cuda(w, w->rows, 1, 0, x, 0, x_width, y, 0, (size_t)w->rows, tokens, &rd->gemv, s);
 }
 
+/* y[t] = W x[t] as BF16 GEMMs when the step is long enough (device_gemm_plan_make), else the GEMV. */
+static int project(struct cuda_backend *be, rank_device *rd, const weight_matrix *w, const float *x, size_t x_width,
+                   float *y, int tokens, cudaStream_t s)
+{
+    const device_workspace *l = &rd->layout;
+    device_gemm_plan p;
+    if (!be->prefill_gemm || device_gemm_plan_make(w, tokens, (size_t)w->rows, l, &p))
+        return gemv(rd, w, x, x_width, y, tokens, s);
+    uint16_t *hi = (uint16_t *)ws(rd, l->gemm_x), *lo = hi + (size_t)tokens * p.ldb;
+    uint16_t *tile = (uint16_t *)ws(rd, l->gemm_w);
+    float alpha = w->format == WEIGHT_NVFP4 ? w->scale_2 : 1.0f;
+    STEP_TRY(bf16_split_cuda(x, tokens, p.k, x_width, hi, lo, p.ldb, s));
+    for (int first = 0; first < p.n; first += p.tile_rows) {
+        int rows = p.n - first < p.tile_rows ? p.n - first : p.tile_rows;
+        const uint16_t *a = (const uint16_t *)(w->data + (size_t)first * w->data_stride);
+        if (p.dequantise) {
+            STEP_TRY(bf16_dequantise_cuda(w, first, rows, tile, p.lda, s));
+            a = tile;
+        }
+        for (int part = 0; part < 2; part++)
+            STEP_TRY(gemm_bf16_cuda(&be->gemm, tokens, rows, p.k, alpha, a, p.lda, part ? lo : hi, p.ldb,
+                                    part ? 1.0f : 0.0f, y + first, p.ldc, ws(rd, l->gemm_scratch),
+                                    DEVICE_GEMM_SCRATCH_BYTES, s));
+    }
+    return 0;
+}
+
+/* The dense or shared MLP table[0] of T tokens as GEMMs (gate into act, up into gemm_up, then
+ * silu(gate) * up and down into y); returns 1 when the step is too short for them (nothing done). */
+static int mlp_gemm(struct cuda_backend *be, rank_device *rd, const mlp_device *m, const float *x, int T, float *act,
+                    float *y, int *status)
+{
+    const model_config *c = be->cfg;
+    const device_workspace *l = &rd->layout;
+    device_gemm_plan p;
+    if (!be->prefill_gemm || device_gemm_plan_make(&m->gate, T, (size_t)m->gate.rows, l, &p) ||
+        device_gemm_plan_make(&m->up, T, (size_t)m->up.rows, l, &p) ||
+        device_gemm_plan_make(&m->down, T, (size_t)m->down.rows, l, &p))
+        return 1;
+    int inter = m->gate.rows;
+    float *up = ws(rd, l->gemm_up);
+    *status = project(be, rd, &m->gate, x, (size_t)c->hidden, act, T, be->stream);
+    if (!*status)
+        *status = project(be, rd, &m->up, x, (size_t)c->hidden, up, T, be->stream);
+    if (!*status)
+        *status = silu_gate_cuda(act, up, act, (size_t)T * (size_t)inter, be->stream);
+    if (!*status)
+        *status = project(be, rd, &m->down, act, (size_t)inter, y, T, be->stream);
+    return 0;
+}
+
 static uint16_t *layer_cache(struct cuda_backend *be, rank_device *rd, int layer)
 {
     return rd->cache + (size_t)layer * (size_t)be->capacity * be->cache_row;
@@ -478,10 +546,10 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     int q_width = c->qk_nope_dim + c->qk_rope_dim, kv_b_rows = c->qk_nope_dim + c->v_head_dim;
     size_t hidden = (size_t)c->hidden, heads = (size_t)rd->heads, kv_lora = (size_t)c->kv_lora_rank;
     float *x = ws(rd, l->x), *q_a = ws(rd, l->q_a), *q = ws(rd, l->q), *kv = ws(rd, l->kv);
-    STEP_TRY(gemv(rd, &ld->q_a, x, hidden, q_a, T, s));
-    STEP_TRY(gemv(rd, &ld->kv_a, x, hidden, kv, T, s));
+    STEP_TRY(project(be, rd, &ld->q_a, x, hidden, q_a, T, s));
+    STEP_TRY(project(be, rd, &ld->kv_a, x, hidden, kv, T, s));
     STEP_TRY(rmsnorm_cuda(q_a, q_a, ld->q_a_norm, T, c->q_lora_rank, c->rms_norm_eps, s));
-    STEP_TRY(gemv(rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
+    STEP_TRY(project(be, rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
     STEP_TRY(mla_kv_rope_cache_cuda(kv, c->kv_lora_rank, c->qk_rope_dim, ld->kv_a_norm, c->rms_norm_eps, q, rd->heads,
                                     c->qk_nope_dim, be->inv_freq, be->cos_sin_scale, be->pos,
                                     layer_cache(be, rd, layer), T, s));
@@ -499,7 +567,7 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     STEP_TRY(linear_gemv_tokens_cuda(&w_uv, c->v_head_dim, rd->heads, kv_b_rows, ws(rd, l->o_latent), kv_lora,
                                      heads * kv_lora, ws(rd, l->attn), (size_t)c->v_head_dim,
                                      heads * (size_t)c->v_head_dim, T, &rd->gemv, s));
-    return gemv(rd, &ld->o, ws(rd, l->attn), heads * (size_t)c->v_head_dim, ws(rd, l->partial), T, s);
+    return project(be, rd, &ld->o, ws(rd, l->attn), heads * (size_t)c->v_head_dim, ws(rd, l->partial), T, s);
 }
 
 /* x = rmsnorm(h) -> partial = this rank's share of the dense MLP or the MoE of x, T tokens. */
@@ -510,21 +578,28 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
     const device_workspace *l = &rd->layout;
     cudaStream_t s = be->stream;
     float *x = ws(rd, l->x);
+    int status = 0;
     if (!ld->is_moe) {
+        if (!mlp_gemm(be, rd, &ld->host_table[0], x, T, ws(rd, l->act), ws(rd, l->partial), &status))
+            return status;
         int inter = rd->shard.dense_inter.end - rd->shard.dense_inter.begin;
         STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->act), s));
         return mlp_down_cuda(ld->table, NULL, T, ws(rd, l->act), c->hidden, inter, ws(rd, l->partial), s);
     }
     int k = c->experts_per_token, moe_inter = rd->shard.moe_inter.end - rd->shard.moe_inter.begin;
     int *chosen = (int *)ws(rd, l->chosen);
-    STEP_TRY(gemv(rd, &ld->router, x, (size_t)c->hidden, ws(rd, l->router_logits), T, s));
+    STEP_TRY(project(be, rd, &ld->router, x, (size_t)c->hidden, ws(rd, l->router_logits), T, s));
     STEP_TRY(moe_route_cuda(&be->routing, ws(rd, l->router_logits), ld->router_bias, chosen, ws(rd, l->route_weights),
                             T, s));
     const float *shared_y = NULL;
     if (ld->has_shared) {
         int inter = rd->shard.shared_inter.end - rd->shard.shared_inter.begin;
-        STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->shared_act), s));
-        STEP_TRY(mlp_down_cuda(ld->table, NULL, T, ws(rd, l->shared_act), c->hidden, inter, ws(rd, l->shared_y), s));
+        if (mlp_gemm(be, rd, &ld->host_table[0], x, T, ws(rd, l->shared_act), ws(rd, l->shared_y), &status)) {
+            STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->shared_act), s));
+            STEP_TRY(mlp_down_cuda(ld->table, NULL, T, ws(rd, l->shared_act), c->hidden, inter, ws(rd, l->shared_y),
+                                   s));
+        }
+        STEP_TRY(status);
         shared_y = ws(rd, l->shared_y);
     }
     /* slot t * k + j: token t's j-th choice; one token reads just its k experts, a longer step
@@ -606,7 +681,8 @@ static int step_enqueue(struct cuda_backend *be, int T, int with_logits)
         const device_workspace *l = &rd->layout;
         int part = rd->shard.vocab.end - rd->shard.vocab.begin;
         /* x = rmsnorm(h, final norm), from the last residual add */
-        STEP_TRY(gemv(rd, &rd->lm_head, ws(rd, l->x), (size_t)c->hidden, ws(rd, l->logits_part), T, be->stream));
+        STEP_TRY(project(be, rd, &rd->lm_head, ws(rd, l->x), (size_t)c->hidden, ws(rd, l->logits_part), T,
+                         be->stream));
         STEP_TRY(cuda_comm_gather(be->comm, r, ws(rd, l->logits_part), T, (size_t)part, be->logits, (size_t)c->vocab,
                                   (size_t)rd->shard.vocab.begin, be->stream));
     }
@@ -616,7 +692,8 @@ static int step_enqueue(struct cuda_backend *be, int T, int with_logits)
 /* Runs the step, as the captured graph of its kind (captured at first use) or as launches. */
 static int step_run(struct cuda_backend *be, int T, int with_logits, kimi_err *err)
 {
-    if (!be->use_graphs) {
+    /* GEMM steps are launched: cuBLASLt picks its kernels per shape, outside any capture */
+    if (!be->use_graphs || (be->prefill_gemm && T >= DEVICE_GEMM_MIN_TOKENS)) {
         int status = step_enqueue(be, T, with_logits);
         return status ? cuda_fail(err, (cudaError_t)status, "decode step") : 0;
     }

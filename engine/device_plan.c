@@ -154,6 +154,26 @@ int device_attention_splits_for(int splits, int tokens)
     return parts < 1 ? 1 : parts;
 }
 
+/* The widest K of a projection a step runs as a GEMM, and the most elements of one such weight. */
+static void gemm_extent(const model_config *cfg, const tp_shard *shard, size_t *widest_k, size_t *most_elems)
+{
+    size_t heads = (size_t)range_width(shard->heads), hidden = (size_t)cfg->hidden;
+    size_t q_lora = (size_t)cfg->q_lora_rank, o_k = heads * (size_t)cfg->v_head_dim;
+    size_t dense = (size_t)range_width(shard->dense_inter), shared = (size_t)range_width(shard->shared_inter);
+    /* q_a, kv_a, router, lm_head, q_b, o_proj; the dense and shared MLPs' gate/up and down */
+    size_t rows[] = {q_lora, (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim), (size_t)cfg->experts,
+                     (size_t)range_width(shard->vocab), heads * (size_t)(cfg->qk_nope_dim + cfg->qk_rope_dim), hidden,
+                     dense, hidden, shared, hidden};
+    size_t ks[] = {hidden, hidden, hidden, hidden, q_lora, o_k, hidden, dense, hidden, shared};
+    *widest_k = 8;
+    *most_elems = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        size_t k = round_up(ks[i], 8);
+        *widest_k = k > *widest_k ? k : *widest_k;
+        *most_elems = rows[i] * k > *most_elems ? rows[i] * k : *most_elems;
+    }
+}
+
 void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int attn_splits, device_workspace *out)
 {
     memset(out, 0, sizeof *out);
@@ -170,18 +190,59 @@ void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int a
         T * (size_t)range_width(shard->vocab), (size_t)cfg->experts + 1, T * k,
         (attn_splits > DEVICE_MAX_TOKENS ? (size_t)attn_splits : T) * heads * ((size_t)cfg->kv_lora_rank + 2),
         (size_t)device_max_gemv_rows(cfg, shard) * 16, (size_t)device_max_gemv_rows(cfg, shard),
+        0, 0, DEVICE_GEMM_SCRATCH_BYTES / sizeof(float), T * (dense_inter > shared_inter ? dense_inter : shared_inter),
     };
+    size_t widest_k, most_elems;
+    gemm_extent(cfg, shard, &widest_k, &most_elems);
+    out->gemm_x_ld = widest_k;
+    out->gemm_w_elems = most_elems < DEVICE_GEMM_TILE_MAX_ELEMS ? most_elems : DEVICE_GEMM_TILE_MAX_ELEMS;
+    sizes[22] = T * widest_k;                   /* BF16 hi and lo: two per float each */
+    sizes[23] = (out->gemm_w_elems + 1) / 2;
     size_t *fields[] = {&out->h, &out->x, &out->q_a, &out->q, &out->kv, &out->q_latent, &out->o_latent, &out->attn,
                         &out->partial, &out->router_logits, &out->chosen, &out->route_weights, &out->act,
                         &out->routed_y, &out->shared_act, &out->shared_y, &out->logits_part,
                         &out->moe_offsets, &out->moe_order, &out->attn_partials, &out->gemv_partials,
-                        &out->gemv_counters};
+                        &out->gemv_counters, &out->gemm_x, &out->gemm_w, &out->gemm_scratch,
+                        &out->gemm_up};
     size_t offset = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *fields[i] = offset;
         offset += round_up(sizes[i] ? sizes[i] : 1, 64);
     }
     out->total = offset;
+}
+
+int device_gemm_plan_make(const weight_matrix *w, int tokens, size_t y_token, const device_workspace *ws,
+                          device_gemm_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    if (tokens < DEVICE_GEMM_MIN_TOKENS || tokens > DEVICE_MAX_TOKENS || w->rows < 1 || w->cols < 1 ||
+        w->format == WEIGHT_F16 || w->format == WEIGHT_F32)
+        return -1;
+    size_t k8 = round_up((size_t)w->cols, 8);
+    if (k8 > ws->gemm_x_ld || y_token < (size_t)w->rows)
+        return -1;
+    out->m = tokens;
+    out->n = w->rows;
+    out->k = w->cols;
+    out->ldb = ws->gemm_x_ld;
+    out->ldc = y_token;
+    /* BF16 rows are read where they are: the packed pitch (a multiple of 16 bytes) is the lda */
+    if (w->format == WEIGHT_BF16) {
+        out->tile_rows = w->rows;
+        out->lda = w->data_stride / 2;
+        return 0;
+    }
+    size_t rows = ws->gemm_w_elems / k8;
+    if (rows < 1)
+        return -1;
+    /* whole multiples of 64 rows keep every tile's y (and its dequantised rows) 256-byte aligned */
+    if (rows > 64)
+        rows = rows / 64 * 64;
+    out->dequantise = 1;
+    out->tile_rows = rows < (size_t)w->rows ? (int)rows : w->rows;
+    out->lda = k8;
+    return 0;
 }
 
 typedef struct {

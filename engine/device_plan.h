@@ -15,6 +15,9 @@
 enum {
     DEVICE_ALIGN = 256,
     DEVICE_MAX_TOKENS = 64,     /* tokens of one device step (kernels/cuda/forward.h FORWARD_MAX_TOKENS) */
+    DEVICE_GEMM_MIN_TOKENS = 16,    /* steps of this many tokens or more run their projections as GEMMs */
+    DEVICE_GEMM_TILE_MAX_ELEMS = 8 << 20,   /* BF16 weights dequantised per GEMM, at most (16 MiB) */
+    DEVICE_GEMM_SCRATCH_BYTES = 16 << 20,   /* the cuBLASLt workspace */
 };
 
 /* A view's packed copy: data [rows][data_pitch] then scales [rows][scale_pitch] (NVFP4). */
@@ -66,6 +69,12 @@ typedef struct {
     size_t router_logits, chosen, route_weights, act, routed_y, shared_act, shared_y, logits_part;
     size_t moe_offsets, moe_order;  /* ints: [experts + 1], [tokens * top_k] (slots grouped by expert) */
     size_t attn_partials, gemv_partials, gemv_counters;
+    size_t gemm_x;              /* BF16 [2][tokens][gemm_x_ld]: a GEMM's activations, hi then lo parts */
+    size_t gemm_w;              /* BF16 [gemm_w_elems]: a dequantised NVFP4 tile (e2m1 * e4m3) */
+    size_t gemm_scratch;        /* DEVICE_GEMM_SCRATCH_BYTES: the cuBLASLt workspace */
+    size_t gemm_up;             /* [tokens][wider of dense and shared inter]: a GEMM MLP's up projection */
+    size_t gemm_x_ld;           /* BF16 elements per token of gemm_x (the widest K, a multiple of 8) */
+    size_t gemm_w_elems;
     size_t total;               /* floats; each buffer starts at a multiple of 64 floats */
 } device_workspace;
 
@@ -73,6 +82,26 @@ typedef struct {
 int device_max_gemv_rows(const model_config *cfg, const tp_shard *shard);
 
 void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int attn_splits, device_workspace *out);
+
+/* How a step's projection y[t] = W x[t] (t < tokens) runs as BF16 tensor-core GEMMs with fp32
+ * accumulation (kernels/cuda/gemm.h: W exact in BF16, x as hi + lo parts, two GEMMs per tile),
+ * in cuBLASLt's column-major terms: for each tile of tile_rows rows of W, C[n][t] (ldc = y_token
+ * floats) = alpha op_T(A)[n][k] B[k][t], A the BF16 rows of W (lda elements apart: the packed
+ * pitch when W is BF16 and read in place, else the dequantised NVFP4 tile's row, alpha =
+ * scale_2), B a part of the activations (ldb elements per token). */
+typedef struct {
+    int m, n, k;                /* tokens, rows of W, cols of W */
+    int dequantise;             /* 0: BF16 rows read in place; 1: decoded to BF16 tiles first */
+    int tile_rows;              /* rows of W per GEMM (n when read in place) */
+    size_t lda, ldb, ldc;       /* elements */
+} device_gemm_plan;
+
+/* Plans y[t] = W x[t] for a step of `tokens` tokens (W in the packed layout, y rows y_token
+ * floats apart) against a workspace planned by device_workspace_plan; returns 0, or -1 when
+ * the step is too short for a GEMM to pay, W is F16/F32 (not exact in BF16), W's rows do not
+ * fit the workspace's tile or K is wider than its activations (the GEMV serves those). */
+int device_gemm_plan_make(const weight_matrix *w, int tokens, size_t y_token, const device_workspace *ws,
+                          device_gemm_plan *out);
 
 /* Parts of the sequence the decode attention splits into for a cache of capacity positions. */
 int device_attention_splits(long capacity, int sm_count);

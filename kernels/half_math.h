@@ -76,4 +76,14 @@ static inline KIMI_HOST_DEVICE float bf16_bits_to_float(uint16_t bits)
     return nvfp4_bits_to_float((uint32_t)bits << 16);
 }
 
+/* float -> bf16 bits, rounded to nearest even (a NaN stays a quiet NaN). */
+static inline KIMI_HOST_DEVICE uint16_t bf16_from_float(float value)
+{
+    uint32_t bits = half_math_float_bits(value);
+    if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x7FFFFFu))
+        return (uint16_t)((bits >> 16) | 0x40);
+    bits += 0x7FFFu + ((bits >> 16) & 1);
+    return (uint16_t)(bits >> 16);
+}
+
 #endif

@@ -5,7 +5,7 @@
  *     32k/128k context >= 0.7);
  *   - with --model (the `kimi-mkmodel --preset rank` checkpoint): decode time per layer with
  *     graphs on and off at 0, 32k and 128k positions of context, prefill tok/s at 1k and 8k
- *     tokens, and the projection for 8x RTX PRO 6000 (per-layer time scaled by bandwidth to
+ *     tokens on both prefill paths (KIMI_CUDA_PREFILL=gemm, the default, and =steps), and the projection for 8x RTX PRO 6000 (per-layer time scaled by bandwidth to
  *     1.8 TB/s, 61 layers, plus 122 all-reduces at a stated cost) next to the seeds' ~60 tok/s.
  * usage: bench_gpu [--model DIR] [--quick]     (exit 77 without a device) */
 #include <stdlib.h>
@@ -299,6 +299,43 @@ static double step_seconds(backend *be, long pos, int steps, int vocab, int with
     return t;
 }
 
+/* Prefill tok/s at 1k and 8k tokens on one prefill path (KIMI_CUDA_PREFILL, read at open). */
+static void bench_prefill(const model_weights *mw, const char *path)
+{
+    const model_config *c = &mw->cfg;
+    kimi_err err = {0};
+    setenv("KIMI_CUDA_PREFILL", path, 1);
+    backend *be = NULL;
+    backend_options opt = {.kind = BACKEND_CUDA, .tp = 1, .max_context = 8192};
+    if (backend_open(&be, mw, &opt, &err)) {
+        printf("bench_gpu: %s\n", err.msg);
+        CHECK(0);
+        unsetenv("KIMI_CUDA_PREFILL");
+        return;
+    }
+    int lengths[2] = {1024, 8192};
+    for (int i = 0; i < 2; i++) {
+        int n = lengths[i];
+        int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+        float *logits = malloc((size_t)c->vocab * sizeof *logits);
+        for (int j = 0; j < n; j++)
+            tokens[j] = (int32_t)((j * 7919) % c->vocab);
+        int last = n - 1;
+        double p0 = now();
+        if (backend_forward(be, tokens, n, 0, &last, 1, logits, &err)) {
+            printf("bench_gpu: %s\n", err.msg);
+            CHECK(0);
+        } else {
+            printf("prefill %5d tokens: %8.1f tok/s (KIMI_CUDA_PREFILL=%s, steps of %d tokens)\n", n,
+                   n / (now() - p0), path, DEVICE_MAX_TOKENS);
+        }
+        free(tokens);
+        free(logits);
+    }
+    backend_close(be);
+    unsetenv("KIMI_CUDA_PREFILL");
+}
+
 static void bench_model(const char *dir, int quick)
 {
     model_weights mw;
@@ -334,28 +371,13 @@ static void bench_model(const char *dir, int quick)
             printf("decode step, graphs %-3s, %6ld positions of context: %8.3f ms per step, %7.1f us per layer\n",
                    graphs ? "on" : "off", contexts[i], t * 1e3, t / c->layers * 1e6);
         }
-        if (graphs) {
+        if (graphs)
             lm_head_s = step_seconds(be, 0, steps, c->vocab, 1) - per_layer[1][0] * c->layers;
-            int lengths[2] = {1024, 8192};
-            for (int i = 0; i < 2; i++) {
-                int n = lengths[i];
-                int32_t *tokens = malloc((size_t)n * sizeof *tokens);
-                float *logits = malloc((size_t)c->vocab * sizeof *logits);
-                for (int j = 0; j < n; j++)
-                    tokens[j] = (int32_t)((j * 7919) % c->vocab);
-                int last = n - 1;
-                double p0 = now();
-                if (backend_forward(be, tokens, n, 0, &last, 1, logits, &err))
-                    printf("bench_gpu: %s\n", err.msg);
-                else
-                    printf("prefill %5d tokens: %8.1f tok/s (steps of 64 tokens)\n", n, n / (now() - p0));
-                free(tokens);
-                free(logits);
-            }
-        }
         backend_close(be);
     }
     unsetenv("KIMI_CUDA_GRAPHS");
+    bench_prefill(&mw, "gemm");
+    bench_prefill(&mw, "steps");
     if (per_layer[1][0] > 0) {
         double ratio = per_layer[1][2] / per_layer[1][0];
         /* 128k of replicated cache per layer vs the layer's weights: the bound of docs/CUDA.md */

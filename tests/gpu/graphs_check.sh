@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # graphs_check.sh KIMI_PROBE WORK_DIR: the CUDA backend with graphs on and off (KIMI_CUDA_GRAPHS)
 # gives the same logits and the same fp16 cache, bit for bit, at TP 1 and 2 (a prefill runs
-# as decode steps, so every position goes through the captured graph).
+# as decode steps, so every position goes through the captured graph: KIMI_CUDA_PREFILL=steps,
+# as GEMM steps are never captured).
 set -euo pipefail
 probe=$1 work=$2
+export KIMI_CUDA_PREFILL=steps
 model="$(cd "$(dirname "$0")/../golden/fixtures/tiny-k25" && pwd)"
 mkdir -p "$work"
 tokens=1,17,200,33,1000,5,77,2100,9,12,400,401,402,3,8,1999

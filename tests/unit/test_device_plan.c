@@ -1,15 +1,23 @@
 /* test_device_plan: the CUDA backend's host-side plan, on the CPU: every weight of every rank's
  * shard (tiny-k25: NVFP4 and BF16 linears, TP 1, 2 and 8), repacked into the device layout,
  * decodes to exactly the values of the checkpoint view; pitches and alignments hold; padding is
- * zero; the workspace buffers do not overlap; the byte plan and the largest context add up.
+ * zero; the workspace buffers do not overlap; the byte plan and the largest context add up;
+ * every projection a prefill step runs as BF16 GEMMs has a plan whose tiles fit the workspace
+ * and cover its rows, and the GEMM plan, replayed on the CPU in BF16 (hi + lo activations),
+ * gives the fp32 linear's result.
  * Also: opening --backend cuda without a usable device (or without CUDA) is a clear error. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/backend.h"
 #include "engine/device_plan.h"
 #include "engine/weights.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/half_math.h"
+#include "kernels/nvfp4_math.h"
 #include "tests/unit/check.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"
@@ -60,6 +68,51 @@ static int check_one(void *arg, const device_weight *w)
     return 0;
 }
 
+/* The weights a prefill step runs as GEMMs (engine/backend_cuda.c project(), mlp_gemm()). */
+static int is_projection(device_weight_role role)
+{
+    return role == DW_Q_A || role == DW_KV_A || role == DW_Q_B || role == DW_O || role == DW_ROUTER ||
+           role == DW_LM_HEAD || (role >= DW_DENSE_GATE && role <= DW_SHARED_DOWN);
+}
+
+typedef struct {
+    const device_workspace *ws;
+    int planned, faults;
+} gemm_check;
+
+/* Every projection plans for every GEMM step length, with tiles that fit the workspace. */
+static int check_gemm_plan(void *arg, const device_weight *w)
+{
+    gemm_check *gc = arg;
+    if (!is_projection(w->role))
+        return 0;
+    packed_layout l;
+    packed_layout_of(&w->view, &l);
+    weight_matrix p = packed_view(&w->view, &l, (const uint8_t *)0x1000, (const uint8_t *)0x100000);
+    gc->planned++;
+    for (int tokens = 1; tokens <= DEVICE_MAX_TOKENS; tokens++) {
+        device_gemm_plan plan;
+        int rc = device_gemm_plan_make(&p, tokens, (size_t)p.rows, gc->ws, &plan);
+        if (tokens < DEVICE_GEMM_MIN_TOKENS || p.format == WEIGHT_F16 || p.format == WEIGHT_F32) {
+            gc->faults += rc != -1;
+            continue;
+        }
+        if (rc) {
+            gc->faults++;
+            continue;
+        }
+        int fits = plan.m == tokens && plan.n == p.rows && plan.k == p.cols && plan.tile_rows >= 1 &&
+                   plan.ldb == gc->ws->gemm_x_ld && plan.ldb >= (size_t)plan.k && plan.ldc == (size_t)p.rows;
+        if (p.format == WEIGHT_BF16)
+            fits &= !plan.dequantise && plan.tile_rows == p.rows && plan.lda * 2 == l.data_pitch;
+        else
+            fits &= p.format == WEIGHT_NVFP4 && plan.dequantise && plan.lda % 8 == 0 && plan.lda >= (size_t)plan.k &&
+                    (size_t)plan.tile_rows * plan.lda <= gc->ws->gemm_w_elems;
+        gc->faults += !fits;
+    }
+    return 0;
+}
+
 static void check_model(const char *dir, int tp)
 {
     model_weights mw;
@@ -96,7 +149,8 @@ static void check_model(const char *dir, int tp)
         size_t *fields[] = {&ws.h, &ws.x, &ws.q_a, &ws.q, &ws.kv, &ws.q_latent, &ws.o_latent, &ws.attn, &ws.partial,
                             &ws.router_logits, &ws.chosen, &ws.route_weights, &ws.act, &ws.routed_y, &ws.shared_act,
                             &ws.shared_y, &ws.logits_part, &ws.moe_offsets, &ws.moe_order,
-                            &ws.attn_partials, &ws.gemv_partials, &ws.gemv_counters};
+                            &ws.attn_partials, &ws.gemv_partials, &ws.gemv_counters, &ws.gemm_x, &ws.gemm_w,
+                            &ws.gemm_scratch, &ws.gemm_up};
         int ordered = 1;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
             ordered &= *fields[i] % 64 == 0;
@@ -114,9 +168,20 @@ static void check_model(const char *dir, int tp)
         ordered &= ws.moe_order + T * (size_t)c->experts_per_token <= ws.attn_partials;
         ordered &= ws.moe_offsets + (size_t)c->experts + 1 <= ws.moe_order;
         ordered &= ws.logits_part + T * (size_t)(shard.vocab.end - shard.vocab.begin) <= ws.moe_offsets;
-        ordered &= ws.total >= ws.gemv_counters + (size_t)device_max_gemv_rows(c, &shard);
+        ordered &= ws.gemm_x >= ws.gemv_counters + (size_t)device_max_gemv_rows(c, &shard);
+        ordered &= (ws.gemm_w - ws.gemm_x) * 2 >= 2 * T * ws.gemm_x_ld && ws.gemm_x_ld % 8 == 0;
+        ordered &= (ws.gemm_scratch - ws.gemm_w) * 2 >= ws.gemm_w_elems;
+        ordered &= (ws.gemm_up - ws.gemm_scratch) * sizeof(float) >= DEVICE_GEMM_SCRATCH_BYTES;
+        ordered &= ws.total - ws.gemm_up >= T * (size_t)(shard.dense_inter.end - shard.dense_inter.begin) &&
+                   ws.total - ws.gemm_up >= T * (size_t)(shard.shared_inter.end - shard.shared_inter.begin);
         CHECK_MSG(ordered, "%s tp %d rank %d: workspace buffers overlap or are misaligned", dir, tp, rank);
         CHECK_INT(plan.workspace_bytes, ws.total * sizeof(float));
+
+        gemm_check gc = {&ws, 0, 0};
+        device_weights_visit(&mw, &shard, check_gemm_plan, &gc);
+        int mlps = c->layers - moe_layers + (c->shared_experts > 0 ? moe_layers : 0);
+        CHECK_MSG(gc.planned == 4 * c->layers + moe_layers + 1 + 3 * mlps && gc.faults == 0,
+                  "%s tp %d rank %d: %d GEMM plans, %d faults", dir, tp, rank, gc.planned, gc.faults);
 
         /* the largest context: exactly the positions that fit */
         device_rank_plan plans[2] = {plan, plan};
@@ -126,6 +191,127 @@ static void check_model(const char *dir, int tp)
         CHECK_INT(device_max_context(plans, 2, fixed - 1, 1000), 0);
     }
     weights_free(&mw);
+}
+
+/* A GEMM plan replayed on the CPU as the device runs it (NVFP4 tiles as e2m1 * e4m3 in BF16,
+ * activations split into BF16 hi + lo parts, two sums in float times scale_2, tile by tile into
+ * y's rows) matches the fp32 linear y = W x within 2e-6 of sum_k |w_k x_k| (the lo part's
+ * rounding, 2^-17, and float sums in another order), and writes exactly the rows [0, n) of every token's y. */
+static void check_gemm_plan_replay(void)
+{
+    enum { ROWS = 37, COLS = 48, PITCH = 32, TOKENS = 17, Y_TOKEN = 40 };
+    uint8_t data[ROWS * PITCH], scales[ROWS * 16];
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (uint8_t)(i * 53 + 7);
+    for (size_t i = 0; i < sizeof scales; i++)
+        scales[i] = (uint8_t)(0x28 + i % 24);
+    weight_matrix w = {.format = WEIGHT_NVFP4, .rows = ROWS, .cols = COLS, .data = data, .data_stride = PITCH,
+                       .scale = scales, .scale_stride = 16, .scale_2 = 0.00037f};
+    device_workspace ws = {.gemm_x_ld = 64, .gemm_w_elems = 10 * 48 + 5};
+    device_gemm_plan plan;
+    CHECK_INT(device_gemm_plan_make(&w, TOKENS, Y_TOKEN, &ws, &plan), 0);
+    CHECK_INT(plan.tile_rows, 10);
+    CHECK_INT(plan.lda, 48);
+    CHECK(plan.dequantise);
+    static float x[TOKENS][COLS], y[TOKENS][Y_TOKEN], want[TOKENS][ROWS];
+    for (int t = 0; t < TOKENS; t++)
+        for (int i = 0; i < COLS; i++)
+            x[t][i] = (float)((t * 31 + i * 17) % 23) / 7.0f - 1.5f + (float)i * 1e-4f;
+    for (int t = 0; t < TOKENS; t++)
+        for (int i = 0; i < Y_TOKEN; i++)
+            y[t][i] = -999.0f;
+    static uint16_t hi[TOKENS][64], lo[TOKENS][64], tile[10 * 48 + 5];
+    for (int t = 0; t < TOKENS; t++)
+        for (int i = 0; i < plan.k; i++) {
+            hi[t][i] = bf16_from_float(x[t][i]);
+            lo[t][i] = bf16_from_float(x[t][i] - bf16_bits_to_float(hi[t][i]));
+        }
+    int inexact = 0;
+    for (int first = 0; first < plan.n; first += plan.tile_rows) {
+        int rows = plan.n - first < plan.tile_rows ? plan.n - first : plan.tile_rows;
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < plan.k; i++) {
+                const uint8_t byte = w.data[(size_t)(first + r) * w.data_stride + i / 2];
+                float e = nvfp4_e2m1_to_float((uint8_t)(i & 1 ? byte >> 4 : byte & 15)) *
+                          nvfp4_e4m3_to_float(w.scale[(size_t)(first + r) * w.scale_stride + i / 16]);
+                tile[(size_t)r * plan.lda + i] = bf16_from_float(e);
+                inexact += bf16_bits_to_float(tile[(size_t)r * plan.lda + i]) != e;
+            }
+        for (int t = 0; t < plan.m; t++)
+            for (int r = 0; r < rows; r++) {
+                float sums[2] = {0.0f, 0.0f};
+                for (int i = 0; i < plan.k; i++) {
+                    float a = bf16_bits_to_float(tile[(size_t)r * plan.lda + i]);
+                    sums[0] += a * bf16_bits_to_float(hi[t][i]);
+                    sums[1] += a * bf16_bits_to_float(lo[t][i]);
+                }
+                (&y[0][0])[(size_t)t * plan.ldc + (size_t)(first + r)] = w.scale_2 * sums[0] + w.scale_2 * sums[1];
+            }
+    }
+    CHECK_INT(inexact, 0);
+    double worst = 0.0;
+    int untouched = 1;
+    float row[COLS];
+    for (int t = 0; t < TOKENS; t++) {
+        linear_rows(&w, x[t], COLS, 1, want[t], ROWS, 0, ROWS);
+        for (int r = 0; r < ROWS; r++) {
+            weight_matrix_decode_row(&w, r, row);
+            double mag = 0.0;
+            for (int i = 0; i < COLS; i++)
+                mag += fabs((double)row[i] * x[t][i]);
+            double e = fabs(y[t][r] - want[t][r]) / (mag > 0 ? mag : 1);
+            worst = e > worst ? e : worst;
+        }
+        for (int r = ROWS; r < Y_TOKEN; r++)
+            untouched &= y[t][r] == -999.0f;
+    }
+    CHECK_MSG(worst <= 2e-6, "GEMM replay: max error %.3g of sum |w x|", worst);
+    CHECK(untouched);
+}
+
+static void check_gemm_plan_limits(void)
+{
+    uint8_t data[300 * 96] = {0};
+    weight_matrix bf16 = {.format = WEIGHT_BF16, .rows = 64, .cols = 40, .data = data, .data_stride = 96,
+                          .scale_2 = 1.0f};
+    device_workspace ws = {.gemm_x_ld = 48, .gemm_w_elems = 100};
+    device_gemm_plan plan;
+    CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_GEMM_MIN_TOKENS - 1, 64, &ws, &plan), -1);
+    CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_MAX_TOKENS + 1, 64, &ws, &plan), -1);
+    CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_GEMM_MIN_TOKENS, 63, &ws, &plan), -1);
+    CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_MAX_TOKENS, 64, &ws, &plan), 0);
+    CHECK(!plan.dequantise && plan.tile_rows == 64 && plan.lda == 48 && plan.ldb == 48 && plan.ldc == 64);
+    bf16.cols = 49;     /* K wider than the activations' rows */
+    CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_MAX_TOKENS, 64, &ws, &plan), -1);
+    /* F16 and F32 are not exact in BF16: the GEMV serves them */
+    weight_matrix f32 = {.format = WEIGHT_F32, .rows = 64, .cols = 20, .data = data, .data_stride = 80,
+                         .scale_2 = 1.0f};
+    CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 64, &ws, &plan), -1);
+    f32.format = WEIGHT_F16;
+    CHECK_INT(device_gemm_plan_make(&f32, DEVICE_MAX_TOKENS, 64, &ws, &plan), -1);
+    weight_matrix fp4 = {.format = WEIGHT_NVFP4, .rows = 64, .cols = 20, .data = data, .data_stride = 16,
+                         .scale = data, .scale_stride = 16, .scale_2 = 1.0f};
+    CHECK_INT(device_gemm_plan_make(&fp4, DEVICE_MAX_TOKENS, 64, &ws, &plan), 0);
+    CHECK(plan.dequantise && plan.lda == 24 && plan.tile_rows == 4);
+    ws.gemm_w_elems = 24 * 130;     /* 130 rows: whole multiples of 64 rows per tile */
+    fp4.rows = 300;
+    CHECK_INT(device_gemm_plan_make(&fp4, DEVICE_MAX_TOKENS, 300, &ws, &plan), 0);
+    CHECK_INT(plan.tile_rows, 128);
+    ws.gemm_w_elems = 23;   /* not one row of the tile */
+    CHECK_INT(device_gemm_plan_make(&fp4, DEVICE_MAX_TOKENS, 300, &ws, &plan), -1);
+}
+
+static void check_bf16_rounding(void)
+{
+    CHECK_INT(bf16_from_float(1.0f), 0x3F80);
+    CHECK_INT(bf16_from_float(1.0f + 1.0f / 256), 0x3F80);          /* a tie: to even */
+    CHECK_INT(bf16_from_float(1.0f + 3.0f / 256), 0x3F82);          /* a tie: to even, upwards */
+    CHECK_INT(bf16_from_float(-1.0f - 1.0f / 512), 0xBF80);
+    CHECK_INT(bf16_from_float(3.0e38f * 1.2f), 0x7F80);
+    CHECK_INT(bf16_from_float(FLT_MAX), 0x7F80);                    /* rounds past the largest finite */
+    CHECK_INT(bf16_from_float(3.389e38f), 0x7F7F);
+    CHECK_INT(bf16_from_float(NAN) & 0x7FC0, 0x7FC0);
+    CHECK(bf16_bits_to_float(bf16_from_float(0.1f)) == 0.10009765625f);
 }
 
 static void check_splits(void)
@@ -194,6 +380,9 @@ static void check_cuda_open_without_device(void)
 int main(void)
 {
     check_packed_odd_widths();
+    check_bf16_rounding();
+    check_gemm_plan_limits();
+    check_gemm_plan_replay();
     check_splits();
     for (int tp = 1; tp <= 8; tp *= 2)
         if (tp != 4)
