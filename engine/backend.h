@@ -25,9 +25,21 @@ typedef struct {
      * This is how a cancel takes effect within one layer instead of a whole chunk. */
     int (*on_layer)(void *user, double tokens_done);
     void *on_layer_user;
+    /* CUDA: the device of each rank, devices[r] for r < tp (n_devices == tp, each rank its own
+     * device: NCCL), or one device that every rank shares (n_devices == 1: the local
+     * communicator); NULL / 0 = the first tp visible devices. Ignored by the CPU backend. */
+    const int *devices;
+    int n_devices;
+    /* Optional (NULL = none): a device backend's load progress, bytes of the packed shards
+     * uploaded so far of bytes_total (every rank together), called on the thread that called
+     * backend_open about ten times a second and once at the end. A non-zero return stops the
+     * load: backend_open then returns BACKEND_STOPPED and leaves nothing allocated. */
+    int (*on_load)(void *user, size_t bytes_done, size_t bytes_total);
+    void *on_load_user;
 } backend_options;
 
-/* backend_forward's result when on_layer stopped it (not an error: err is left alone). */
+/* backend_forward's result when on_layer stopped it, backend_open's when on_load did (not an
+ * error: err is left alone). */
 #define BACKEND_STOPPED (-1)
 
 typedef struct backend backend;
