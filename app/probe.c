@@ -23,6 +23,7 @@ static const probe_command commands[] = {
     {"generate", probe_generate, "greedy generation: ids and text"},
     {"bench", probe_bench, "load, prefill and decode speed as one JSON object"},
     {"golden", probe_golden, "conformance against reference data"},
+    {"verify", probe_verify, "the same tokens through the CPU and a candidate backend, compared"},
 };
 
 int probe_report(const struct kimi_err *err)

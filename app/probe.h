@@ -13,6 +13,7 @@ int probe_kv(int argc, char **argv);        /* app/probe_run.c */
 int probe_generate(int argc, char **argv);  /* app/probe_bench.c */
 int probe_bench(int argc, char **argv);     /* app/probe_bench.c */
 int probe_golden(int argc, char **argv);    /* app/golden.c */
+int probe_verify(int argc, char **argv);    /* app/probe_verify.c */
 
 /* Print "kimi-probe: <msg>" to stderr and return the exit code for err. */
 struct kimi_err;
