@@ -12,13 +12,14 @@
 #include "app/generator_remote.h"
 #include "app/options.h"
 #include "app/paths.h"
+#include "app/self_check.h"
 #include "app/script.h"
 #include "app/script_run.h"
 #include "engine/file_io.h"
 #include "ui/plain.h"
 #include "ui/tui.h"
 
-enum { EXIT_OK = 0, EXIT_SCRIPT = 1, EXIT_USAGE = 2, EXIT_ENGINE = 3, EXIT_INTERRUPTED = 130 };
+enum { EXIT_OK = 0, EXIT_SCRIPT = 1, EXIT_VERIFY_FAILED = 1, EXIT_USAGE = 2, EXIT_ENGINE = 3, EXIT_INTERRUPTED = 130 };
 
 static int fail(int code, const char *message)
 {
@@ -89,6 +90,32 @@ static void relay_load_progress(void *user, const generator_event *ev)
         fe->progress(fe->user, &ev->progress);
 }
 
+/* Without --model or --server: the bundled demo model, with its tools. */
+static int choose_demo_model(app_options *o, kimi_err *err)
+{
+    if (o->model_dir || o->server_url)
+        return 0;
+    if (!(o->model_dir = paths_demo_model_dir(err)))
+        return err->code;
+    o->model_is_demo = 1;
+    if (!o->tools_path && !o->no_tools && asprintf(&o->tools_path, "%s/tools.json", o->model_dir) < 0) {
+        o->tools_path = NULL;
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* --verify: the self-check before anything else starts (the full screen included), so its
+ * lines stay on the terminal. Returns EXIT_OK to go on into the chat. */
+static int run_verify(app_options *o)
+{
+    kimi_err err = {0};
+    int passed = 0;
+    if (choose_demo_model(o, &err) || self_check_run(o, o->model_dir, &passed, &err))
+        return fail(open_failure_code(&err), err.msg);
+    return passed ? EXIT_OK : EXIT_VERIFY_FAILED;
+}
+
 /* An OpenAI-compatible server (--server), the in-process engine on --model, or the engine on
  * the bundled demo model (with its tools). */
 static int open_generator(app_options *o, const app_frontend *fe, generator **gen, kimi_err *err)
@@ -102,16 +129,8 @@ static int open_generator(app_options *o, const app_frontend *fe, generator **ge
         ro.api_key_file = o->api_key_file;
         return generator_remote_open(gen, &ro, err);
     }
-    if (!o->model_dir) {
-        if (!(o->model_dir = paths_demo_model_dir(err)))
-            return err->code;
-        o->model_is_demo = 1;
-        if (!o->tools_path && !o->no_tools &&
-            asprintf(&o->tools_path, "%s/tools.json", o->model_dir) < 0) {
-            o->tools_path = NULL;
-            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
-        }
-    }
+    if (choose_demo_model(o, err))
+        return err->code;
     generator_local_options lo = {
         .model_dir = o->model_dir, .model_name = o->model_is_demo ? "demo model" : NULL,
         .engine = {.backend = (backend_kind)o->backend, .tp = o->tp, .threads_per_rank = o->threads,
@@ -172,6 +191,11 @@ int main(int argc, char **argv)
     script s = {0};
     int code = EXIT_OK;
     if (o.mode == APP_MODE_SCRIPT && read_script(&o, &s, &code)) {
+        options_free(&o);
+        return code;
+    }
+    if (o.verify && (code = run_verify(&o)) != EXIT_OK) {
+        script_free(&s);
         options_free(&o);
         return code;
     }

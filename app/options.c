@@ -23,6 +23,7 @@
 
 typedef enum {
     OPT_MODEL, OPT_SERVER, OPT_SERVER_MODEL, OPT_API_KEY_ENV, OPT_API_KEY_FILE, OPT_BACKEND, OPT_TP, OPT_MAX_CONTEXT, OPT_MEM_GIB, OPT_THREADS, OPT_DEVICES,
+    OPT_VERIFY,
     OPT_PLAIN, OPT_SCRIPT, OPT_KEEP_GOING, OPT_PROMPT,
     OPT_RESUME, OPT_LOAD, OPT_SYSTEM, OPT_NO_SAVE,
     OPT_THINK, OPT_NO_THINK, OPT_TEMPERATURE, OPT_TOP_P, OPT_TOP_K, OPT_MAX_TOKENS, OPT_SEED,
@@ -52,6 +53,7 @@ static const flag_def flags[] = {
     {"max-context", 0, "N", OPT_MAX_CONTEXT, "context in tokens (default 0: as much as fits)"},
     {"mem-gib", 0, "G", OPT_MEM_GIB, "memory budget in GiB (default 0: the engine picks)"},
     {"threads", 0, "N", OPT_THREADS, "CPU threads, 0..4096 (default 0: cores / tp)"},
+    {"verify", 0, NULL, OPT_VERIFY, "check the backend against the CPU first"},
     {NULL, 0, NULL, 0, "Mode"},
     {"plain", 0, NULL, OPT_PLAIN, "line mode (default off a terminal or with TERM=dumb)"},
     {"script", 0, "FILE", OPT_SCRIPT, "run a script file (- for stdin)"},
@@ -244,6 +246,7 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         return 0;
     case OPT_THREADS: return parse_int(v, 0, 4096, &o->threads, "0..4096", what, err);
     case OPT_DEVICES: return set_string(&o->devices, v, what, err);
+    case OPT_VERIFY: o->verify = 1; return 0;
     case OPT_SCRIPT:
         if (!*v)
             return kimi_fail(err, KIMI_ERR_USAGE, "%s: needs a file name (- for stdin)", what);
@@ -626,6 +629,8 @@ int options_parse(app_options *o, int argc, char **argv, kimi_err *err)
         if (o->no_color)
             rc = set_string(&o->theme, "mono", "--no-color", err);
     }
+    if (!rc && o->verify && o->server_url)
+        rc = kimi_fail(err, KIMI_ERR_USAGE, "--verify checks the in-process engine, not a server (%s)", o->server_url);
     free(occ);
     if (rc)
         options_free(o);
@@ -655,8 +660,8 @@ void options_free(app_options *o)
 
 static const char help_tail[] =
     "\n"
-    "Exit status: 0 ok, 1 a script line failed, 2 usage, 3 model or engine failure,\n"
-    "130 interrupted.\n"
+    "Exit status: 0 ok, 1 a script line or --verify failed, 2 usage, 3 model or\n"
+    "engine failure, 130 interrupted.\n"
     "\n"
     "Files (unset XDG variables: ~/.config, ~/.local/share, ~/.local/state):\n"
     "  $XDG_CONFIG_HOME/kimi-chat/config     settings, key = value lines\n"

@@ -33,6 +33,7 @@ typedef struct {
     int threads;            /* --threads (0: cores / tp) */
     char *devices;          /* devices = (config only): which GPUs, as written ("0,1,2,3");
                                NULL: the engine's choice */
+    int verify;             /* --verify: the self-check (engine/verify.h) before the chat */
 
     /* the mode */
     app_mode mode;

@@ -281,6 +281,27 @@ static void test_flag_errors(void)
     setenv("HOME", home, 1);
 }
 
+/* --verify sets its flag; against a server (from the flags or the config) it is refused, also
+ * when --no-color has work to do after the flags are read. */
+static void test_verify_flag(void)
+{
+    reset_env();
+    app_options o;
+    PARSE_OK(o, "--verify", "--backend", "cuda", "--tp", "8");
+    CHECK_INT(o.verify, 1);
+    options_free(&o);
+    PARSE_OK(o, "--tp", "2");
+    CHECK_INT(o.verify, 0);
+    options_free(&o);
+    EXPECT_ERROR("--verify checks the in-process engine, not a server (http://gpu:8000)", "--verify", "--server",
+                 "http://gpu:8000");
+    EXPECT_ERROR("--verify checks the in-process engine, not a server (http://gpu:8000)", "--no-color", "--verify",
+                 "--server", "http://gpu:8000");
+    write_config("server = http://gpu:8000\n");
+    EXPECT_ERROR("--verify checks the in-process engine, not a server (http://gpu:8000)", "--verify");
+    reset_env();
+}
+
 static void test_config(void)
 {
     reset_env();
@@ -598,7 +619,7 @@ static void test_help_matches_man_page(void)
     }
     CHECK(width_ok);
     static const char *const brief[] = {
-        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--plain", "--script",
+        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--verify", "--plain", "--script",
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",
@@ -621,7 +642,7 @@ static void test_help_matches_man_page(void)
         }
         CHECK_MSG(lines == 1, "%s starts %d lines of --help", f, lines);
     }
-    CHECK(strstr(help, "0 ok, 1 a script line failed, 2 usage, 3 model or engine failure") != NULL);
+    CHECK(strstr(help, "0 ok, 1 a script line or --verify failed, 2 usage, 3 model or\nengine failure") != NULL);
     CHECK(strstr(help, "130 interrupted") != NULL);
     CHECK(strstr(help, "kimi-chat/config") && strstr(help, "kimi-chat/sessions/") && strstr(help, "kimi-chat/history"));
 
@@ -673,6 +694,7 @@ int main(void)
     test_every_flag();
     test_help_and_version();
     test_flag_errors();
+    test_verify_flag();
     test_config();
     test_config_errors();
     test_no_color();

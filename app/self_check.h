@@ -1,0 +1,15 @@
+/* self_check: kimi-chat --verify, engine/verify.h's check on its fixed prompt before the chat:
+ * the CPU at TP 1 against the backend the chat will use, every line on stderr. */
+#ifndef KIMI_APP_SELF_CHECK_H
+#define KIMI_APP_SELF_CHECK_H
+
+#include "app/options.h"
+#include "engine/error.h"
+
+/* Run the check on model_dir with o's backend, tp and threads, printing what it does and one
+ * "PASS|FAIL <metric> ..." line per metric, then the verdict. *passed: every metric within
+ * tolerance. Returns 0 when the check ran (passed or not), else the error's status with err
+ * filled (the checkpoint could not be loaded, the backend could not be opened). */
+int self_check_run(const app_options *o, const char *model_dir, int *passed, kimi_err *err);
+
+#endif
