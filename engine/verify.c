@@ -293,6 +293,26 @@ static int run_one(const model_weights *mw, const backend_options *base, const c
     return 0;
 }
 
+/* A device candidate that cannot open (a build without CUDA, no device, too little memory for
+ * its shard and rows positions of cache) is said before the reference spends its time. */
+static int candidate_fits(const model_weights *mw, const backend_options *bo, long rows, kimi_err *err)
+{
+    if (bo->kind != BACKEND_CUDA)
+        return 0;
+    size_t rank_budget, rank_fixed;
+    char what[128];
+    describe_backend(bo, what, sizeof what);
+    int rc = backend_memory(mw, bo, &rank_budget, &rank_fixed, err);
+    if (rc)
+        return kimi_err_prefix(err, rc, "verify: candidate %s", what);
+    if (max_context_for_budget(&mw->cfg, rank_fixed, rank_budget) < rows)
+        return kimi_fail(err, KIMI_ERR_NOMEM,
+                         "verify: candidate %s: a rank needs %.2f GiB for its weights and workspace and %ld positions "
+                         "of cache, the device has %.2f GiB free per rank",
+                         what, (double)rank_fixed / 1073741824.0, rows, (double)rank_budget / 1073741824.0);
+    return 0;
+}
+
 /* The candidate's checkpoint must have the reference's shape, or nothing lines up. */
 static int same_shape(const model_config *a, const model_config *b, kimi_err *err)
 {
@@ -353,6 +373,8 @@ int verify_run(const model_weights *mw, const verify_options *opt, verify_report
     int rc = 0;
     if (!ref_logits || !cand_logits || !ref_cache || !cand_cache)
         rc = kimi_fail(err, KIMI_ERR_NOMEM, "verify: out of memory for the logits and caches of %zu positions", rows);
+    if (!rc)
+        rc = candidate_fits(cand_mw, &opt->candidate, (long)rows, err);
     if (!rc)
         rc = run_one(mw, &opt->reference, "reference", opt, report->greedy, 1, ref_logits, ref_cache, err);
     if (!rc)
