@@ -3,11 +3,11 @@
 # and build the CUDA configuration for the local architecture only, run the gpu-labelled tests
 # (every kernel against its CPU counterpart, kimi-probe golden --backend cuda at TP 1/2/8 on
 # tiny-k25 and the generated variants, kimi-probe verify --backend cuda at TP 1/2/8, the engine's
-# prefix reuse and cancel, graphs on/off bit for bit), generate the `rank` benchmark checkpoint once (one rank's slice of Kimi-K2.5 at
-# TP 8, 3 layers, ~2.9 GB) and run bench_gpu on it: each kernel's bandwidth as a fraction of the
-# measured copy bandwidth, decode time per layer with graphs on/off at 0/32k/128k context,
-# prefill tok/s at 1k/8k on both prefill paths (GEMM, steps), and the 8x RTX PRO 6000
-# projection. Ends with a short summary.
+# prefix reuse and cancel, graphs on/off bit for bit), generate the `rank` benchmark checkpoint
+# once (one rank's slice of Kimi-K2.5 at TP 8, 3 layers, ~2.9 GB) and run bench_gpu on it: each
+# kernel's bandwidth as a fraction of the measured copy bandwidth, decode time per layer with
+# graphs on/off at 0/32k/128k context, prefill tok/s at 1k/8k on both prefill paths (GEMM,
+# steps), and the 8x RTX PRO 6000 projection. Ends with a short summary.
 # Environment: KIMI_GPU_BUILD (build dir, default build-gpu), KIMI_CUDA_ARCHS (default: native,
 # the local GPU), KIMI_JOBS (default nproc), KIMI_RANK_MODEL (checkpoint to bench; default
 # $KIMI_GPU_BUILD/rank-model, generated when missing), KIMI_BENCH_TIMEOUT (seconds, default 300).
