@@ -11,8 +11,8 @@
  * Memory: one backend at a time. The reference runs first (its greedy ids feed the candidate),
  * its logits and cache are kept on the host and it is closed; then the candidate opens, runs and
  * closes. Host heap besides the backends: 2 x rows x vocab x 4 B of logits and 2 x rows x
- * kv_bytes_per_token of cache (Kimi-K2.5, 70 rows: 2 x 70 x 163840 x 4 B = 92 MB and 2 x 70 x
- * 70,272 B = 9.8 MB). For Kimi-K2.5 the CPU reference computes from the mmap'ed 590 GB
+ * kv_bytes_per_token of cache (Kimi-K2.5, 80 rows: 2 x 80 x 163840 x 4 B = 105 MB and 2 x 80 x
+ * 70,272 B = 11 MB). For Kimi-K2.5 the CPU reference computes from the mmap'ed 590 GB
  * checkpoint: its own heap is small (< 1 GB of chunk buffers), but every weight it touches
  * passes through the page cache. Per token it reads the non-expert weights (attention 202 MB x
  * 61 layers = 12.3 GB, router 0.33 GB, shared experts 1.5 GB, dense layer 0.2 GB, lm_head
