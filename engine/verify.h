@@ -41,10 +41,14 @@
  *            E_p[exp(Δ - E_p Δ)] <= (2 x 5e-2)^2 / 8 by Hoeffding's lemma). Mean reported.
  *   cache:   the fp16 latent cache [layer][position][kv_lora | rope] of both, as floats; each
  *            element's |Δ| relative to the rms of the reference vector it belongs to (the
- *            latent or the k_pe part of one layer and position): max <= VERIFY_CACHE_MAX_REL
- *            and mean <= VERIFY_CACHE_MEAN_REL (the CPU cache contract, which the CUDA GEMM
- *            and step prefills also meet against each other). Also reported: max |Δ| and the
- *            fraction of elements whose values differ.
+ *            latent or the k_pe part of one layer and position): mean <= VERIFY_CACHE_MEAN_REL
+ *            and none beyond VERIFY_CACHE_MAX_REL (the CPU cache contract, which the CUDA GEMM
+ *            and step prefills also meet against each other), except elements one fp16 step
+ *            apart: two correct implementations summing in another order round the same value
+ *            to neighbouring fp16 numbers, and on an element of 8 x its vector's rms one step
+ *            is 2^-11 to 2^-10 of 8 x rms, up to 7.8e-3 of the rms (tiny-k25 has no such
+ *            outliers; a real checkpoint may). Also reported: max |Δ|, the max relative error, the fraction of
+ *            elements whose values differ, and the excused one-step flips.
  * NaN anywhere counts as the worst value (an infinite difference). */
 #ifndef KIMI_VERIFY_H
 #define KIMI_VERIFY_H
@@ -101,6 +105,8 @@ typedef struct {
     size_t cache_differ;            /* elements whose values differ */
     double cache_max_abs;
     double cache_rel_max, cache_rel_sum;    /* |Δ| / rms(reference vector) */
+    size_t cache_beyond;            /* elements beyond VERIFY_CACHE_MAX_REL, not one fp16 step apart */
+    size_t cache_flips_beyond;      /* elements beyond it one fp16 step apart (rounding flips) */
     /* the run */
     int n_tokens, n_decode;         /* prompt tokens, decode steps */
     int32_t greedy[VERIFY_MAX_DECODE];  /* [n_decode] the reference's greedy ids fed to both */

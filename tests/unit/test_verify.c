@@ -137,7 +137,7 @@ static void test_cache(void)
 {
     /* One vector: latent (1, -1, 1, -1), rms 1; rope (2, 0), rms sqrt 2. The candidate moves
      * the last latent element by one fp16 step (-1 -> -(1 + 2^-10)) and the second rope element
-     * by 0.5. */
+     * by 0.5 (many steps: 0.5 / sqrt 2 = 0.35 of the rms). */
     float ref_f[6] = {1, -1, 1, -1, 2, 0}, cand_f[6] = {1, -1, 1, -1.0009765625f, 2, 0.5f};
     uint16_t ref[6], cand[6];
     for (int i = 0; i < 6; i++) {
@@ -152,6 +152,8 @@ static void test_cache(void)
     CHECK_NEAR(r.cache_max_abs, 0.5, 0);
     CHECK_NEAR(r.cache_rel_max, 0.5 / sqrt(2.0), 1e-12);
     CHECK_NEAR(r.cache_rel_sum / 6, (1.0 / 1024 + 0.5 / sqrt(2.0)) / 6, 1e-12);
+    CHECK_INT(r.cache_beyond, 1);
+    CHECK_INT(r.cache_flips_beyond, 0);
     CHECK(!verify_metric_passed(&r, VERIFY_CACHE));
 
     /* 20 vectors where only the one fp16 step differs: relative max 2^-10 <= 4e-3, mean
@@ -166,11 +168,51 @@ static void test_cache(void)
     verify_add_cache(&r, many_ref, many_cand, 20, 4, 2);
     CHECK_INT(r.cache_differ, 1);
     CHECK_NEAR(r.cache_rel_max, 1.0 / 1024, 1e-12);
+    CHECK_INT(r.cache_beyond, 0);
     CHECK(verify_metric_passed(&r, VERIFY_CACHE));
     /* The same step alone in one vector: mean 2^-10 / 6 = 1.6e-4, beyond 1e-4. */
     verify_report_init(&r);
     verify_add_cache(&r, many_ref, many_cand, 1, 4, 2);
     CHECK(!verify_metric_passed(&r, VERIFY_CACHE));
+
+    /* An outlier: a 64-wide latent of one 64 and zeros (rms 64 / 8 = 8) and rope (1, 1). One
+     * fp16 step of 64 is 2^-4, 2^-4 / 8 = 7.8e-3 of the rms: beyond 4e-3, yet a rounding flip,
+     * excused; two steps are not. Two vectors, so the mean (7.8e-3 / 132 = 5.9e-5) stays in. */
+    enum { LATENT = 64, ROW = LATENT + 2 };
+    uint16_t out_ref[2 * ROW] = {0}, out_cand[2 * ROW] = {0};
+    for (int v = 0; v < 2; v++) {
+        out_ref[v * ROW] = float_to_f16(64);
+        out_ref[v * ROW + LATENT] = out_ref[v * ROW + LATENT + 1] = float_to_f16(1);
+    }
+    memcpy(out_cand, out_ref, sizeof out_ref);
+    out_cand[0] = float_to_f16(64.0625f);
+    verify_report_init(&r);
+    verify_add_cache(&r, out_ref, out_cand, 2, LATENT, 2);
+    CHECK_NEAR(r.cache_rel_max, 0.0625 / 8, 1e-12);
+    CHECK_INT(r.cache_beyond, 0);
+    CHECK_INT(r.cache_flips_beyond, 1);
+    CHECK(verify_metric_passed(&r, VERIFY_CACHE));
+    out_cand[0] = float_to_f16(64.125f);
+    verify_report_init(&r);
+    verify_add_cache(&r, out_ref, out_cand, 2, LATENT, 2);
+    CHECK_INT(r.cache_beyond, 1);
+    CHECK_INT(r.cache_flips_beyond, 0);
+    CHECK(!verify_metric_passed(&r, VERIFY_CACHE));
+    /* Across zero: a latent of (-0, s, 0, ...) with s the smallest subnormal (rms s / 8); the
+     * candidate's first element +s: 8 x the rms, one step (the two zeros are one value); from
+     * -s it would be two. */
+    uint16_t zero_ref[ROW] = {0x8000, 0x0001}, zero_cand[ROW] = {0x0001, 0x0001};
+    zero_ref[LATENT] = zero_ref[LATENT + 1] = zero_cand[LATENT] = zero_cand[LATENT + 1] = float_to_f16(1);
+    verify_report_init(&r);
+    verify_add_cache(&r, zero_ref, zero_cand, 1, LATENT, 2);
+    CHECK_NEAR(r.cache_rel_max, 8, 1e-9);
+    CHECK_INT(r.cache_flips_beyond, 1);
+    CHECK_INT(r.cache_beyond, 0);
+    zero_ref[0] = 0x8001;
+    verify_report_init(&r);
+    verify_add_cache(&r, zero_ref, zero_cand, 1, LATENT, 2);
+    CHECK_INT(r.cache_flips_beyond, 0);
+    CHECK_INT(r.cache_beyond, 1);
 }
 
 static void test_run_tiny(void)
