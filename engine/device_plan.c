@@ -197,7 +197,9 @@ int device_moe_plan_make(const int *offsets, int experts, int min_tokens, device
         if (e == experts)
             break;
         if (as_gemm) {
-            gemm[out->n_gemm++] = (device_gemm_expert){e, offsets[e], count};
+            int rows = (int)round_up((size_t)count, DEVICE_EXPERT_GEMM_ROW_STEP);
+            rows = rows <= DEVICE_PREFILL_TOKENS ? rows : count > DEVICE_PREFILL_TOKENS ? count : DEVICE_PREFILL_TOKENS;
+            gemm[out->n_gemm++] = (device_gemm_expert){e, offsets[e], count, rows};
             out->gemm_slots += count;
         } else if (count > 0) {
             run_first = run_first < 0 ? e : run_first;

@@ -22,6 +22,7 @@ enum {
      * and its weights dequantised once); fewer stay on the grouped GEMV, whose cost grows with
      * the tokens: the break-even estimated on an H200, not measured */
     DEVICE_EXPERT_GEMM_MIN_TOKENS = 64,
+    DEVICE_EXPERT_GEMM_ROW_STEP = 32,   /* an expert's GEMM rows are padded to a multiple of this */
     DEVICE_ATTENTION_ROWS = 16, /* query rows (token, head) of one prefill attention block (MLA_PREFILL_ROWS) */
     DEVICE_GEMM_TILE_MAX_ELEMS = 8 << 20,   /* BF16 weights dequantised per GEMM, at most (16 MiB) */
     DEVICE_GEMM_SCRATCH_BYTES = 16 << 20,   /* the cuBLASLt workspace */
@@ -136,6 +137,8 @@ int device_step_tokens(int first, int n, const int *logit_rows, int n_logit_rows
  * consecutive such experts (trimmed of experts without slots; runs without slots are left out). */
 typedef struct {
     int expert, first, count;   /* expert's slots are order[first .. first + count) */
+    int rows;                   /* the GEMMs' rows: count rounded up to DEVICE_EXPERT_GEMM_ROW_STEP (at most
+                                 * DEVICE_PREFILL_TOKENS), so their shapes repeat and cuBLASLt plans few */
 } device_gemm_expert;
 typedef struct {
     int first, count;           /* experts [first, first + count) */

@@ -47,10 +47,11 @@ __global__ void silu_gate_kernel(const float *gate, const float *up, float *act,
         act[i] = silu_gate_element(gate[i], up[i]);
 }
 
-__global__ void rows_gather_kernel(const float *x, size_t x_ld, const int *index, int per_input, int cols, float *out)
+__global__ void rows_gather_kernel(const float *x, size_t x_ld, const int *index, int indices, int per_input, int cols,
+                                   float *out)
 {
     int row = blockIdx.y;
-    const float *from = x + (size_t)(index[row] / per_input) * x_ld;
+    const float *from = x + (size_t)(index[row < indices ? row : indices - 1] / per_input) * x_ld;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
         out[(size_t)row * cols + c] = from[c];
 }
@@ -165,15 +166,15 @@ extern "C" int bf16_dequantise_cuda(const weight_matrix *w, int row_begin, int r
     return (int)cudaGetLastError();
 }
 
-extern "C" int rows_gather_cuda(const float *x, size_t x_ld, const int *index, int per_input, int rows, int cols,
-                                float *out, void *stream)
+extern "C" int rows_gather_cuda(const float *x, size_t x_ld, const int *index, int indices, int per_input, int rows,
+                                int cols, float *out, void *stream)
 {
     if (rows <= 0 || cols <= 0)
         return 0;
-    if (rows > 65535 || per_input < 1)
+    if (rows > 65535 || per_input < 1 || indices < 1)
         return (int)cudaErrorInvalidValue;
     dim3 grid(column_blocks(cols), (unsigned)rows);
-    rows_gather_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(x, x_ld, index, per_input, cols, out);
+    rows_gather_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(x, x_ld, index, indices, per_input, cols, out);
     return (int)cudaGetLastError();
 }
 

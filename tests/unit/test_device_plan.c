@@ -431,6 +431,10 @@ static device_moe_plan moe_split(const int *offsets, int experts, int min_tokens
         int e = gemm[i].expert;
         faults += gemm[i].first != offsets[e] || gemm[i].count != offsets[e + 1] - offsets[e] ||
                   gemm[i].count < min_tokens || (i > 0 && e <= gemm[i - 1].expert);
+        /* padded rows: a multiple of the step within the workspace, never fewer than the slots */
+        faults += gemm[i].rows < gemm[i].count || gemm[i].rows - gemm[i].count >= DEVICE_EXPERT_GEMM_ROW_STEP ||
+                  (gemm[i].rows % DEVICE_EXPERT_GEMM_ROW_STEP && gemm[i].rows != DEVICE_PREFILL_TOKENS) ||
+                  gemm[i].rows > DEVICE_PREFILL_TOKENS;
         covered[e]++;
         slots += gemm[i].count;
     }
@@ -465,6 +469,7 @@ static void check_moe_plan(void)
     device_moe_plan plan = moe_split(offsets, 11, 64, gemm, runs);
     CHECK_INT(plan.n_gemm, 3);
     CHECK(gemm[0].expert == 1 && gemm[1].expert == 4 && gemm[2].expert == 9);
+    CHECK(gemm[0].rows == 96 && gemm[1].rows == 64 && gemm[2].rows == 96);
     CHECK_INT(plan.gemm_slots, 214);
     CHECK_INT(plan.n_runs, 2);
     CHECK(runs[0].first == 2 && runs[0].count == 1 && runs[1].first == 6 && runs[1].count == 2);
