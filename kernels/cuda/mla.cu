@@ -276,10 +276,10 @@ __device__ __forceinline__ float softmax_fold(float score, bool visible, float *
  * (kThreads * kCols >= kv_lora): the accumulators [kPrefillRows][kCols] stay in registers; with
  * two columns (kv_lora <= 512) they fit the 128 registers of two blocks per multiprocessor. */
 template <int kCols>
-__global__ void __launch_bounds__(kThreads, kCols == 2 ? 2 : 1) mla_prefill_kernel(const float *q_latent, const float *q, int heads,
-                                                               int kv_lora, int rope, int nope, float softmax_scale,
-                                                               const uint16_t *cache, const int *pos, int tokens,
-                                                               int parts, float *partials, float *o_latent)
+__global__ void __launch_bounds__(kThreads, kCols == 2 ? 2 : 1)
+    mla_prefill_kernel(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
+                       float softmax_scale, const uint16_t *cache, const int *pos, int tokens, int parts,
+                       float *partials, float *o_latent)
 {
     extern __shared__ uint4 prefill_shared[];
     const int row = kv_lora + rope, q_width = nope + rope;
