@@ -4,15 +4,20 @@
  * stream and meet in the local communicator (engine/cuda_comm.h). A step mirrors the CPU's
  * forward.c with device kernels (kernels/cuda/forward.h) over up to DEVICE_MAX_TOKENS tokens:
  * one for a decode step; a prefill runs in steps of that many (dense weights read once per 8
- * tokens, each chosen expert once per step, attention absorbed and causal per query). Routing,
+ * tokens, each chosen expert once per step), or, on the GEMM path, in steps of up to
+ * DEVICE_PREFILL_TOKENS where no logits are asked (engine/device_plan.h device_step_tokens);
+ * attention of several queries runs the prefill kernel (each staged cache chunk serves 16 query
+ * rows). Routing,
  * expert choice and the weighted sum stay on the device, and the position lives in device
  * memory, so one captured CUDA graph per step shape (token count, with or without logits)
  * serves every step. Steps of DEVICE_GEMM_MIN_TOKENS tokens or more run the dense projections
  * (q_a, kv_a, q_b, o_proj, router, lm_head, the dense and shared MLPs) as BF16 tensor-core
  * GEMMs instead, exact weights times hi + lo activations so they round like the fp32 GEMV
  * (kernels/cuda/gemm.h; launched, not captured); KIMI_CUDA_PREFILL=steps keeps them on the
- * GEMV. The embedding rows are looked up on the host (one row per token, so the 2.3 GB table
- * never needs device memory). */
+ * GEMV; in those steps an expert with DEVICE_EXPERT_GEMM_MIN_TOKENS tokens runs them as GEMMs
+ * too (the host reads the per-expert counts once per MoE layer). KIMI_CUDA_PREFILL_TRACE=1
+ * prints each prefill step's size and how its experts ran. The embedding rows are looked up on
+ * the host (one row per token, so the 2.3 GB table never needs device memory). */
 #include "engine/backend_impl.h"
 
 #include <cuda_runtime_api.h>
@@ -30,6 +35,8 @@
 enum { MAX_RANKS = 8, STAGING_BYTES = 32 << 20 };
 _Static_assert((int)DEVICE_MAX_TOKENS == (int)FORWARD_MAX_TOKENS,
                "the workspace plan and the kernels serve as many tokens");
+_Static_assert((int)DEVICE_ATTENTION_ROWS == (int)MLA_PREFILL_ROWS,
+               "the workspace plan knows the prefill attention's rows per block");
 
 /* Bytes kept free for the CUDA runtime, graphs and the driver, per device. */
 #define DEVICE_RESERVE_BYTES ((size_t)512 << 20)
@@ -62,6 +69,8 @@ struct cuda_backend {
     const model_config *cfg;
     int tp, device, sm_count, splits, use_graphs;
     int prefill_gemm;           /* steps of DEVICE_GEMM_MIN_TOKENS or more project through GEMMs */
+    int prefill_trace;          /* KIMI_CUDA_PREFILL_TRACE=1: one line per prefill step on stderr */
+    long traced_gemm_experts, traced_gemm_slots;    /* of the step: experts run as GEMMs, their slots */
     gemm_context gemm;
     long capacity;
     size_t cache_row;
@@ -74,7 +83,7 @@ struct cuda_backend {
     float softmax_scale;
     moe_routing_config routing;
     float *logits;              /* device [DEVICE_MAX_TOKENS][vocab]: rank 0's gathered logits */
-    float *host_h;              /* pinned [DEVICE_MAX_TOKENS][hidden]: the embedding rows of the step */
+    float *host_h;              /* pinned [DEVICE_PREFILL_TOKENS][hidden]: the embedding rows of the step */
     int *host_pos;              /* pinned: the step's first position */
     float *host_logits;         /* pinned [DEVICE_MAX_TOKENS][vocab] */
     uint8_t *staging[2];        /* pinned upload buffers */
@@ -384,7 +393,8 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, ki
     CUDA_TRY(cudaMalloc((void **)&be->pos, sizeof(int)), "position");
     size_t T = DEVICE_MAX_TOKENS;
     CUDA_TRY(cudaMalloc((void **)&be->logits, T * (size_t)c->vocab * sizeof(float)), "logits");
-    CUDA_TRY(cudaHostAlloc((void **)&be->host_h, T * (size_t)c->hidden * sizeof(float), cudaHostAllocDefault),
+    CUDA_TRY(cudaHostAlloc((void **)&be->host_h, DEVICE_PREFILL_TOKENS * (size_t)c->hidden * sizeof(float),
+                           cudaHostAllocDefault),
              "pinned");
     CUDA_TRY(cudaHostAlloc((void **)&be->host_pos, sizeof(int), cudaHostAllocDefault), "pinned");
     CUDA_TRY(cudaHostAlloc((void **)&be->host_logits, T * (size_t)c->vocab * sizeof(float), cudaHostAllocDefault),
@@ -414,6 +424,8 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, ki
     if (prefill && strcmp(prefill, "gemm") && strcmp(prefill, "steps"))
         return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_PREFILL=%s: must be gemm or steps", prefill);
     be->prefill_gemm = !(prefill && !strcmp(prefill, "steps"));
+    const char *trace = getenv("KIMI_CUDA_PREFILL_TRACE");
+    be->prefill_trace = trace && !strcmp(trace, "1");
     if (be->prefill_gemm) {
         int status = gemm_context_create(&be->gemm);
         if (status)
@@ -555,10 +567,16 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
                                     layer_cache(be, rd, layer), T, s));
     STEP_TRY(mla_absorb_q_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, q, q_width, ws(rd, l->q_latent),
                                T, s));
-    STEP_TRY(mla_decode_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
-                             be->softmax_scale, layer_cache(be, rd, layer), be->pos,
-                             device_attention_splits_for(be->splits, T), ws(rd, l->attn_partials), ws(rd, l->o_latent),
-                             T, s));
+    if (T == 1)
+        STEP_TRY(mla_decode_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
+                                 be->softmax_scale, layer_cache(be, rd, layer), be->pos,
+                                 device_attention_splits_for(be->splits, T), ws(rd, l->attn_partials),
+                                 ws(rd, l->o_latent), T, s));
+    else
+        STEP_TRY(mla_prefill_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
+                                  be->softmax_scale, layer_cache(be, rd, layer), be->pos,
+                                  device_prefill_attention_parts(be->splits, T, rd->heads), ws(rd, l->attn_partials),
+                                  ws(rd, l->o_latent), T, s));
     /* W_UV per head: rows [nope, nope + v) of each head's kv_b rows */
     weight_matrix w_uv = ld->kv_b;
     w_uv.data += (size_t)c->qk_nope_dim * w_uv.data_stride;
@@ -568,6 +586,66 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
                                      heads * kv_lora, ws(rd, l->attn), (size_t)c->v_head_dim,
                                      heads * (size_t)c->v_head_dim, T, &rd->gemv, s));
     return project(be, rd, &ld->o, ws(rd, l->attn), heads * (size_t)c->v_head_dim, ws(rd, l->partial), T, s);
+}
+
+/* The routed experts of a step of T tokens grouped by expert (offsets, order: device), on the
+ * GEMM path (launched, never captured): the host reads the per-expert slot counts once per MoE
+ * layer, a synchronisation a prefill step affords; experts with DEVICE_EXPERT_GEMM_MIN_TOKENS
+ * slots or more run them as BF16 GEMMs (their tokens' rows gathered, results scattered to
+ * their slots of routed_y), the rest the grouped GEMV, one launch pair per run of consecutive
+ * experts (engine/device_plan.h device_moe_plan_make). */
+static int experts_split_step(struct cuda_backend *be, rank_device *rd, const layer_device *ld, const int *offsets,
+                              const int *order)
+{
+    const model_config *c = be->cfg;
+    const device_workspace *l = &rd->layout;
+    cudaStream_t s = be->stream;
+    int experts = c->experts, k = c->experts_per_token, moe_inter = rd->shard.moe_inter.end - rd->shard.moe_inter.begin;
+    size_t hidden = (size_t)c->hidden;
+    int *host_offsets = malloc(((size_t)experts + 1) * sizeof *host_offsets);
+    device_gemm_expert *gemm = malloc((size_t)experts * sizeof *gemm);
+    device_expert_run *runs = malloc((size_t)experts * sizeof *runs);
+    device_moe_plan plan = {0};
+    int status = host_offsets && gemm && runs ? 0 : (int)cudaErrorMemoryAllocation;
+    if (!status)
+        status = (int)cudaMemcpyAsync(host_offsets, offsets, ((size_t)experts + 1) * sizeof *host_offsets,
+                                      cudaMemcpyDeviceToHost, s);
+    if (!status)
+        status = (int)cudaStreamSynchronize(s);
+    if (!status && device_moe_plan_make(host_offsets, experts, DEVICE_EXPERT_GEMM_MIN_TOKENS, gemm, runs, &plan))
+        status = (int)cudaErrorInvalidValue;
+    float *x = ws(rd, l->x), *gathered = ws(rd, l->expert_x), *act = ws(rd, l->expert_act);
+    float *up = ws(rd, l->expert_up), *y = ws(rd, l->expert_y);
+    for (int i = 0; i < plan.n_gemm && !status; i++) {
+        const mlp_device *m = &ld->host_table[1 + gemm[i].expert];
+        const int *slots = order + gemm[i].first;   /* slot t * k + j: token t */
+        int n = gemm[i].rows;   /* count, padded: the last slot's token repeated */
+        status = rows_gather_cuda(x, hidden, slots, gemm[i].count, k, n, (int)hidden, gathered, s);
+        if (!status)
+            status = project(be, rd, &m->gate, gathered, hidden, act, n, s);
+        if (!status)
+            status = project(be, rd, &m->up, gathered, hidden, up, n, s);
+        if (!status)
+            status = silu_gate_cuda(act, up, act, (size_t)n * (size_t)moe_inter, s);
+        if (!status)
+            status = project(be, rd, &m->down, act, (size_t)moe_inter, y, n, s);
+        if (!status)
+            status = rows_scatter_cuda(y, gemm[i].count, (int)hidden, slots, ws(rd, l->routed_y), hidden, s);
+    }
+    for (int i = 0; i < plan.n_runs && !status; i++) {
+        const mlp_device *table = ld->table + 1 + runs[i].first;
+        status = mlp_gate_up_grouped_cuda(table, offsets + runs[i].first, order, runs[i].count, k, x, c->hidden,
+                                          moe_inter, ws(rd, l->act), s);
+        if (!status)
+            status = mlp_down_grouped_cuda(table, offsets + runs[i].first, order, runs[i].count, ws(rd, l->act),
+                                           c->hidden, moe_inter, ws(rd, l->routed_y), s);
+    }
+    be->traced_gemm_experts += plan.n_gemm;
+    be->traced_gemm_slots += plan.gemm_slots;
+    free(host_offsets);
+    free(gemm);
+    free(runs);
+    return status;
 }
 
 /* x = rmsnorm(h) -> partial = this rank's share of the dense MLP or the MoE of x, T tokens. */
@@ -610,10 +688,14 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
     } else {
         int *offsets = (int *)ws(rd, l->moe_offsets), *order = (int *)ws(rd, l->moe_order);
         STEP_TRY(moe_group_cuda(chosen, T * k, c->experts, offsets, order, s));
-        STEP_TRY(mlp_gate_up_grouped_cuda(ld->table + 1, offsets, order, c->experts, k, x, c->hidden, moe_inter,
-                                          ws(rd, l->act), s));
-        STEP_TRY(mlp_down_grouped_cuda(ld->table + 1, offsets, order, c->experts, ws(rd, l->act), c->hidden,
-                                       moe_inter, ws(rd, l->routed_y), s));
+        if (be->prefill_gemm && T >= DEVICE_GEMM_MIN_TOKENS) {
+            STEP_TRY(experts_split_step(be, rd, ld, offsets, order));
+        } else {
+            STEP_TRY(mlp_gate_up_grouped_cuda(ld->table + 1, offsets, order, c->experts, k, x, c->hidden, moe_inter,
+                                              ws(rd, l->act), s));
+            STEP_TRY(mlp_down_grouped_cuda(ld->table + 1, offsets, order, c->experts, ws(rd, l->act), c->hidden,
+                                           moe_inter, ws(rd, l->routed_y), s));
+        }
     }
     return moe_combine_cuda(shared_y, ws(rd, l->routed_y), chosen, ws(rd, l->route_weights), k, c->hidden,
                             ws(rd, l->partial), T, s);
@@ -727,8 +809,9 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
     const model_config *c = be->cfg;
     CUDA_TRY(cudaSetDevice(be->device), "cudaSetDevice");
     size_t vocab = (size_t)c->vocab, hidden = (size_t)c->hidden;
-    for (int first = 0; first < n; first += DEVICE_MAX_TOKENS) {
-        int T = n - first < DEVICE_MAX_TOKENS ? n - first : DEVICE_MAX_TOKENS, wanted = 0;
+    for (int first = 0, T; first < n; first += T) {
+        T = device_step_tokens(first, n, logit_rows, n_logit_rows, be->prefill_gemm);
+        int wanted = 0;
         for (int j = 0; j < n_logit_rows; j++)
             wanted += logit_rows[j] >= first && logit_rows[j] < first + T;
         for (int t = 0; t < T; t++)
@@ -739,6 +822,7 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
             CUDA_TRY(cudaMemcpyAsync(ws(&be->ranks[r], be->ranks[r].layout.h), be->host_h,
                                      (size_t)T * hidden * sizeof(float), cudaMemcpyHostToDevice, be->stream),
                      "embedding");
+        be->traced_gemm_experts = be->traced_gemm_slots = 0;
         if (step_run(be, T, wanted > 0, err))
             return err->code;
         if (wanted)
@@ -747,6 +831,14 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
                      "logits");
         /* host_h and host_pos are read by the queued copies */
         CUDA_TRY(cudaStreamSynchronize(be->stream), "forward step");
+        if (be->prefill_trace && T > 1) {
+            long routed = 0;    /* slots of the step: tokens x top_k, every MoE layer and rank */
+            for (int layer = 0; layer < c->layers; layer++)
+                routed += be->ranks[0].layers[layer].is_moe ? (long)T * c->experts_per_token * be->tp : 0;
+            fprintf(stderr, "KIMI_CUDA_PREFILL_TRACE: step of %d tokens at position %ld%s: %ld expert GEMMs over %ld "
+                    "of its %ld routed slots\n", T, start_pos + first, wanted ? " with logits" : "",
+                    be->traced_gemm_experts, be->traced_gemm_slots, routed);
+        }
         for (int j = 0; j < n_logit_rows; j++)
             if (logit_rows[j] >= first && logit_rows[j] < first + T)
                 memcpy(logits + (size_t)j * vocab, be->host_logits + (size_t)(logit_rows[j] - first) * vocab,

@@ -154,17 +154,74 @@ int device_attention_splits_for(int splits, int tokens)
     return parts < 1 ? 1 : parts;
 }
 
+int device_prefill_attention_parts(int splits, int tokens, int heads)
+{
+    long rows = (long)(tokens > 0 ? tokens : 1) * (heads > 0 ? heads : 1);
+    long blocks = (rows + DEVICE_ATTENTION_ROWS - 1) / DEVICE_ATTENTION_ROWS;
+    long parts = splits / blocks;
+    return parts < 1 ? 1 : (int)parts;
+}
+
+int device_step_tokens(int first, int n, const int *logit_rows, int n_logit_rows, int long_steps)
+{
+    int left = n - first, short_step = left < DEVICE_MAX_TOKENS ? left : DEVICE_MAX_TOKENS;
+    if (!long_steps || left <= DEVICE_MAX_TOKENS)
+        return short_step;
+    int limit = left < DEVICE_PREFILL_TOKENS ? left : DEVICE_PREFILL_TOKENS, next_asked = first + limit;
+    for (int j = 0; j < n_logit_rows; j++)
+        if (logit_rows[j] >= first && logit_rows[j] < next_asked)
+            next_asked = logit_rows[j];
+    if (next_asked == first + limit)
+        return limit;
+    /* a long step up to where a short step of DEVICE_MAX_TOKENS ends with the asked row */
+    int before = next_asked + 1 - DEVICE_MAX_TOKENS - first;
+    return before > 0 ? before : short_step;
+}
+
+int device_moe_plan_make(const int *offsets, int experts, int min_tokens, device_gemm_expert *gemm,
+                         device_expert_run *runs, device_moe_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    if (experts < 0 || (experts > 0 && offsets[0] != 0))
+        return -1;
+    int run_first = -1, run_last = -1;  /* the open run's first and last experts with slots */
+    for (int e = 0; e <= experts; e++) {
+        int count = e < experts ? offsets[e + 1] - offsets[e] : 0;
+        if (count < 0)
+            return -1;
+        int as_gemm = e < experts && count >= min_tokens && count > 0;
+        if ((as_gemm || e == experts) && run_first >= 0) {
+            runs[out->n_runs++] = (device_expert_run){run_first, run_last + 1 - run_first};
+            run_first = -1;
+        }
+        if (e == experts)
+            break;
+        if (as_gemm) {
+            int rows = (int)round_up((size_t)count, DEVICE_EXPERT_GEMM_ROW_STEP);
+            rows = rows <= DEVICE_PREFILL_TOKENS ? rows : count > DEVICE_PREFILL_TOKENS ? count : DEVICE_PREFILL_TOKENS;
+            gemm[out->n_gemm++] = (device_gemm_expert){e, offsets[e], count, rows};
+            out->gemm_slots += count;
+        } else if (count > 0) {
+            run_first = run_first < 0 ? e : run_first;
+            run_last = e;
+            out->gemv_slots += count;
+        }
+    }
+    return 0;
+}
+
 /* The widest K of a projection a step runs as a GEMM, and the most elements of one such weight. */
 static void gemm_extent(const model_config *cfg, const tp_shard *shard, size_t *widest_k, size_t *most_elems)
 {
     size_t heads = (size_t)range_width(shard->heads), hidden = (size_t)cfg->hidden;
     size_t q_lora = (size_t)cfg->q_lora_rank, o_k = heads * (size_t)cfg->v_head_dim;
     size_t dense = (size_t)range_width(shard->dense_inter), shared = (size_t)range_width(shard->shared_inter);
-    /* q_a, kv_a, router, lm_head, q_b, o_proj; the dense and shared MLPs' gate/up and down */
+    size_t expert = (size_t)range_width(shard->moe_inter);
+    /* q_a, kv_a, router, lm_head, q_b, o_proj; the dense, shared and expert MLPs' gate/up and down */
     size_t rows[] = {q_lora, (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim), (size_t)cfg->experts,
                      (size_t)range_width(shard->vocab), heads * (size_t)(cfg->qk_nope_dim + cfg->qk_rope_dim), hidden,
-                     dense, hidden, shared, hidden};
-    size_t ks[] = {hidden, hidden, hidden, hidden, q_lora, o_k, hidden, dense, hidden, shared};
+                     dense, hidden, shared, hidden, expert, hidden};
+    size_t ks[] = {hidden, hidden, hidden, hidden, q_lora, o_k, hidden, dense, hidden, shared, hidden, expert};
     *widest_k = 8;
     *most_elems = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -180,17 +237,22 @@ void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int a
     size_t heads = (size_t)range_width(shard->heads), hidden = (size_t)cfg->hidden;
     size_t k = (size_t)(cfg->experts_per_token > 0 ? cfg->experts_per_token : 0);
     size_t moe_inter = (size_t)range_width(shard->moe_inter), shared_inter = (size_t)range_width(shard->shared_inter);
-    size_t dense_inter = (size_t)range_width(shard->dense_inter);
-    size_t act = k * moe_inter > dense_inter ? k * moe_inter : dense_inter, T = DEVICE_MAX_TOKENS;
+    size_t dense_inter = (size_t)range_width(shard->dense_inter), latent_part = (size_t)cfg->kv_lora_rank + 2;
+    size_t act = k * moe_inter > dense_inter ? k * moe_inter : dense_inter, T = DEVICE_PREFILL_TOKENS;
+    size_t splits = attn_splits > 0 ? (size_t)attn_splits : 1;
+    /* decode partials: max(splits, tokens) queries of a short step; prefill: DEVICE_ATTENTION_ROWS * splits rows */
+    size_t decode_partials = (splits > DEVICE_MAX_TOKENS ? splits : DEVICE_MAX_TOKENS) * heads * latent_part;
+    size_t prefill_partials = (size_t)DEVICE_ATTENTION_ROWS * splits * latent_part;
     size_t sizes[] = {
         T * hidden, T * hidden, T * (size_t)cfg->q_lora_rank, T * heads * (size_t)(cfg->qk_nope_dim + cfg->qk_rope_dim),
         T * (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim), T * heads * (size_t)cfg->kv_lora_rank,
         T * heads * (size_t)cfg->kv_lora_rank, T * heads * (size_t)cfg->v_head_dim, T * hidden,
         T * (size_t)cfg->experts, T * k, T * k, T * act, T * k * hidden, T * shared_inter, T * hidden,
-        T * (size_t)range_width(shard->vocab), (size_t)cfg->experts + 1, T * k,
-        (attn_splits > DEVICE_MAX_TOKENS ? (size_t)attn_splits : T) * heads * ((size_t)cfg->kv_lora_rank + 2),
+        (size_t)DEVICE_MAX_TOKENS * (size_t)range_width(shard->vocab), (size_t)cfg->experts + 1, T * k,
+        decode_partials > prefill_partials ? decode_partials : prefill_partials,
         (size_t)device_max_gemv_rows(cfg, shard) * 16, (size_t)device_max_gemv_rows(cfg, shard),
         0, 0, DEVICE_GEMM_SCRATCH_BYTES / sizeof(float), T * (dense_inter > shared_inter ? dense_inter : shared_inter),
+        T * hidden, T * hidden, T * moe_inter, T * moe_inter,
     };
     size_t widest_k, most_elems;
     gemm_extent(cfg, shard, &widest_k, &most_elems);
@@ -203,7 +265,8 @@ void device_workspace_plan(const model_config *cfg, const tp_shard *shard, int a
                         &out->routed_y, &out->shared_act, &out->shared_y, &out->logits_part,
                         &out->moe_offsets, &out->moe_order, &out->attn_partials, &out->gemv_partials,
                         &out->gemv_counters, &out->gemm_x, &out->gemm_w, &out->gemm_scratch,
-                        &out->gemm_up};
+                        &out->gemm_up, &out->expert_x, &out->expert_y, &out->expert_act, &out->expert_up};
+    _Static_assert(sizeof sizes / sizeof sizes[0] == sizeof fields / sizeof fields[0], "a size per buffer");
     size_t offset = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *fields[i] = offset;
@@ -216,7 +279,7 @@ int device_gemm_plan_make(const weight_matrix *w, int tokens, size_t y_token, co
                           device_gemm_plan *out)
 {
     memset(out, 0, sizeof *out);
-    if (tokens < DEVICE_GEMM_MIN_TOKENS || tokens > DEVICE_MAX_TOKENS || w->rows < 1 || w->cols < 1 ||
+    if (tokens < DEVICE_GEMM_MIN_TOKENS || tokens > DEVICE_PREFILL_TOKENS || w->rows < 1 || w->cols < 1 ||
         w->format == WEIGHT_F16 || w->format == WEIGHT_F32)
         return -1;
     size_t k8 = round_up((size_t)w->cols, 8);

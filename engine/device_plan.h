@@ -14,8 +14,16 @@
 
 enum {
     DEVICE_ALIGN = 256,
-    DEVICE_MAX_TOKENS = 64,     /* tokens of one device step (kernels/cuda/forward.h FORWARD_MAX_TOKENS) */
+    DEVICE_MAX_TOKENS = 64,     /* tokens of a step with logits, and of every step of KIMI_CUDA_PREFILL=steps
+                                 * (kernels/cuda/forward.h FORWARD_MAX_TOKENS) */
+    DEVICE_PREFILL_TOKENS = 512,    /* tokens of a long prefill step (GEMM path, no logits): each expert read once */
     DEVICE_GEMM_MIN_TOKENS = 16,    /* steps of this many tokens or more run their projections as GEMMs */
+    /* an expert with this many of a step's tokens runs them as BF16 GEMMs (about 14 launches
+     * and its weights dequantised once); fewer stay on the grouped GEMV, whose cost grows with
+     * the tokens: the break-even estimated on an H200, not measured */
+    DEVICE_EXPERT_GEMM_MIN_TOKENS = 64,
+    DEVICE_EXPERT_GEMM_ROW_STEP = 32,   /* an expert's GEMM rows are padded to a multiple of this */
+    DEVICE_ATTENTION_ROWS = 16, /* query rows (token, head) of one prefill attention block (MLA_PREFILL_ROWS) */
     DEVICE_GEMM_TILE_MAX_ELEMS = 8 << 20,   /* BF16 weights dequantised per GEMM, at most (16 MiB) */
     DEVICE_GEMM_SCRATCH_BYTES = 16 << 20,   /* the cuBLASLt workspace */
 };
@@ -62,8 +70,9 @@ int device_weights_visit(const model_weights *mw, const tp_shard *shard,
 /* Float vectors a rank keeps on the device (norm weights, router biases, decoded to float). */
 size_t device_vector_floats(const model_config *cfg);
 
-/* The activations of one step of up to DEVICE_MAX_TOKENS tokens, in floats (ints take a float's
- * slot); the split-K scratch serves one-token steps. */
+/* The activations of one step of up to DEVICE_PREFILL_TOKENS tokens (logits_part: of up to
+ * DEVICE_MAX_TOKENS), in floats (ints take a float's slot); the split-K scratch serves one-token
+ * steps. */
 typedef struct {
     size_t h, x, q_a, q, kv, q_latent, o_latent, attn, partial;
     size_t router_logits, chosen, route_weights, act, routed_y, shared_act, shared_y, logits_part;
@@ -73,6 +82,8 @@ typedef struct {
     size_t gemm_w;              /* BF16 [gemm_w_elems]: a dequantised NVFP4 tile (e2m1 * e4m3) */
     size_t gemm_scratch;        /* DEVICE_GEMM_SCRATCH_BYTES: the cuBLASLt workspace */
     size_t gemm_up;             /* [tokens][wider of dense and shared inter]: a GEMM MLP's up projection */
+    size_t expert_x, expert_y;  /* [tokens][hidden]: one GEMM expert's gathered inputs, its down outputs */
+    size_t expert_act, expert_up;   /* [tokens][moe inter]: its gate (then silu(gate) * up) and up outputs */
     size_t gemm_x_ld;           /* BF16 elements per token of gemm_x (the widest K, a multiple of 8) */
     size_t gemm_w_elems;
     size_t total;               /* floats; each buffer starts at a multiple of 64 floats */
@@ -108,6 +119,37 @@ int device_attention_splits(long capacity, int sm_count);
 /* Parts per query in a step of `tokens` queries (they fill the GPU together): at least one,
  * and tokens * parts <= max(splits, tokens), which the workspace holds. */
 int device_attention_splits_for(int splits, int tokens);
+/* Parts of the sequence per block of DEVICE_ATTENTION_ROWS query rows in the prefill attention
+ * of `tokens` queries of `heads` heads: at least one; when more than one, tokens * heads * parts
+ * <= DEVICE_ATTENTION_ROWS * splits, which the workspace holds (one part needs no partials). */
+int device_prefill_attention_parts(int splits, int tokens, int heads);
+
+/* Tokens of the step at tokens[first] of a forward call of n tokens (logit_rows: the indices
+ * whose logits are asked). Short steps of up to DEVICE_MAX_TOKENS, or, with long_steps (the GEMM
+ * prefill), steps of up to DEVICE_PREFILL_TOKENS that hold no asked row: the logits of a step
+ * are gathered for at most DEVICE_MAX_TOKENS rows, so a long step ends where a short step can
+ * still reach the next asked row. */
+int device_step_tokens(int first, int n, const int *logit_rows, int n_logit_rows, int long_steps);
+
+/* The routed experts of a step grouped by expert (offsets [experts + 1]: expert e's slots are
+ * order[offsets[e] .. offsets[e + 1])), split in two: experts with min_tokens slots or more run
+ * as GEMMs, one by one; the others run on the grouped GEMV kernels, one launch per run of
+ * consecutive such experts (trimmed of experts without slots; runs without slots are left out). */
+typedef struct {
+    int expert, first, count;   /* expert's slots are order[first .. first + count) */
+    int rows;                   /* the GEMMs' rows: count rounded up to DEVICE_EXPERT_GEMM_ROW_STEP (at most
+                                 * DEVICE_PREFILL_TOKENS), so their shapes repeat and cuBLASLt plans few */
+} device_gemm_expert;
+typedef struct {
+    int first, count;           /* experts [first, first + count) */
+} device_expert_run;
+typedef struct {
+    int n_gemm, gemm_slots;     /* experts in gemm[], their slots */
+    int n_runs, gemv_slots;     /* runs in runs[], their slots */
+} device_moe_plan;
+/* gemm and runs: [experts] each. Returns 0, or -1 when offsets do not start at 0 and ascend. */
+int device_moe_plan_make(const int *offsets, int experts, int min_tokens, device_gemm_expert *gemm,
+                         device_expert_run *runs, device_moe_plan *out);
 
 typedef struct {
     size_t weight_bytes;        /* packed weights + float vectors */

@@ -86,6 +86,21 @@ int mla_decode_cuda(const float *q_latent, const float *q, int heads, int kv_lor
                     float softmax_scale, const uint16_t *cache, const int *pos, int splits, float *partials,
                     float *o_latent, int tokens, void *stream);
 
+/* Prefill attention over the same cache, absorbed, for a step of `tokens` causal queries at
+ * positions *pos + t (the cache holds the step's own rows): the same inputs and output as
+ * mla_decode_cuda, the same online softmax in fp32, but a block takes MLA_PREFILL_ROWS query
+ * rows (row i = token i / heads, head i % heads) and scores each staged chunk of the cache
+ * against all of them, so a chunk is read once per block of rows instead of once per query.
+ * parts: the parts of the sequence each block of rows splits into (fixed at capture); with one
+ * part the output is written directly, with more their partials go to `partials`
+ * [tokens][parts][heads][kv_lora + 2] (mla_decode_cuda's layout) and are merged. kv_lora is
+ * even and at most 1024. */
+enum { MLA_PREFILL_ROWS = 16 };
+size_t mla_prefill_partial_floats(int parts, int tokens, int heads, int kv_lora);
+int mla_prefill_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
+                     float softmax_scale, const uint16_t *cache, const int *pos, int parts, float *partials,
+                     float *o_latent, int tokens, void *stream);
+
 /* Routing on the device, per token: logits [tokens][experts] -> chosen [tokens][top_k],
  * weights [tokens][top_k], exactly moe_route's selection (kernels/cpu/moe_routing.h).
  * bias: [experts] or NULL. */

@@ -1,5 +1,6 @@
 /* gemm (CUDA): BF16 tensor-core GEMMs through cuBLASLt for the projections of a prefill step,
- * with the element-wise conversions (activations split hi + lo, NVFP4 tiles) they read. Row-major
+ * with the element-wise conversions (activations split hi + lo, NVFP4 tiles) they read and the
+ * row gathers and scatters of an expert's tokens. Row-major
  * weight rows W[n][k] are cuBLASLt's column-major k x n matrix, so C (column-major n x m, one
  * token per column) = op_T(A) B: the "TN" shape tensor cores serve best. */
 #include <cublasLt.h>
@@ -44,6 +45,23 @@ __global__ void silu_gate_kernel(const float *gate, const float *up, float *act,
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         act[i] = silu_gate_element(gate[i], up[i]);
+}
+
+__global__ void rows_gather_kernel(const float *x, size_t x_ld, const int *index, int indices, int per_input, int cols,
+                                   float *out)
+{
+    int row = blockIdx.y;
+    const float *from = x + (size_t)(index[row < indices ? row : indices - 1] / per_input) * x_ld;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+        out[(size_t)row * cols + c] = from[c];
+}
+
+__global__ void rows_scatter_kernel(const float *rows_in, int cols, const int *index, float *y, size_t y_ld)
+{
+    int row = blockIdx.y;
+    float *to = y + (size_t)index[row] * y_ld;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+        to[c] = rows_in[(size_t)row * cols + c];
 }
 
 unsigned column_blocks(int cols)
@@ -145,6 +163,30 @@ extern "C" int bf16_dequantise_cuda(const weight_matrix *w, int row_begin, int r
         return (int)cudaErrorInvalidValue;
     dim3 grid(column_blocks(w->cols), (unsigned)rows);
     bf16_dequantise_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(*w, row_begin, out, out_ld);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int rows_gather_cuda(const float *x, size_t x_ld, const int *index, int indices, int per_input, int rows,
+                                int cols, float *out, void *stream)
+{
+    if (rows <= 0 || cols <= 0)
+        return 0;
+    if (rows > 65535 || per_input < 1 || indices < 1)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid(column_blocks(cols), (unsigned)rows);
+    rows_gather_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(x, x_ld, index, indices, per_input, cols, out);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int rows_scatter_cuda(const float *rows_in, int rows, int cols, const int *index, float *y, size_t y_ld,
+                                 void *stream)
+{
+    if (rows <= 0 || cols <= 0)
+        return 0;
+    if (rows > 65535)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid(column_blocks(cols), (unsigned)rows);
+    rows_scatter_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(rows_in, cols, index, y, y_ld);
     return (int)cudaGetLastError();
 }
 

@@ -32,6 +32,16 @@ int bf16_dequantise_cuda(const weight_matrix *w, int row_begin, int rows, uint16
  * the gate/up GEMMs of an MLP and its down GEMM. */
 int silu_gate_cuda(const float *gate, const float *up, float *act, size_t n, void *stream);
 
+/* The rows of one expert's tokens in and out of its GEMMs: out[i][c] = x[index[min(i, indices -
+ * 1)] / per_input][c] (i < rows, c < cols: rows past the indices repeat the last, padding the
+ * GEMMs to a common shape; x rows x_ld floats apart, out rows cols apart), and y[index[i]][c] =
+ * rows_in[i][c] (i < rows; y rows y_ld apart). index: device memory (the expert's slice of the
+ * grouped slot order: slot s is token s / top_k's choice). */
+int rows_gather_cuda(const float *x, size_t x_ld, const int *index, int indices, int per_input, int rows, int cols,
+                     float *out, void *stream);
+int rows_scatter_cuda(const float *rows_in, int rows, int cols, const int *index, float *y, size_t y_ld,
+                      void *stream);
+
 /* A cuBLASLt handle and the GEMM shapes it has planned (descriptors and algorithm, asked of
  * the heuristic once per shape); one per backend, NULLs until created. */
 typedef struct {

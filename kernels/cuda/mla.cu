@@ -5,7 +5,9 @@
  * of the cache), scores them against all its heads and folds them into a running (online)
  * softmax, like the CPU's mla_decode; a second kernel merges the parts. The number of parts is
  * fixed when a graph is captured and the position is read from device memory, so parts past
- * the current length are simply empty. */
+ * the current length are simply empty. The prefill kernel does the same for blocks of 16 query
+ * rows (tokens x heads) at once, so a step's queries share each staged chunk. */
+#include <cuda_fp16.h>
 #include <math.h>
 
 #include "kernels/cuda/forward.h"
@@ -181,6 +183,283 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const float *partia
     }
 }
 
+/* ---- prefill: a block of kPrefillRows query rows (row i of the step: token i / heads, head
+ * i % heads) against chunks of kPrefillKeys cache positions ---- */
+
+constexpr int kPrefillRows = MLA_PREFILL_ROWS;
+constexpr int kPrefillKeys = 32;    /* one key per lane when scoring */
+constexpr int kWarps = kThreads / 32;
+static_assert(kPrefillRows == 2 * kWarps, "each warp scores two query rows");
+
+/* Shared-memory row widths in elements: queries padded with zeros to a multiple of 8 floats (two
+ * float4 per step of the dot product); keys to an odd number of 16-byte units, so the lanes of a
+ * warp, each reading 16 bytes of its own key at the same column, hit distinct banks. */
+__host__ __device__ int prefill_query_stride(int row)
+{
+    return (row + 7) / 8 * 8;
+}
+
+__host__ __device__ int prefill_key_stride(int row)
+{
+    int units = (row + 7) / 8;
+    return (units % 2 ? units : units + 1) * 8;
+}
+
+size_t prefill_shared_bytes(int row)
+{
+    return (size_t)kPrefillKeys * prefill_key_stride(row) * sizeof(uint16_t) +
+           ((size_t)kPrefillRows * prefill_query_stride(row) + kPrefillKeys * kPrefillRows + 3 * kPrefillRows) *
+               sizeof(float);
+}
+
+__device__ __forceinline__ float half_low(uint32_t two)
+{
+    return __half2float(__ushort_as_half((unsigned short)(two & 0xFFFFu)));
+}
+
+__device__ __forceinline__ float half_high(uint32_t two)
+{
+    return __half2float(__ushort_as_half((unsigned short)(two >> 16)));
+}
+
+/* sum += q[0..8) . the 8 fp16 values of key (fmaf: one rounding per term, like the sums the
+ * tolerance against the CPU's separately rounded products already allows) */
+__device__ __forceinline__ float dot8(float sum, const float *q, uint4 key)
+{
+    float4 a = *reinterpret_cast<const float4 *>(q), b = *reinterpret_cast<const float4 *>(q + 4);
+    sum = fmaf(a.x, half_low(key.x), sum);
+    sum = fmaf(a.y, half_high(key.x), sum);
+    sum = fmaf(a.z, half_low(key.y), sum);
+    sum = fmaf(a.w, half_high(key.y), sum);
+    sum = fmaf(b.x, half_low(key.z), sum);
+    sum = fmaf(b.y, half_high(key.z), sum);
+    sum = fmaf(b.z, half_low(key.w), sum);
+    sum = fmaf(b.w, half_high(key.w), sum);
+    return sum;
+}
+
+__device__ __forceinline__ float warp_max(float value)
+{
+    for (int offset = 16; offset > 0; offset /= 2)
+        value = fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, offset));
+    return value;
+}
+
+__device__ __forceinline__ float warp_sum(float value)
+{
+    for (int offset = 16; offset > 0; offset /= 2)
+        value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
+    return value;
+}
+
+/* One query row's online softmax over a chunk, in one warp (lane = key; every lane keeps the
+ * same copy of the row's running max and sum): returns this lane's probability, and the factor
+ * the row's accumulator is rescaled by. A row that has seen no visible key yet keeps max -inf,
+ * sum 0 and factor 1. */
+__device__ __forceinline__ float softmax_fold(float score, bool visible, float *max_state, float *sum_state,
+                                              float *factor)
+{
+    float chunk_max = warp_max(visible ? score : -INFINITY);
+    float new_max = fmaxf(*max_state, chunk_max);
+    float p = 0.0f;
+    *factor = 1.0f;
+    if (new_max != -INFINITY) {
+        *factor = expf(*max_state - new_max);
+        p = visible ? expf(score - new_max) : 0.0f;
+    }
+    *sum_state = *sum_state * *factor + warp_sum(p);
+    *max_state = new_max;
+    return p;
+}
+
+/* Grid: x = the block of rows, y = the part of the sequence. kCols latent columns per thread
+ * (kThreads * kCols >= kv_lora): the accumulators [kPrefillRows][kCols] stay in registers; with
+ * two columns (kv_lora <= 512) they fit the 128 registers of two blocks per multiprocessor. */
+template <int kCols>
+__global__ void __launch_bounds__(kThreads, kCols == 2 ? 2 : 1)
+    mla_prefill_kernel(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
+                       float softmax_scale, const uint16_t *cache, const int *pos, int tokens, int parts,
+                       float *partials, float *o_latent)
+{
+    extern __shared__ uint4 prefill_shared[];
+    const int row = kv_lora + rope, q_width = nope + rope;
+    const int q_stride = prefill_query_stride(row), k_stride = prefill_key_stride(row);
+    uint16_t *keys = reinterpret_cast<uint16_t *>(prefill_shared);            /* [kPrefillKeys][k_stride] */
+    float *query = reinterpret_cast<float *>(keys + kPrefillKeys * k_stride);  /* [kPrefillRows][q_stride] */
+    float *probs = query + kPrefillRows * q_stride;                            /* [kPrefillKeys][kPrefillRows] */
+    float *factor = probs + kPrefillKeys * kPrefillRows;                       /* [kPrefillRows] */
+    float *row_max = factor + kPrefillRows;                                    /* [kPrefillRows] */
+    float *row_sum = row_max + kPrefillRows;                                   /* [kPrefillRows] */
+
+    const long total_rows = (long)tokens * heads, row0 = (long)blockIdx.x * kPrefillRows;
+    const int rows_here = total_rows - row0 < kPrefillRows ? (int)(total_rows - row0) : kPrefillRows;
+    const int part = blockIdx.y;
+    const long first_pos = *pos;
+
+    for (int i = threadIdx.x; i < kPrefillRows * q_stride; i += kThreads) {
+        int r = i / q_stride, c = i % q_stride;
+        size_t global_row = (size_t)(row0 + r);
+        float value = 0.0f;
+        if (r < rows_here && c < row)
+            value = c < kv_lora ? q_latent[global_row * kv_lora + c] : q[global_row * q_width + nope + (c - kv_lora)];
+        query[i] = value;
+    }
+    /* key columns past the row are read by the last 8-wide step of the scores: zero, never staged */
+    const int key_pad = k_stride - row;
+    for (int i = threadIdx.x; i < kPrefillKeys * key_pad; i += kThreads)
+        keys[(i / key_pad) * k_stride + row + i % key_pad] = 0;
+
+    /* the block's keys: [0, position of its last token]; this part's share of them in chunks */
+    const long last_token = (row0 + rows_here - 1) / heads;
+    const long n_keys = first_pos + last_token + 1;
+    const long chunks = (n_keys + kPrefillKeys - 1) / kPrefillKeys;
+    const long per_part = (chunks + parts - 1) / parts;
+    const long chunk_begin = (long)part * per_part;
+    const long chunk_end = chunk_begin + per_part < chunks ? chunk_begin + per_part : chunks;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = 2 * warp, r1 = r0 + 1;
+    /* each of the warp's rows sees keys up to its token's position (-1: a row past the step) */
+    const long last0 = r0 < rows_here ? first_pos + (row0 + r0) / heads : -1;
+    const long last1 = r1 < rows_here ? first_pos + (row0 + r1) / heads : -1;
+    float max0 = -INFINITY, max1 = -INFINITY, sum0 = 0.0f, sum1 = 0.0f;
+    const int col0 = threadIdx.x * kCols;
+    float acc[kPrefillRows][kCols];
+#pragma unroll
+    for (int r = 0; r < kPrefillRows; r++)
+#pragma unroll
+        for (int k = 0; k < kCols; k++)
+            acc[r][k] = 0.0f;
+
+    for (long ch = chunk_begin; ch < chunk_end; ch++) {
+        const long first = ch * kPrefillKeys;
+        const int n = n_keys - first < kPrefillKeys ? (int)(n_keys - first) : kPrefillKeys;
+        __syncthreads(); /* the previous chunk's keys and probabilities are no longer read */
+        const uint16_t *source = cache + (size_t)first * row;
+        if (row % 8 == 0) { /* rows of whole 16-byte units: the cache and the staged rows are 16-byte aligned */
+            const int units = row / 8;
+            const uint4 *from = reinterpret_cast<const uint4 *>(source);
+            for (int i = threadIdx.x; i < n * units; i += kThreads)
+                *reinterpret_cast<uint4 *>(keys + (i / units) * k_stride + (i % units) * 8) = from[i];
+        } else {
+            for (int i = threadIdx.x; i < n * row; i += kThreads)
+                keys[(i / row) * k_stride + i % row] = source[i];
+        }
+        __syncthreads();
+        /* scores of the warp's two rows against the lane's key, then their online softmax */
+        {
+            const uint16_t *key = keys + lane * k_stride;
+            const float *qa = query + r0 * q_stride, *qb = query + r1 * q_stride;
+            float dot0 = 0.0f, dot1 = 0.0f;
+            for (int c = 0; c < q_stride; c += 8) {
+                uint4 packed = *reinterpret_cast<const uint4 *>(key + c);
+                dot0 = dot8(dot0, qa + c, packed);
+                dot1 = dot8(dot1, qb + c, packed);
+            }
+            const long key_pos = first + lane;
+            float f0, f1;
+            float p0 = softmax_fold(dot0 * softmax_scale, lane < n && key_pos <= last0, &max0, &sum0, &f0);
+            float p1 = softmax_fold(dot1 * softmax_scale, lane < n && key_pos <= last1, &max1, &sum1, &f1);
+            probs[lane * kPrefillRows + r0] = p0;
+            probs[lane * kPrefillRows + r1] = p1;
+            if (lane == 0) {
+                factor[r0] = f0;
+                factor[r1] = f1;
+            }
+        }
+        __syncthreads();
+        /* acc[r][c] = acc[r][c] * factor[r] + sum_j p[j][r] * latent_j[c] */
+        if (col0 < kv_lora) {
+#pragma unroll
+            for (int r = 0; r < kPrefillRows; r++) {
+                float f = factor[r];
+#pragma unroll
+                for (int k = 0; k < kCols; k++)
+                    acc[r][k] *= f;
+            }
+            for (int j = 0; j < n; j++) {
+                float latent[kCols];
+                const uint16_t *at = keys + j * k_stride + col0;
+                if (kCols == 2) {
+                    uint32_t two = *reinterpret_cast<const uint32_t *>(at);
+                    latent[0] = half_low(two);
+                    latent[kCols - 1] = half_high(two);
+                } else {
+                    uint2 four = *reinterpret_cast<const uint2 *>(at);
+#pragma unroll
+                    for (int k = 0; k < kCols; k++)
+                        latent[k] = k % 2 ? half_high(k / 2 ? four.y : four.x) : half_low(k / 2 ? four.y : four.x);
+                }
+                const float4 *p = reinterpret_cast<const float4 *>(probs + j * kPrefillRows);
+#pragma unroll
+                for (int quad = 0; quad < kPrefillRows / 4; quad++) {
+                    float4 pq = p[quad];
+                    float pr[4] = {pq.x, pq.y, pq.z, pq.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+#pragma unroll
+                        for (int k = 0; k < kCols; k++)
+                            acc[quad * 4 + i][k] = fmaf(pr[i], latent[k], acc[quad * 4 + i][k]);
+                }
+            }
+        }
+    }
+    if (lane == 0) {
+        row_max[r0] = max0;
+        row_sum[r0] = sum0;
+        row_max[r1] = max1;
+        row_sum[r1] = sum1;
+    }
+    __syncthreads();
+    if (col0 >= kv_lora)
+        return;
+    const size_t stride = (size_t)kv_lora + 2;
+#pragma unroll
+    for (int r = 0; r < kPrefillRows; r++) {
+        if (r >= rows_here)
+            continue;
+        size_t global_row = (size_t)(row0 + r);
+        if (parts == 1) {
+            float inverse = 1.0f / row_sum[r];
+            float *out = o_latent + global_row * kv_lora;
+#pragma unroll
+            for (int k = 0; k < kCols; k++)
+                if (col0 + k < kv_lora)
+                    out[col0 + k] = acc[r][k] * inverse;
+        } else {
+            size_t token = global_row / heads, head = global_row % heads;
+            float *out = partials + ((token * parts + part) * heads + head) * stride;
+            if (threadIdx.x == 0) {
+                out[0] = row_max[r];
+                out[1] = row_sum[r];
+            }
+#pragma unroll
+            for (int k = 0; k < kCols; k++)
+                if (col0 + k < kv_lora)
+                    out[2 + col0 + k] = acc[r][k];
+        }
+    }
+}
+
+template <int kCols>
+int prefill_launch(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
+                   float softmax_scale, const uint16_t *cache, const int *pos, int tokens, int parts, float *partials,
+                   float *o_latent, cudaStream_t stream)
+{
+    size_t shared = prefill_shared_bytes(kv_lora + rope);
+    if (shared > 48 * 1024) {
+        cudaError_t status = cudaFuncSetAttribute(mla_prefill_kernel<kCols>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+        if (status != cudaSuccess)
+            return (int)status;
+    }
+    long blocks = ((long)tokens * heads + kPrefillRows - 1) / kPrefillRows;
+    dim3 grid((unsigned)blocks, (unsigned)parts);
+    mla_prefill_kernel<kCols><<<grid, kThreads, shared, stream>>>(q_latent, q, heads, kv_lora, rope, nope,
+                                                                 softmax_scale, cache, pos, tokens, parts, partials,
+                                                                 o_latent);
+    return (int)cudaGetLastError();
+}
+
 size_t partial_shared_bytes(int kv_lora, int rope)
 {
     size_t row = (size_t)kv_lora + (size_t)rope;
@@ -218,5 +497,32 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
         return (int)status;
     dim3 merge_grid((unsigned)heads, (unsigned)tokens);
     mla_merge_kernel<<<merge_grid, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, heads, kv_lora, o_latent);
+    return (int)cudaGetLastError();
+}
+
+extern "C" size_t mla_prefill_partial_floats(int parts, int tokens, int heads, int kv_lora)
+{
+    return parts > 1 ? (size_t)parts * (size_t)tokens * (size_t)heads * ((size_t)kv_lora + 2) : 0;
+}
+
+extern "C" int mla_prefill_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
+                                float softmax_scale, const uint16_t *cache, const int *pos, int parts,
+                                float *partials, float *o_latent, int tokens, void *stream)
+{
+    if (tokens <= 0)
+        return 0;
+    if (heads <= 0 || parts <= 0 || parts > 65535 || tokens > 65535 || kv_lora <= 0 || rope < 0 ||
+        kv_lora > kThreads * 4 || (long)tokens * heads > 0x7FFFFFFFL - kPrefillRows)
+        return (int)cudaErrorInvalidValue;
+    cudaStream_t s = (cudaStream_t)stream;
+    int status = kv_lora <= kThreads * 2
+                     ? prefill_launch<2>(q_latent, q, heads, kv_lora, rope, nope, softmax_scale, cache, pos, tokens,
+                                         parts, partials, o_latent, s)
+                     : prefill_launch<4>(q_latent, q, heads, kv_lora, rope, nope, softmax_scale, cache, pos, tokens,
+                                         parts, partials, o_latent, s);
+    if (status || parts == 1)
+        return status;
+    dim3 merge_grid((unsigned)heads, (unsigned)tokens);
+    mla_merge_kernel<<<merge_grid, kThreads, 0, s>>>(partials, parts, heads, kv_lora, o_latent);
     return (int)cudaGetLastError();
 }

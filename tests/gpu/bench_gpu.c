@@ -2,10 +2,14 @@
  *   - the device's copy bandwidth (cudaMemcpy device to device, read + write bytes per second);
  *   - each decode kernel at one rank's Kimi-K2.5 shapes (TP 8): bytes it must move / time, as a
  *     fraction of that bandwidth (goals: NVFP4 GEMV and the MoE step >= 0.8, attention at
- *     32k/128k context >= 0.7);
+ *     32k/128k context >= 0.7); the prefill attention of a 512-token step at 1k and 8k positions
+ *     of context: the cache's bytes (read once per block of 16 query rows, mostly from L2) per
+ *     second and its arithmetic rate (scores and weighted sums, 2 flops a multiply-add);
  *   - with --model (the `kimi-mkmodel --preset rank` checkpoint): decode time per layer with
  *     graphs on and off at 0, 32k and 128k positions of context, prefill tok/s at 1k and 8k
- *     tokens on both prefill paths (KIMI_CUDA_PREFILL=gemm, the default, and =steps), and the projection for 8x RTX PRO 6000 (per-layer time scaled by bandwidth to
+ *     tokens on both prefill paths (KIMI_CUDA_PREFILL=gemm, the default: steps of up to 512
+ *     tokens, experts with 64+ tokens as GEMMs; =steps: steps of 64 on the decode kernels), and
+ *     the projection for 8x RTX PRO 6000 (per-layer time scaled by bandwidth to
  *     1.8 TB/s, 61 layers, plus 122 all-reduces at a stated cost) next to the seeds' ~60 tok/s.
  * usage: bench_gpu [--model DIR] [--quick]     (exit 77 without a device) */
 #include <stdlib.h>
@@ -274,6 +278,53 @@ static void bench_attention(long positions, int sm)
     cudaFree(a.pos);
 }
 
+typedef struct {
+    cudaStream_t stream;
+    float *q_latent, *q, *partials, *out;
+    uint16_t *cache;
+    int *pos, tokens, parts;
+} prefill_attn_ctx;
+
+static int run_prefill_attention(void *arg)
+{
+    prefill_attn_ctx *a = arg;
+    return mla_prefill_cuda(a->q_latent, a->q, 8, 512, 64, 128, 0.1447f, a->cache, a->pos, a->parts, a->partials,
+                            a->out, a->tokens, a->stream);
+}
+
+/* The prefill attention of one rank (8 heads) for a step of `tokens` queries after `context`
+ * cached positions, parts as the backend plans them. */
+static void bench_prefill_attention(long context, int tokens, int sm)
+{
+    prefill_attn_ctx a = {0};
+    long positions = context + tokens;
+    size_t cache_elems = (size_t)positions * 576;
+    CUDA_CHECK(cudaMalloc((void **)&a.cache, cache_elems * 2));
+    CUDA_CHECK(cudaMemset(a.cache, 0x11, cache_elems * 2));
+    a.tokens = tokens;
+    a.q_latent = device_floats((size_t)tokens * 8 * 512, 0.01f);
+    a.q = device_floats((size_t)tokens * 8 * 192, 0.01f);
+    a.parts = device_prefill_attention_parts(device_attention_splits(positions, sm), tokens, 8);
+    a.partials = device_floats(mla_prefill_partial_floats(a.parts, tokens, 8, 512) + 1, 0.0f);
+    a.out = device_floats((size_t)tokens * 8 * 512, 0.0f);
+    int pos = (int)context;
+    a.pos = gpu_test_upload(&pos, sizeof pos);
+    double t = time_kernel(run_prefill_attention, &a, 10);
+    char what[96];
+    snprintf(what, sizeof what, "MLA prefill attention, %d queries at %ldk", tokens, context / 1024);
+    report(what, (double)cache_elems * 2, t, 0.0);
+    /* each query row scores and sums its visible keys: (576 + 512) multiply-adds per key and head */
+    double keys = (double)tokens * (double)context + (double)tokens * (tokens + 1) / 2.0;
+    printf("%-44s %9.1f TFLOP/s (%d parts per block of rows)\n", "  arithmetic", keys * 8 * 1088 * 2 / t / 1e12,
+           a.parts);
+    cudaFree(a.cache);
+    cudaFree(a.q_latent);
+    cudaFree(a.q);
+    cudaFree(a.partials);
+    cudaFree(a.out);
+    cudaFree(a.pos);
+}
+
 /* Seconds per decode step at position `pos` (average of `steps`), with or without logits. */
 static double step_seconds(backend *be, long pos, int steps, int vocab, int with_logits)
 {
@@ -326,8 +377,8 @@ static void bench_prefill(const model_weights *mw, const char *path)
             printf("bench_gpu: %s\n", err.msg);
             CHECK(0);
         } else {
-            printf("prefill %5d tokens: %8.1f tok/s (KIMI_CUDA_PREFILL=%s, steps of %d tokens)\n", n,
-                   n / (now() - p0), path, DEVICE_MAX_TOKENS);
+            printf("prefill %5d tokens: %8.1f tok/s (KIMI_CUDA_PREFILL=%s, steps of up to %d tokens)\n", n,
+                   n / (now() - p0), path, strcmp(path, "steps") ? DEVICE_PREFILL_TOKENS : DEVICE_MAX_TOKENS);
         }
         free(tokens);
         free(logits);
@@ -418,6 +469,8 @@ int main(int argc, char **argv)
     bench_moe(sm);
     bench_attention(32768, sm);
     bench_attention(131072, sm);
+    bench_prefill_attention(1024, 512, sm);
+    bench_prefill_attention(8192, 512, sm);
     if (model)
         bench_model(model, quick);
     return check_finish();

@@ -5,9 +5,10 @@
 # tiny-k25 and the generated variants, kimi-probe verify --backend cuda at TP 1/2/8, the engine's
 # prefix reuse and cancel, graphs on/off bit for bit), generate the `rank` benchmark checkpoint
 # once (one rank's slice of Kimi-K2.5 at TP 8, 3 layers, ~2.9 GB) and run bench_gpu on it: each
-# kernel's bandwidth as a fraction of the measured copy bandwidth, decode time per layer with
-# graphs on/off at 0/32k/128k context, prefill tok/s at 1k/8k on both prefill paths (GEMM,
-# steps), and the 8x RTX PRO 6000 projection. Ends with a short summary.
+# kernel's bandwidth as a fraction of the measured copy bandwidth (and the prefill attention's
+# arithmetic rate), decode time per layer with graphs on/off at 0/32k/128k context, prefill tok/s
+# at 1k/8k on both prefill paths (GEMM: steps of up to 512 tokens; steps: 64), and the 8x RTX PRO
+# 6000 projection. Ends with a short summary.
 # Environment: KIMI_GPU_BUILD (build dir, default build-gpu), KIMI_CUDA_ARCHS (default: native,
 # the local GPU), KIMI_JOBS (default nproc), KIMI_RANK_MODEL (checkpoint to bench; default
 # $KIMI_GPU_BUILD/rank-model, generated when missing), KIMI_BENCH_TIMEOUT (seconds, default 300).
@@ -71,6 +72,6 @@ case $bench_rc in
     *) bench_state="failed (exit $bench_rc)" ;;
 esac
 printf '%-36s %s\n' "bench_gpu" "$bench_state"
-grep -E "of copy bandwidth|per layer|tok/s|slower|projection" "$build/bench-gpu.log" | sed 's/^/  /'
+grep -E "of copy bandwidth|TFLOP/s|per layer|tok/s|slower|projection" "$build/bench-gpu.log" | sed 's/^/  /'
 printf '%-36s %s\n' "wall (s)" "$((SECONDS - start))"
 exit $tests_rc

@@ -9,7 +9,8 @@
  *   against the CPU's fp32 linear: |gpu - cpu| <= 2e-5 * sum_k |w_k x_k| (+1e-30), the GEMV's
  *   own tolerance (test_gpu_kernels.c): the only rounding beyond fp32 sums is the lo part's,
  *   2^-17 of each activation;
- *   silu(gate) * up between an MLP's GEMMs: relative 2e-6 of the CPU's (expf may differ by ulps).
+ *   silu(gate) * up between an MLP's GEMMs: relative 2e-6 of the CPU's (expf may differ by ulps);
+ *   the gather and scatter of an expert's token rows: exact copies.
  * Exits 77 (skipped) without a device. */
 #include <math.h>
 #include <string.h>
@@ -267,6 +268,47 @@ static void check_projection(const gemm_context *ctx, void *scratch, weight_form
     weight_free(&m);
 }
 
+/* The rows of an expert's tokens: gathered (padded rows repeat the last index) and scattered back,
+ * both exact copies; rows of y no index names stay untouched. */
+static void check_gather_scatter(void)
+{
+    enum { TOKENS = 10, PER = 4, COLS = 300, ROWS = 5, SLOTS = TOKENS * PER };
+    int index[3] = {13, 2, 39};     /* slots: tokens 3, 0, 9 */
+    float *x = random_floats((size_t)TOKENS * (COLS + 4), 1.0f), *y = random_floats((size_t)SLOTS * COLS, 1.0f);
+    float *got = malloc((size_t)ROWS * COLS * sizeof(float)), *back = malloc((size_t)SLOTS * COLS * sizeof(float));
+    float *dx = gpu_test_upload(x, (size_t)TOKENS * (COLS + 4) * sizeof(float));
+    float *dy = gpu_test_upload(y, (size_t)SLOTS * COLS * sizeof(float)), *drows = NULL;
+    int *dindex = gpu_test_upload(index, sizeof index);
+    CUDA_CHECK(cudaMalloc((void **)&drows, (size_t)ROWS * COLS * sizeof(float)));
+    CHECK_INT(rows_gather_cuda(dx, COLS + 4, dindex, 3, PER, ROWS, COLS, drows, NULL), 0);
+    gpu_test_download(got, drows, (size_t)ROWS * COLS * sizeof(float));
+    int bad = 0;
+    for (int i = 0; i < ROWS; i++)
+        bad += memcmp(got + (size_t)i * COLS, x + (size_t)(index[i < 3 ? i : 2] / PER) * (COLS + 4),
+                      COLS * sizeof(float)) != 0;
+    CHECK_MSG(bad == 0, "rows_gather: %d rows differ", bad);
+    CHECK_INT(rows_scatter_cuda(drows, 3, COLS, dindex, dy, COLS, NULL), 0);
+    gpu_test_download(back, dy, (size_t)SLOTS * COLS * sizeof(float));
+    bad = 0;
+    for (int s = 0; s < SLOTS; s++) {
+        const float *want = y + (size_t)s * COLS;
+        for (int i = 0; i < 3; i++)
+            if (index[i] == s)
+                want = got + (size_t)i * COLS;
+        bad += memcmp(back + (size_t)s * COLS, want, COLS * sizeof(float)) != 0;
+    }
+    CHECK_MSG(bad == 0, "rows_scatter: %d rows differ", bad);
+    CHECK_INT(rows_gather_cuda(dx, COLS, dindex, 0, PER, ROWS, COLS, drows, NULL), (int)cudaErrorInvalidValue);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(drows);
+    cudaFree(dindex);
+    free(x);
+    free(y);
+    free(got);
+    free(back);
+}
+
 int main(void)
 {
     gpu_test_require_device();
@@ -277,6 +319,7 @@ int main(void)
     check_dequantise_rejects(WEIGHT_BF16);
     check_dequantise_rejects(WEIGHT_F32);
     check_silu_gate((size_t)64 * 2304 + 5);
+    check_gather_scatter();
 
     gemm_context ctx = {0};
     CHECK_INT(gemm_context_create(&ctx), 0);

@@ -1,9 +1,10 @@
-/* GPU test: every decode kernel of kernels/cuda/forward.h against its CPU counterpart on the
+/* GPU test: every kernel of kernels/cuda/forward.h against its CPU counterpart on the
  * same inputs. Exact where the math is (the local all-reduce, the residual add, the fp16 cache
  * bits up to one fp16 ulp where expf/cos differ, the experts the router chooses); elsewhere
  * within the stated tolerance of a float sum taken in another order:
  *   GEMV / MLP / absorption: |gpu - cpu| <= 2e-5 * sum_k |w_k x_k| (+1e-30) per output;
- *   RMSNorm, routing weights: relative 2e-6;  attention: 2e-5 of the output's largest value.
+ *   RMSNorm, routing weights: relative 2e-6;  attention (the decode and the prefill kernels): 2e-5
+ *   of the output's largest value.
  * Weights are packed with engine/device_plan.h (the layout the backend uploads), so the test
  * also covers that the kernels read that layout, and that the packed copy on the device
  * dequantizes bit for bit to the CPU decoder's values. Exits 77 (skipped) without a device. */
@@ -595,6 +596,86 @@ static void check_attention(long n_pos, int splits, int heads, int tokens)
     free(q_latent);
 }
 
+/* The prefill attention for `tokens` causal queries after `context` cached positions, in `parts`
+ * parts of the sequence (partials merged when more than one), against the CPU's mla_decode of
+ * each query over its own prefix; W_UV is the identity as above, so the CPU's output is the
+ * latent the kernel writes. Tolerance as for the decode kernel: 2e-5 of each query's largest
+ * value. Shapes cover K2.5 (512 + 64: 16-byte staging, two columns per thread), kv_lora above
+ * 512 (four columns per thread) and rows that are not whole 16-byte units. */
+static void check_prefill_attention(int kv_lora, int rope, long context, int tokens, int heads, int parts)
+{
+    int nope = 32, q_width = nope + rope, row = kv_lora + rope;
+    long n_pos = context + tokens;
+    mla_shape shape = {kv_lora, rope, nope, kv_lora, 0.1447f};
+    size_t per_head = (size_t)(nope + kv_lora) * kv_lora, qn = (size_t)heads * q_width, on = (size_t)heads * kv_lora;
+    float *kv_b = calloc((size_t)heads * per_head, 4);
+    for (int h = 0; h < heads; h++) {
+        float *w = kv_b + (size_t)h * per_head;
+        for (size_t i = 0; i < (size_t)nope * kv_lora; i++)
+            w[i] = gpu_test_uniform() * 0.05f;
+        for (int i = 0; i < kv_lora; i++)
+            w[(size_t)(nope + i) * kv_lora + i] = 1.0f;
+    }
+    weight_matrix kv_b_host = {WEIGHT_F32, heads * (nope + kv_lora), kv_lora, (const uint8_t *)kv_b,
+                               (size_t)kv_lora * 4, NULL, 0, 1.0f};
+    uint16_t *cache = malloc((size_t)n_pos * row * 2);
+    for (size_t i = 0; i < (size_t)n_pos * row; i++)
+        cache[i] = float_to_f16(gpu_test_uniform() * 2.0f);
+    float *q = random_floats((size_t)tokens * qn, 1.0f);
+    float *scratch = malloc(mla_decode_scratch_floats(&shape, heads) * 4);
+    float *want = malloc((size_t)tokens * on * 4), *got = malloc((size_t)tokens * on * 4);
+    float *q_latent = calloc((size_t)tokens * on, 4);
+    for (int t = 0; t < tokens; t++) {
+        mla_decode(&shape, &kv_b_host, 0, heads, q + (size_t)t * qn, cache, context + t + 1, scratch,
+                   want + (size_t)t * on);
+        for (int h = 0; h < heads; h++) {
+            weight_matrix uk = linear_row_view(&kv_b_host, h * (nope + kv_lora), h * (nope + kv_lora) + nope);
+            linear_transposed_accumulate(&uk, q + (size_t)t * qn + (size_t)h * q_width,
+                                         q_latent + (size_t)t * on + (size_t)h * kv_lora);
+        }
+    }
+    float *dql = gpu_test_upload(q_latent, (size_t)tokens * on * 4), *dq = gpu_test_upload(q, (size_t)tokens * qn * 4);
+    uint16_t *dcache = gpu_test_upload(cache, (size_t)n_pos * row * 2);
+    int pos = (int)context;
+    int *dpos = gpu_test_upload(&pos, sizeof pos);
+    float *dparts = NULL, *dout = NULL;
+    size_t partial_floats = mla_prefill_partial_floats(parts, tokens, heads, kv_lora);
+    CHECK(parts == 1 ? partial_floats == 0 : partial_floats == (size_t)parts * tokens * heads * (kv_lora + 2));
+    CUDA_CHECK(cudaMalloc((void **)&dparts, (partial_floats ? partial_floats : 1) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)tokens * on * 4));
+    CUDA_CHECK(cudaMemset(dout, 0xFF, (size_t)tokens * on * 4)); /* NaN: every value must be written */
+    CHECK_INT(mla_prefill_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, dpos, parts,
+                               parts > 1 ? dparts : NULL, dout, tokens, NULL), 0);
+    gpu_test_download(got, dout, (size_t)tokens * on * 4);
+    int bad = 0;
+    for (int t = 0; t < tokens; t++) {
+        double scale = 0;
+        for (size_t i = 0; i < on; i++)
+            scale = fmax(scale, fabs(want[(size_t)t * on + i]));
+        for (size_t i = 0; i < on; i++) {
+            float g = got[(size_t)t * on + i], w = want[(size_t)t * on + i];
+            if ((isnan(g) || !close_to(g, w, (float)scale, 2e-5f)) && bad++ < 3)
+                fprintf(stderr, "prefill attention token %d value %zu: gpu %.9g cpu %.9g\n", t, i, g, w);
+        }
+    }
+    CHECK_MSG(bad == 0,
+              "prefill attention kv_lora %d rope %d, %ld cached + %d queries, %d heads, %d parts: %d values out of "
+              "tolerance", kv_lora, rope, context, tokens, heads, parts, bad);
+    cudaFree(dql);
+    cudaFree(dq);
+    cudaFree(dcache);
+    cudaFree(dpos);
+    cudaFree(dparts);
+    cudaFree(dout);
+    free(kv_b);
+    free(cache);
+    free(q);
+    free(scratch);
+    free(want);
+    free(got);
+    free(q_latent);
+}
+
 int main(void)
 {
     gpu_test_require_device();
@@ -642,5 +723,23 @@ int main(void)
     check_attention(8, 3, 8, 8);      /* a prefill step from position 0 */
     check_attention(1000, 16, 8, 6);  /* a prefill step after 994 cached positions */
     check_attention(700, 4, 8, 64);   /* a full prefill step */
+    /* the prefill kernel: one, seven and 64 queries, empty to ~3000 positions of context, parts as
+     * the backend plans them for 264 splits (device_prefill_attention_parts) and one part */
+    int sizes[3] = {1, 7, 64};
+    long contexts[4] = {0, 31, 1000, 2990};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++) {
+            int parts = device_prefill_attention_parts(264, sizes[i], 8);
+            check_prefill_attention(512, 64, contexts[j], sizes[i], 8, parts);
+            if (parts > 1)
+                check_prefill_attention(512, 64, contexts[j], sizes[i], 8, 1);
+        }
+    check_prefill_attention(512, 64, 500, 512, 8, 1);       /* a long step: 256 blocks of rows */
+    check_prefill_attention(512, 64, 40, 33, 3, 5);         /* blocks holding rows of several tokens */
+    check_prefill_attention(512, 64, 2000, 9, 11, 7);       /* 11 heads: a token's rows across blocks */
+    check_prefill_attention(640, 64, 300, 20, 2, 3);        /* four columns per thread */
+    check_prefill_attention(48, 8, 90, 40, 4, 2);           /* the `shape` variant's dims */
+    check_prefill_attention(50, 6, 77, 12, 8, 1);           /* rows of 56 + 2 halves: staged element by element */
+    check_prefill_attention(64, 16, 0, 150, 8, 1);          /* tiny-k25's dims */
     return check_finish();
 }

@@ -2,9 +2,12 @@
  * shard (tiny-k25: NVFP4 and BF16 linears, TP 1, 2 and 8), repacked into the device layout,
  * decodes to exactly the values of the checkpoint view; pitches and alignments hold; padding is
  * zero; the workspace buffers do not overlap; the byte plan and the largest context add up;
- * every projection a prefill step runs as BF16 GEMMs has a plan whose tiles fit the workspace
- * and cover its rows, and the GEMM plan, replayed on the CPU in BF16 (hi + lo activations),
- * gives the fp32 linear's result.
+ * every projection a prefill step runs as BF16 GEMMs (experts included) has a plan whose tiles
+ * fit the workspace and cover its rows, and the GEMM plan, replayed on the CPU in BF16 (hi + lo
+ * activations), gives the fp32 linear's result; the steps a forward call is cut into hold its
+ * tokens once each, in order, and never gather logits for more rows than a short step; the
+ * routed experts split into GEMM experts and GEMV runs that cover every slot once; the prefill
+ * attention's partials fit the workspace; and the workspace at one Kimi-K2.5 rank's shapes.
  * Also: opening --backend cuda without a usable device (or without CUDA) is a clear error. */
 #include <float.h>
 #include <math.h>
@@ -68,11 +71,12 @@ static int check_one(void *arg, const device_weight *w)
     return 0;
 }
 
-/* The weights a prefill step runs as GEMMs (engine/backend_cuda.c project(), mlp_gemm()). */
+/* The weights a prefill step runs as GEMMs (engine/backend_cuda.c project(), mlp_gemm(),
+ * experts_split_step()). */
 static int is_projection(device_weight_role role)
 {
     return role == DW_Q_A || role == DW_KV_A || role == DW_Q_B || role == DW_O || role == DW_ROUTER ||
-           role == DW_LM_HEAD || (role >= DW_DENSE_GATE && role <= DW_SHARED_DOWN);
+           role == DW_LM_HEAD || (role >= DW_DENSE_GATE && role <= DW_EXPERT_DOWN);
 }
 
 typedef struct {
@@ -90,10 +94,11 @@ static int check_gemm_plan(void *arg, const device_weight *w)
     packed_layout_of(&w->view, &l);
     weight_matrix p = packed_view(&w->view, &l, (const uint8_t *)0x1000, (const uint8_t *)0x100000);
     gc->planned++;
-    for (int tokens = 1; tokens <= DEVICE_MAX_TOKENS; tokens++) {
+    for (int tokens = 1; tokens <= DEVICE_PREFILL_TOKENS + 1; tokens++) {
         device_gemm_plan plan;
         int rc = device_gemm_plan_make(&p, tokens, (size_t)p.rows, gc->ws, &plan);
-        if (tokens < DEVICE_GEMM_MIN_TOKENS || p.format == WEIGHT_F16 || p.format == WEIGHT_F32) {
+        if (tokens < DEVICE_GEMM_MIN_TOKENS || tokens > DEVICE_PREFILL_TOKENS || p.format == WEIGHT_F16 ||
+            p.format == WEIGHT_F32) {
             gc->faults += rc != -1;
             continue;
         }
@@ -150,7 +155,8 @@ static void check_model(const char *dir, int tp)
                             &ws.router_logits, &ws.chosen, &ws.route_weights, &ws.act, &ws.routed_y, &ws.shared_act,
                             &ws.shared_y, &ws.logits_part, &ws.moe_offsets, &ws.moe_order,
                             &ws.attn_partials, &ws.gemv_partials, &ws.gemv_counters, &ws.gemm_x, &ws.gemm_w,
-                            &ws.gemm_scratch, &ws.gemm_up};
+                            &ws.gemm_scratch, &ws.gemm_up, &ws.expert_x, &ws.expert_y, &ws.expert_act,
+                            &ws.expert_up};
         int ordered = 1;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
             ordered &= *fields[i] % 64 == 0;
@@ -158,29 +164,41 @@ static void check_model(const char *dir, int tp)
                 ordered &= *fields[i] > *fields[i - 1];
         }
         int heads = shard.heads.end - shard.heads.begin;
-        size_t T = DEVICE_MAX_TOKENS;
+        size_t T = DEVICE_PREFILL_TOKENS, moe_inter = (size_t)(shard.moe_inter.end - shard.moe_inter.begin);
+        size_t latent_part = (size_t)c->kv_lora_rank + 2;
         ordered &= ws.q_latent - ws.kv >= T * (size_t)(c->kv_lora_rank + c->qk_rope_dim);
+        ordered &= ws.o_latent - ws.q_latent >= T * (size_t)heads * c->kv_lora_rank &&
+                   ws.attn - ws.o_latent >= T * (size_t)heads * c->kv_lora_rank;
+        ordered &= ws.shared_act - ws.routed_y >= T * (size_t)c->experts_per_token * c->hidden;
         ordered &= ws.x - ws.h >= T * (size_t)c->hidden && ws.partial - ws.attn >= T * (size_t)heads * c->v_head_dim;
-        /* the attention partials of every step shape (8 parts planned) */
+        /* the attention partials of every step shape (8 parts planned): decode kernel on short
+         * steps, prefill kernel (partials only with more than one part) on every step */
         for (int tokens = 1; tokens <= DEVICE_MAX_TOKENS; tokens++)
             ordered &= ws.attn_partials + (size_t)tokens * device_attention_splits_for(8, tokens) * heads *
-                                              (size_t)(c->kv_lora_rank + 2) <= ws.gemv_partials;
+                                              latent_part <= ws.gemv_partials;
+        for (int tokens = 2; tokens <= DEVICE_PREFILL_TOKENS; tokens++) {
+            size_t parts = (size_t)device_prefill_attention_parts(8, tokens, heads);
+            ordered &= parts == 1 || ws.attn_partials + parts * tokens * heads * latent_part <= ws.gemv_partials;
+        }
         ordered &= ws.moe_order + T * (size_t)c->experts_per_token <= ws.attn_partials;
         ordered &= ws.moe_offsets + (size_t)c->experts + 1 <= ws.moe_order;
-        ordered &= ws.logits_part + T * (size_t)(shard.vocab.end - shard.vocab.begin) <= ws.moe_offsets;
+        ordered &= ws.logits_part + DEVICE_MAX_TOKENS * (size_t)(shard.vocab.end - shard.vocab.begin) <= ws.moe_offsets;
         ordered &= ws.gemm_x >= ws.gemv_counters + (size_t)device_max_gemv_rows(c, &shard);
         ordered &= (ws.gemm_w - ws.gemm_x) * 2 >= 2 * T * ws.gemm_x_ld && ws.gemm_x_ld % 8 == 0;
         ordered &= (ws.gemm_scratch - ws.gemm_w) * 2 >= ws.gemm_w_elems;
         ordered &= (ws.gemm_up - ws.gemm_scratch) * sizeof(float) >= DEVICE_GEMM_SCRATCH_BYTES;
-        ordered &= ws.total - ws.gemm_up >= T * (size_t)(shard.dense_inter.end - shard.dense_inter.begin) &&
-                   ws.total - ws.gemm_up >= T * (size_t)(shard.shared_inter.end - shard.shared_inter.begin);
+        ordered &= ws.expert_x - ws.gemm_up >= T * (size_t)(shard.dense_inter.end - shard.dense_inter.begin) &&
+                   ws.expert_x - ws.gemm_up >= T * (size_t)(shard.shared_inter.end - shard.shared_inter.begin);
+        ordered &= ws.expert_y - ws.expert_x >= T * (size_t)c->hidden && ws.expert_act - ws.expert_y >= T * (size_t)c->hidden;
+        ordered &= ws.expert_up - ws.expert_act >= T * moe_inter && ws.total - ws.expert_up >= T * moe_inter;
+        ordered &= ws.gemm_x_ld >= moe_inter && ws.gemm_x_ld >= (size_t)c->hidden;
         CHECK_MSG(ordered, "%s tp %d rank %d: workspace buffers overlap or are misaligned", dir, tp, rank);
         CHECK_INT(plan.workspace_bytes, ws.total * sizeof(float));
 
         gemm_check gc = {&ws, 0, 0};
         device_weights_visit(&mw, &shard, check_gemm_plan, &gc);
         int mlps = c->layers - moe_layers + (c->shared_experts > 0 ? moe_layers : 0);
-        CHECK_MSG(gc.planned == 4 * c->layers + moe_layers + 1 + 3 * mlps && gc.faults == 0,
+        CHECK_MSG(gc.planned == 4 * c->layers + moe_layers + 1 + 3 * mlps + 3 * c->experts * moe_layers && gc.faults == 0,
                   "%s tp %d rank %d: %d GEMM plans, %d faults", dir, tp, rank, gc.planned, gc.faults);
 
         /* the largest context: exactly the positions that fit */
@@ -277,7 +295,8 @@ static void check_gemm_plan_limits(void)
     device_workspace ws = {.gemm_x_ld = 48, .gemm_w_elems = 100};
     device_gemm_plan plan;
     CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_GEMM_MIN_TOKENS - 1, 64, &ws, &plan), -1);
-    CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_MAX_TOKENS + 1, 64, &ws, &plan), -1);
+    CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_PREFILL_TOKENS + 1, 64, &ws, &plan), -1);
+    CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_PREFILL_TOKENS, 64, &ws, &plan), 0);
     CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_GEMM_MIN_TOKENS, 63, &ws, &plan), -1);
     CHECK_INT(device_gemm_plan_make(&bf16, DEVICE_MAX_TOKENS, 64, &ws, &plan), 0);
     CHECK(!plan.dequantise && plan.tile_rows == 64 && plan.lda == 48 && plan.ldb == 48 && plan.ldc == 64);
@@ -324,6 +343,182 @@ static void check_splits(void)
     CHECK_INT(device_attention_splits(65, 132), 2);
     CHECK_INT(device_attention_splits(131072, 132), 264);
     CHECK_INT(device_attention_splits(0x7FFFFFFFL, 0), 2);
+}
+
+/* The prefill attention's parts: blocks of DEVICE_ATTENTION_ROWS rows times parts fill the
+ * planned splits, and a step with partials stays within DEVICE_ATTENTION_ROWS * splits rows. */
+static void check_prefill_parts(void)
+{
+    CHECK_INT(device_prefill_attention_parts(264, 2, 8), 264);      /* one block of 16 rows */
+    CHECK_INT(device_prefill_attention_parts(264, 7, 8), 66);       /* 56 rows: 4 blocks */
+    CHECK_INT(device_prefill_attention_parts(264, 64, 8), 8);       /* 32 blocks */
+    CHECK_INT(device_prefill_attention_parts(264, 512, 8), 1);      /* 256 blocks fill the device */
+    CHECK_INT(device_prefill_attention_parts(264, 7, 3), 132);      /* 21 rows: 2 blocks */
+    CHECK_INT(device_prefill_attention_parts(1, 64, 8), 1);
+    int bad = 0;
+    for (int splits = 1; splits <= 300; splits += 7)
+        for (int heads = 1; heads <= 16; heads++)
+            for (int tokens = 2; tokens <= DEVICE_PREFILL_TOKENS; tokens += 3) {
+                long parts = device_prefill_attention_parts(splits, tokens, heads);
+                bad += parts < 1 || (parts > 1 && parts * tokens * heads > (long)DEVICE_ATTENTION_ROWS * splits);
+            }
+    CHECK_INT(bad, 0);
+}
+
+/* Cuts a call of n tokens into steps; checks they cover it in order, that a step with an asked
+ * row is short, and returns the number of steps (-1 on a fault). */
+static int steps_of(int n, const int *rows, int n_rows, int long_steps, int *longest)
+{
+    int steps = 0;
+    *longest = 0;
+    for (int first = 0; first < n; steps++) {
+        int T = device_step_tokens(first, n, rows, n_rows, long_steps);
+        if (T < 1 || T > (long_steps ? DEVICE_PREFILL_TOKENS : DEVICE_MAX_TOKENS) || first + T > n)
+            return -1;
+        for (int j = 0; j < n_rows; j++)
+            if (rows[j] >= first && rows[j] < first + T && T > DEVICE_MAX_TOKENS)
+                return -1;
+        *longest = T > *longest ? T : *longest;
+        first += T;
+    }
+    return steps;
+}
+
+static void check_step_tokens(void)
+{
+    int longest, last = 999, all[150], some[3] = {700, 5, 1400};
+    for (int i = 0; i < 150; i++)
+        all[i] = i;
+    /* steps of the decode kernels: 64 at a time */
+    CHECK_INT(steps_of(1000, &last, 1, 0, &longest), 16);
+    CHECK_INT(longest, DEVICE_MAX_TOKENS);
+    CHECK_INT(device_step_tokens(0, 1, &last, 0, 1), 1);
+    CHECK_INT(device_step_tokens(0, 40, NULL, 0, 1), 40);
+    /* the GEMM path: 512 + 424 without logits, then a short step of 64 holding the last row */
+    CHECK_INT(device_step_tokens(0, 1000, &last, 1, 1), DEVICE_PREFILL_TOKENS);
+    CHECK_INT(device_step_tokens(512, 1000, &last, 1, 1), 1000 - 64 - 512);
+    CHECK_INT(device_step_tokens(936, 1000, &last, 1, 1), 64);
+    CHECK_INT(steps_of(1000, &last, 1, 1, &longest), 3);
+    CHECK_INT(longest, DEVICE_PREFILL_TOKENS);
+    /* no logits at all: long steps only */
+    CHECK_INT(steps_of(1100, NULL, 0, 1, &longest), 3);
+    /* every row asked (golden): short steps only */
+    CHECK_INT(steps_of(150, all, 150, 1, &longest), 3);
+    CHECK_INT(longest, DEVICE_MAX_TOKENS);
+    /* asked rows in any order, one near the start */
+    CHECK(steps_of(1500, some, 3, 1, &longest) > 0);
+    CHECK_INT(device_step_tokens(0, 1500, some, 3, 1), 64);
+    CHECK_INT(device_step_tokens(64, 1500, some, 3, 1), 512);
+    CHECK_INT(device_step_tokens(576, 1500, some, 3, 1), 700 + 1 - 64 - 576);
+    int bad = 0;
+    for (int n = 1; n <= 1300; n += 37)
+        for (int a = 0; a < n; a += 53) {
+            int rows[2] = {a, n - 1 - a / 3};
+            bad += steps_of(n, rows, 2, 1, &longest) < 0 || steps_of(n, rows, 2, 0, &longest) < 0;
+        }
+    CHECK_INT(bad, 0);
+}
+
+/* Splits the experts of offsets; checks that the GEMM experts and the runs cover every slot once
+ * and hold what the rule says; returns the plan. */
+static device_moe_plan moe_split(const int *offsets, int experts, int min_tokens, device_gemm_expert *gemm,
+                                 device_expert_run *runs)
+{
+    device_moe_plan plan;
+    CHECK_INT(device_moe_plan_make(offsets, experts, min_tokens, gemm, runs, &plan), 0);
+    int covered[64] = {0}, faults = 0, slots = 0;
+    for (int i = 0; i < plan.n_gemm; i++) {
+        int e = gemm[i].expert;
+        faults += gemm[i].first != offsets[e] || gemm[i].count != offsets[e + 1] - offsets[e] ||
+                  gemm[i].count < min_tokens || (i > 0 && e <= gemm[i - 1].expert);
+        /* padded rows: a multiple of the step within the workspace, never fewer than the slots */
+        faults += gemm[i].rows < gemm[i].count || gemm[i].rows - gemm[i].count >= DEVICE_EXPERT_GEMM_ROW_STEP ||
+                  (gemm[i].rows % DEVICE_EXPERT_GEMM_ROW_STEP && gemm[i].rows != DEVICE_PREFILL_TOKENS) ||
+                  gemm[i].rows > DEVICE_PREFILL_TOKENS;
+        covered[e]++;
+        slots += gemm[i].count;
+    }
+    faults += slots != plan.gemm_slots;
+    slots = 0;
+    for (int i = 0; i < plan.n_runs; i++) {
+        const device_expert_run *r = &runs[i];
+        faults += r->count < 1 || offsets[r->first + 1] == offsets[r->first] ||
+                  offsets[r->first + r->count] == offsets[r->first + r->count - 1];  /* trimmed */
+        for (int e = r->first; e < r->first + r->count; e++) {
+            covered[e]++;
+            slots += offsets[e + 1] - offsets[e];
+            faults += offsets[e + 1] - offsets[e] >= min_tokens;
+        }
+    }
+    faults += slots != plan.gemv_slots;
+    for (int e = 0; e < experts; e++)
+        faults += offsets[e + 1] > offsets[e] && covered[e] != 1;
+    CHECK_MSG(faults == 0, "expert split (%d experts, at least %d slots): %d faults", experts, min_tokens, faults);
+    CHECK_INT(plan.gemm_slots + plan.gemv_slots, offsets[experts]);
+    return plan;
+}
+
+static void check_moe_plan(void)
+{
+    device_gemm_expert gemm[64];
+    device_expert_run runs[64];
+    /* counts 0 70 3 0 64 0 5 9 0 80 0 : GEMM experts 1, 4, 9; runs [2, 3) and [6, 8) */
+    int counts[11] = {0, 70, 3, 0, 64, 0, 5, 9, 0, 80, 0}, offsets[65] = {0};
+    for (int e = 0; e < 11; e++)
+        offsets[e + 1] = offsets[e] + counts[e];
+    device_moe_plan plan = moe_split(offsets, 11, 64, gemm, runs);
+    CHECK_INT(plan.n_gemm, 3);
+    CHECK(gemm[0].expert == 1 && gemm[1].expert == 4 && gemm[2].expert == 9);
+    CHECK(gemm[0].rows == 96 && gemm[1].rows == 64 && gemm[2].rows == 96);
+    CHECK_INT(plan.gemm_slots, 214);
+    CHECK_INT(plan.n_runs, 2);
+    CHECK(runs[0].first == 2 && runs[0].count == 1 && runs[1].first == 6 && runs[1].count == 2);
+    CHECK_INT(plan.gemv_slots, 17);
+    /* nobody reaches the threshold: one run from the first to the last expert with slots */
+    plan = moe_split(offsets, 11, 100, gemm, runs);
+    CHECK(plan.n_gemm == 0 && plan.n_runs == 1 && runs[0].first == 1 && runs[0].count == 9);
+    /* everybody does */
+    plan = moe_split(offsets, 11, 1, gemm, runs);
+    CHECK(plan.n_gemm == 6 && plan.n_runs == 0);
+    /* no slots at all */
+    int empty[5] = {0, 0, 0, 0, 0};
+    plan = moe_split(empty, 4, 64, gemm, runs);
+    CHECK(plan.n_gemm == 0 && plan.n_runs == 0);
+    /* pseudo-random counts */
+    uint32_t seed = 7;
+    for (int round = 0; round < 200; round++) {
+        int experts = 1 + round % 63;
+        for (int e = 0; e < experts; e++) {
+            seed = seed * 1103515245u + 12345u;
+            int count = (seed >> 16) % 5 == 0 ? 0 : (int)((seed >> 8) % 120);
+            offsets[e + 1] = offsets[e] + count;
+        }
+        moe_split(offsets, experts, 16 + round % 64, gemm, runs);
+    }
+    int bad_start[3] = {1, 2, 3}, descending[3] = {0, 5, 4};
+    CHECK_INT(device_moe_plan_make(bad_start, 2, 64, gemm, runs, &plan), -1);
+    CHECK_INT(device_moe_plan_make(descending, 2, 64, gemm, runs, &plan), -1);
+}
+
+/* The workspace of one Kimi-K2.5 rank at TP 8 (hidden 7168, 8 heads, 384 experts top-8 of width
+ * 256, shared 256, dense 2304, vocab 20480 per rank), printed for the record (docs: CUDA.md). */
+static void check_rank_workspace(void)
+{
+    model_config c = {.hidden = 7168, .layers = 61, .heads = 64, .q_lora_rank = 1536, .kv_lora_rank = 512,
+                      .qk_nope_dim = 128, .qk_rope_dim = 64, .v_head_dim = 128, .experts = 384,
+                      .experts_per_token = 8, .shared_experts = 1, .moe_intermediate = 2048, .intermediate = 18432,
+                      .vocab = 163840};
+    tp_shard shard = {.tp = 8, .heads = {8, 16}, .dense_inter = {2304, 4608}, .moe_inter = {256, 512},
+                      .shared_inter = {256, 512}, .vocab = {20480, 40960}};
+    device_workspace ws;
+    device_workspace_plan(&c, &shard, 264, &ws);
+    size_t bytes = ws.total * sizeof(float);
+    size_t routed = (ws.shared_act - ws.routed_y) * sizeof(float);
+    printf("workspace of one Kimi-K2.5 rank (TP 8, steps of %d tokens, 264 attention splits): %.1f MiB, of which "
+           "routed expert outputs %.1f MiB\n", DEVICE_PREFILL_TOKENS, bytes / 1048576.0, routed / 1048576.0);
+    /* per token it holds h, x, the partial, the shared and routed outputs: at least that many floats */
+    CHECK(bytes >= (size_t)DEVICE_PREFILL_TOKENS * (4 + 8) * 7168 * sizeof(float));
+    CHECK_INT(ws.gemm_x_ld, 7168);
 }
 
 static void check_packed_odd_widths(void)
@@ -384,6 +579,10 @@ int main(void)
     check_gemm_plan_limits();
     check_gemm_plan_replay();
     check_splits();
+    check_prefill_parts();
+    check_step_tokens();
+    check_moe_plan();
+    check_rank_workspace();
     for (int tp = 1; tp <= 8; tp *= 2)
         if (tp != 4)
             check_model(TINY, tp);
