@@ -15,6 +15,7 @@
 
 #include "app/paths.h"
 #include "engine/backend.h"
+#include "engine/device_plan.h"
 #include "engine/file_io.h"
 
 #ifndef KIMI_VERSION
@@ -52,6 +53,7 @@ static const flag_def flags[] = {
     {"max-context", 0, "N", OPT_MAX_CONTEXT, "context in tokens (default 0: as much as fits)"},
     {"mem-gib", 0, "G", OPT_MEM_GIB, "memory budget in GiB (default 0: the engine picks)"},
     {"threads", 0, "N", OPT_THREADS, "CPU threads, 0..4096 (default 0: cores / tp)"},
+    {"devices", 0, "LIST", OPT_DEVICES, "GPUs: one per rank, or one for all (default 0..tp-1)"},
     {NULL, 0, NULL, 0, "Mode"},
     {"plain", 0, NULL, OPT_PLAIN, "line mode (default off a terminal or with TERM=dumb)"},
     {"script", 0, "FILE", OPT_SCRIPT, "run a script file (- for stdin)"},
@@ -88,7 +90,7 @@ static const flag_def flags[] = {
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
-/* The config file's keys; devices has no flag. */
+/* The config file's keys. */
 static const struct {
     const char *key;
     option_id id;
@@ -243,7 +245,10 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         o->mem_gib = d;
         return 0;
     case OPT_THREADS: return parse_int(v, 0, 4096, &o->threads, "0..4096", what, err);
-    case OPT_DEVICES: return set_string(&o->devices, v, what, err);
+    case OPT_DEVICES: {
+        int devices[DEVICE_MAX_RANKS], n;
+        return device_list_parse(what, v, devices, &n, err) ? KIMI_ERR_USAGE : set_string(&o->devices, v, what, err);
+    }
     case OPT_SCRIPT:
         if (!*v)
             return kimi_fail(err, KIMI_ERR_USAGE, "%s: needs a file name (- for stdin)", what);

@@ -42,8 +42,6 @@ enum { MAX_RANKS = DEVICE_MAX_RANKS, STAGING_BYTES = 32 << 20 };
 _Static_assert((int)DEVICE_MAX_TOKENS == (int)FORWARD_MAX_TOKENS,
                "the workspace plan and the kernels serve as many tokens");
 
-/* Bytes kept free for the CUDA runtime, graphs and the driver, per device. */
-#define DEVICE_RESERVE_BYTES ((size_t)512 << 20)
 /* How often backend_open reports load progress (backend_options.on_load). */
 #define LOAD_REPORT_SECONDS 0.1
 

@@ -316,14 +316,13 @@ long device_max_context(const device_rank_plan *plans, int ranks, size_t free_by
 
 /* ---- devices ---- */
 
-int device_list_parse(const char *flag, const char *text, int *devices, int *n_devices, kimi_err *err)
+int device_list_parse(const char *what, const char *text, int *devices, int *n_devices, kimi_err *err)
 {
     *n_devices = 0;
     const char *p = text;
     for (;;) {
         if (*n_devices == DEVICE_MAX_RANKS)
-            return kimi_fail(err, KIMI_ERR_USAGE, "%s %s: at most %d devices (one per rank)", flag, text,
-                             DEVICE_MAX_RANKS);
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: at most %d devices (one per rank)", what, DEVICE_MAX_RANKS);
         long value = 0;
         int digits = 0;
         while (*p >= '0' && *p <= '9' && value <= DEVICE_MAX_ORDINAL) {
@@ -331,8 +330,8 @@ int device_list_parse(const char *flag, const char *text, int *devices, int *n_d
             digits++;
         }
         if (!digits || value > DEVICE_MAX_ORDINAL || (*p && *p != ','))
-            return kimi_fail(err, KIMI_ERR_USAGE, "%s %s: not a list of device ordinals 0..%d like 0,1,2,3", flag,
-                             text, DEVICE_MAX_ORDINAL);
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: not a list of device ordinals 0..%d like 0,1,2,3", what,
+                             DEVICE_MAX_ORDINAL);
         devices[(*n_devices)++] = (int)value;
         if (!*p)
             return 0;

@@ -134,9 +134,13 @@ long device_max_context(const device_rank_plan *plans, int ranks, size_t free_by
 
 enum { DEVICE_MAX_RANKS = 8, DEVICE_MAX_ORDINAL = 1023 };
 
+/* Bytes the CUDA backend keeps free on each device for the runtime, graphs and the driver. */
+#define DEVICE_RESERVE_BYTES ((size_t)512 << 20)
+
 /* "0,1,2" (--devices) into devices [DEVICE_MAX_RANKS]: ordinals as written, duplicates kept
- * (device_assign judges them); KIMI_ERR_USAGE naming `flag` for anything else. */
-int device_list_parse(const char *flag, const char *text, int *devices, int *n_devices, kimi_err *err);
+ * (device_assign judges them); anything else is KIMI_ERR_USAGE, the message starting with
+ * `what` (the flag and its value as written: "--devices 0,x"). */
+int device_list_parse(const char *what, const char *text, int *devices, int *n_devices, kimi_err *err);
 
 typedef enum {
     DEVICE_COMM_LOCAL,          /* every rank on one device, one stream (engine/cuda_comm.h) */

@@ -373,9 +373,10 @@ static void check_device_lists(void)
                          "0,1,2,3,4,5,6,7,0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = (kimi_err){0};
-        CHECK_MSG(device_list_parse("--devices", bad[i], devices, &n, &err) == KIMI_ERR_USAGE,
-                  "'%s' parsed", bad[i]);
-        CHECK_MSG(strstr(err.msg, "--devices"), "'%s': %s", bad[i], err.msg);
+        char what[64];
+        snprintf(what, sizeof what, "--devices %s", bad[i]);
+        CHECK_MSG(device_list_parse(what, bad[i], devices, &n, &err) == KIMI_ERR_USAGE, "'%s' parsed", bad[i]);
+        CHECK_MSG(!strncmp(err.msg, what, strlen(what)) && err.msg[strlen(what)] == ':', "'%s': %s", bad[i], err.msg);
     }
 }
 
