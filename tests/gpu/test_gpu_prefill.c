@@ -31,7 +31,8 @@ static int run_path(const model_weights *mw, int tp, const char *path, run_resul
     kimi_err err = {0};
     setenv("KIMI_CUDA_PREFILL", path, 1);
     backend *be = NULL;
-    backend_options opt = {.kind = BACKEND_CUDA, .tp = tp, .max_context = CAPACITY};
+    int device0 = 0;    /* every rank on device 0 */
+    backend_options opt = {.kind = BACKEND_CUDA, .tp = tp, .max_context = CAPACITY, .devices = &device0, .n_devices = 1};
     int rc = backend_open(&be, mw, &opt, &err);
     unsetenv("KIMI_CUDA_PREFILL");
     CHECK_MSG(rc == 0, "open, KIMI_CUDA_PREFILL=%s tp %d: %s", path, tp, err.msg);
