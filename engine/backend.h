@@ -56,7 +56,9 @@ int backend_memory(const model_weights *mw, const backend_options *opt, size_t *
  * backend or no device is present. Environment: KIMI_CUDA_GRAPHS=0 runs each decode step as
  * plain launches instead of one captured CUDA graph (debugging; results are bit-identical);
  * KIMI_CUDA_PREFILL=steps runs prefill steps on the decode kernels instead of the BF16 GEMMs
- * (=gemm, the default; any other value is an error). */
+ * (=gemm, the default; any other value is an error); KIMI_CUDA_COMM=nccl|local insists on a
+ * communicator (NCCL with one rank per device, e.g. TP 1 for tests; local when all ranks share
+ * a device), an error where the devices do not allow it. */
 int backend_open(backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err);
 void backend_close(backend *be);
 
