@@ -87,10 +87,10 @@ int probe_golden(int argc, char **argv)
     long tp;
     golden_run g = {0};
     const char *only;
-    if (probe_args_parse(&a, argc, argv, "model,reference,only,backend,tp", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,reference,only,backend,tp,devices", &err) ||
         probe_arg_required(&a, "model", &g.model_dir, &err) ||
         probe_arg_required(&a, "reference", &g.reference_dir, &err) ||
-        probe_arg_int(&a, "tp", 1, 8, 1, &tp, &err))
+        probe_arg_int(&a, "tp", 1, 8, 1, &tp, &err) || probe_arg_devices(&a, g.devices, &g.n_devices, &err))
         return probe_report(&err);
     g.tp = (int)tp;
     g.backend = probe_arg(&a, "backend") ? probe_arg(&a, "backend") : "cpu";

@@ -15,6 +15,7 @@
 #include "app/self_check.h"
 #include "app/script.h"
 #include "app/script_run.h"
+#include "engine/device_plan.h"
 #include "engine/file_io.h"
 #include "ui/plain.h"
 #include "ui/tui.h"
@@ -129,13 +130,16 @@ static int open_generator(app_options *o, const app_frontend *fe, generator **ge
         ro.api_key_file = o->api_key_file;
         return generator_remote_open(gen, &ro, err);
     }
-    if (choose_demo_model(o, err))
+    int devices[DEVICE_MAX_RANKS], n_devices = 0;
+    if (choose_demo_model(o, err) ||
+        (o->devices && device_list_parse("--devices", o->devices, devices, &n_devices, err)))
         return err->code;
     generator_local_options lo = {
         .model_dir = o->model_dir, .model_name = o->model_is_demo ? "demo model" : NULL,
         .engine = {.backend = (backend_kind)o->backend, .tp = o->tp, .threads_per_rank = o->threads,
                    .max_context = o->max_context,
-                   .memory_budget_bytes = (size_t)(o->mem_gib * 1073741824.0)},
+                   .memory_budget_bytes = (size_t)(o->mem_gib * 1073741824.0),
+                   .devices = n_devices ? devices : NULL, .n_devices = n_devices},
         .on_load = relay_load_progress, .load_user = (void *)fe,
     };
     return generator_local_open(gen, &lo, err);

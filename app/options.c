@@ -15,6 +15,7 @@
 
 #include "app/paths.h"
 #include "engine/backend.h"
+#include "engine/device_plan.h"
 #include "engine/file_io.h"
 
 #ifndef KIMI_VERSION
@@ -53,6 +54,7 @@ static const flag_def flags[] = {
     {"max-context", 0, "N", OPT_MAX_CONTEXT, "context in tokens (default 0: as much as fits)"},
     {"mem-gib", 0, "G", OPT_MEM_GIB, "memory budget in GiB (default 0: the engine picks)"},
     {"threads", 0, "N", OPT_THREADS, "CPU threads, 0..4096 (default 0: cores / tp)"},
+    {"devices", 0, "LIST", OPT_DEVICES, "GPUs: one per rank, or one for all (default 0..tp-1)"},
     {"verify", 0, NULL, OPT_VERIFY, "check the backend against the CPU first"},
     {NULL, 0, NULL, 0, "Mode"},
     {"plain", 0, NULL, OPT_PLAIN, "line mode (default off a terminal or with TERM=dumb)"},
@@ -90,7 +92,7 @@ static const flag_def flags[] = {
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
-/* The config file's keys; devices has no flag. */
+/* The config file's keys. */
 static const struct {
     const char *key;
     option_id id;
@@ -245,7 +247,10 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         o->mem_gib = d;
         return 0;
     case OPT_THREADS: return parse_int(v, 0, 4096, &o->threads, "0..4096", what, err);
-    case OPT_DEVICES: return set_string(&o->devices, v, what, err);
+    case OPT_DEVICES: {
+        int devices[DEVICE_MAX_RANKS], n;
+        return device_list_parse(what, v, devices, &n, err) ? KIMI_ERR_USAGE : set_string(&o->devices, v, what, err);
+    }
     case OPT_VERIFY: o->verify = 1; return 0;
     case OPT_SCRIPT:
         if (!*v)

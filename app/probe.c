@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/device_plan.h"
 #include "engine/error.h"
 
 typedef struct {
@@ -15,6 +16,7 @@ typedef struct {
 
 static const probe_command commands[] = {
     {"info", probe_info, "architecture and memory plan of a checkpoint"},
+    {"plan", probe_plan, "the CUDA memory plan over given devices, without a GPU"},
     {"weights", probe_weights, "dequantized float32 rows of one linear"},
     {"tokenize", probe_tokenize, "stdin JSONL {\"text\"} -> stdout JSONL {\"ids\"}"},
     {"render", probe_render, "stdin JSONL conversations -> stdout JSONL {\"text\",\"ids\"}"},
@@ -31,6 +33,17 @@ int probe_report(const struct kimi_err *err)
     int code = err->code ? err->code : 1;
     fprintf(stderr, "kimi-probe: %s\n", err->msg[0] ? err->msg : "unknown error");
     return code;
+}
+
+int probe_arg_devices(const probe_args *a, int *devices, int *n, kimi_err *err)
+{
+    const char *v = probe_arg(a, "devices");
+    *n = 0;
+    if (!v)
+        return 0;
+    char what[96];
+    snprintf(what, sizeof what, "--devices %.80s", v);
+    return device_list_parse(what, v, devices, n, err);
 }
 
 static void usage(FILE *out)

@@ -4,7 +4,10 @@
 #ifndef KIMI_PROBE_H
 #define KIMI_PROBE_H
 
+#include "app/probe_args.h"
+
 int probe_info(int argc, char **argv);      /* app/probe_model.c */
+int probe_plan(int argc, char **argv);      /* app/probe_model.c */
 int probe_weights(int argc, char **argv);   /* app/probe_model.c */
 int probe_tokenize(int argc, char **argv);  /* app/probe_tokenize.c */
 int probe_render(int argc, char **argv);    /* app/probe_render.c */
@@ -16,7 +19,9 @@ int probe_golden(int argc, char **argv);    /* app/golden.c */
 int probe_verify(int argc, char **argv);    /* app/probe_verify.c */
 
 /* Print "kimi-probe: <msg>" to stderr and return the exit code for err. */
-struct kimi_err;
 int probe_report(const struct kimi_err *err);
+
+/* --devices LIST (engine/device_plan.h device_list_parse) into devices [8]; *n = 0 when absent. */
+int probe_arg_devices(const probe_args *a, int *devices, int *n, kimi_err *err);
 
 #endif

@@ -28,15 +28,18 @@ static int parse_backend(const probe_args *a, backend_kind *kind, kimi_err *err)
     return kimi_fail(err, KIMI_ERR_USAGE, "--backend: '%s' is not cpu or cuda", name);
 }
 
-/* The engine options every command shares: --model, --backend, --tp, --threads, --ctx. */
+/* The engine options every command shares: --model, --backend, --tp, --devices, --threads, --ctx. */
 static int engine_options_from_args(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err)
 {
+    static int devices[8];      /* opt->devices points here (one engine per kimi-probe run) */
     long tp, threads, ctx;
     memset(opt, 0, sizeof *opt);
     if (probe_arg_required(a, "model", &opt->model_dir, err) || parse_backend(a, &opt->backend, err) ||
         probe_arg_int(a, "tp", 1, 8, 1, &tp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
-        probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err))
+        probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err) ||
+        probe_arg_devices(a, devices, &opt->n_devices, err))
         return err->code;
+    opt->devices = opt->n_devices ? devices : NULL;
     opt->tp = (int)tp;
     opt->threads_per_rank = (int)threads;
     opt->max_context = ctx;
@@ -94,7 +97,7 @@ int probe_generate(int argc, char **argv)
     engine_options opt;
     long n_new;
     int *stop = NULL, n_stop = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,threads,ctx", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,devices,threads,ctx", &err) ||
         engine_options_from_args(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
         return probe_report(&err);
     const char *tokens_text = probe_arg(&a, "tokens"), *prompt_text = probe_arg(&a, "prompt");
@@ -298,7 +301,7 @@ int probe_bench(int argc, char **argv)
     probe_args a;
     engine_options opt;
     long n_prompt, n_gen, read_mib;
-    if (probe_args_parse(&a, argc, argv, "model,backend,tp,threads,prompt,gen,ctx,read-mib", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,backend,tp,devices,threads,prompt,gen,ctx,read-mib", &err) ||
         probe_arg_int(&a, "prompt", 1, 1 << 20, 128, &n_prompt, &err) ||
         probe_arg_int(&a, "gen", 2, 1 << 20, 32, &n_gen, &err) ||
         probe_arg_int(&a, "read-mib", 64, 1 << 20, 1024, &read_mib, &err) ||

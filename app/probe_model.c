@@ -1,5 +1,6 @@
-/* probe_model: kimi-probe info (architecture and memory plan of a checkpoint) and
- * kimi-probe weights (dequantized float32 rows of one linear). */
+/* probe_model: kimi-probe info (architecture and memory plan of a checkpoint), kimi-probe plan
+ * (the CUDA backend's memory plan over devices described on the command line, no GPU needed)
+ * and kimi-probe weights (dequantized float32 rows of one linear). */
 #include "app/probe.h"
 
 #include <jansson.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "app/probe_args.h"
+#include "engine/device_plan.h"
 #include "engine/weights.h"
 #include "kernels/cpu/numeric.h"
 
@@ -179,6 +181,138 @@ int probe_info(int argc, char **argv)
     free(plan.shards);
     weights_free(&mw);
     return 0;
+}
+
+/* The devices --device-memory describes: one free size in GiB for all (as many devices as the
+ * ranks or --devices need), or one per device 0, 1, ... */
+static int plan_devices(const probe_args *a, int tp, const int *devices, int n_devices, size_t *bytes, int *n_visible,
+                        kimi_err *err)
+{
+    const char *text;
+    if (probe_arg_required(a, "device-memory", &text, err))
+        return err->code;
+    *n_visible = 0;
+    for (const char *p = text; *p;) {
+        char *end;
+        double gib = strtod(p, &end);
+        if (end == p || !(gib > 0 && gib < 1e6) || (*end && *end != ',') || *n_visible == DEVICE_MAX_ORDINAL + 1)
+            return kimi_fail(err, KIMI_ERR_USAGE, "--device-memory %s: not a list of sizes in GiB like 94.5 or 94.5,94.5",
+                             text);
+        bytes[(*n_visible)++] = (size_t)(gib * GIB);
+        p = *end ? end + 1 : end;
+    }
+    if (*n_visible == 0)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--device-memory: empty list");
+    if (*n_visible == 1) {
+        int want = tp;
+        for (int i = 0; i < n_devices; i++)
+            want = devices[i] + 1 > want ? devices[i] + 1 : want;
+        for (int d = 1; d < want; d++)
+            bytes[d] = bytes[0];
+        *n_visible = want;
+    }
+    return 0;
+}
+
+static void print_plan_json(const model_config *c, const device_assignment *da, const device_rank_plan *plans,
+                            const size_t *free_bytes, const device_memory_plan *p, long max_context)
+{
+    json_t *o = json_object(), *devices = json_array(), *free_list = json_array(), *weights = json_array();
+    json_t *workspaces = json_array();
+    for (int r = 0; r < da->tp; r++) {
+        json_array_append_new(devices, json_integer(da->device[r]));
+        json_array_append_new(free_list, json_integer((json_int_t)free_bytes[da->device[r]]));
+        json_array_append_new(weights, json_integer((json_int_t)plans[r].weight_bytes));
+        json_array_append_new(workspaces, json_integer((json_int_t)plans[r].workspace_bytes));
+    }
+    json_object_set_new(o, "tp", json_integer(da->tp));
+    json_object_set_new(o, "communicator", json_string(da->comm == DEVICE_COMM_NCCL ? "nccl" : "local"));
+    json_object_set_new(o, "devices", devices);
+    json_object_set_new(o, "free_bytes", free_list);
+    json_object_set_new(o, "rank_weight_bytes", weights);
+    json_object_set_new(o, "rank_workspace_bytes", workspaces);
+    json_object_set_new(o, "reserve_bytes", json_integer((json_int_t)DEVICE_RESERVE_BYTES));
+    json_object_set_new(o, "cache_bytes_per_position", json_integer((json_int_t)plans[0].cache_bytes_per_position));
+    json_object_set_new(o, "tightest_device", json_integer(p->tightest));
+    json_object_set_new(o, "max_context_by_memory", json_integer(p->max_context));
+    json_object_set_new(o, "max_position", json_integer(c->max_position));
+    json_object_set_new(o, "max_context", json_integer(max_context));
+    char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    puts(text ? text : "{}");
+    free(text);
+    json_decref(o);
+}
+
+static void print_plan_human(const model_config *c, const device_assignment *da, const device_rank_plan *plans,
+                             const size_t *free_bytes, const device_memory_plan *p, long max_context, int sms)
+{
+    printf("ranks         %d on %s\n", da->tp,
+           da->comm == DEVICE_COMM_NCCL ? "a device each (NCCL)" : "one device (the local communicator)");
+    for (int r = 0; r < da->tp; r++)
+        printf("rank %d/%d      device %d (%.2f GiB free): weights %.3f GiB (%zu B), workspace %.1f MiB\n", r, da->tp,
+               da->device[r], free_bytes[da->device[r]] / GIB, plans[r].weight_bytes / GIB, plans[r].weight_bytes,
+               plans[r].workspace_bytes / (1024.0 * 1024.0));
+    printf("cache         %zu B per position per rank (fp16 latent %d + k_pe %d, %d layers); workspace planned for "
+           "%d multiprocessors\n", plans[0].cache_bytes_per_position, c->kv_lora_rank, c->qk_rope_dim, c->layers, sms);
+    printf("tightest      device %d: %.2f GiB free, %.3f GiB fixed (weights and workspace of %d rank%s + %.2f GiB "
+           "reserve)\n", p->tightest, p->free_bytes / GIB, p->fixed_bytes / GIB, p->ranks_on_tightest,
+           p->ranks_on_tightest > 1 ? "s" : "", DEVICE_RESERVE_BYTES / GIB);
+    if (p->max_context > c->max_position)
+        printf("max context   %ld positions: max_position_embeddings (memory would fit %ld)\n", max_context,
+               p->max_context);
+    else
+        printf("max context   %ld positions fit on the tightest device (max_position_embeddings %d)\n", max_context,
+               c->max_position);
+}
+
+int probe_plan(int argc, char **argv)
+{
+    kimi_err err = {0};
+    probe_args a;
+    const char *dir;
+    long tp, sms;
+    int devices[DEVICE_MAX_RANKS], n_devices = 0, n_visible = 0;
+    static size_t free_bytes[DEVICE_MAX_ORDINAL + 1];
+    if (probe_args_parse(&a, argc, argv, "model,tp,devices,device-memory,sms,json", &err) ||
+        probe_arg_required(&a, "model", &dir, &err) || probe_arg_int(&a, "tp", 1, DEVICE_MAX_RANKS, 1, &tp, &err) ||
+        probe_arg_int(&a, "sms", 1, 4096, 132, &sms, &err) || probe_arg_devices(&a, devices, &n_devices, &err) ||
+        plan_devices(&a, (int)tp, devices, n_devices, free_bytes, &n_visible, &err))
+        return probe_report(&err);
+    const char *json = probe_arg(&a, "json");
+    if (json && *json) {
+        kimi_fail(&err, KIMI_ERR_USAGE, "--json takes no value (got '%s')", json);
+        return probe_report(&err);
+    }
+    /* the devices as given: what they have free is what they hold (a device's total memory
+     * only has to match the others') */
+    device_assignment da;
+    if (device_assign((int)tp, n_devices ? devices : NULL, n_devices, free_bytes, n_visible, NULL, &da, &err))
+        return probe_report(&err);
+    model_weights mw;
+    if (weights_load(&mw, dir, &err))
+        return probe_report(&err);
+    device_rank_plan plans[DEVICE_MAX_RANKS];
+    int rc = config_check_tp(&mw.cfg, (int)tp, &err);
+    for (int r = 0; !rc && r < tp; r++)
+        rc = device_rank_plan_make(&mw, (int)tp, r, device_attention_splits(0x7FFFFFFFL, (int)sms), &plans[r], &err);
+    if (rc) {
+        weights_free(&mw);
+        return probe_report(&err);
+    }
+    device_memory_plan p;
+    device_memory_plan_make(plans, &da, free_bytes, DEVICE_RESERVE_BYTES, &p);
+    long max_context = p.max_context < mw.cfg.max_position ? p.max_context : mw.cfg.max_position;
+    if (json)
+        print_plan_json(&mw.cfg, &da, plans, free_bytes, &p, max_context);
+    else
+        print_plan_human(&mw.cfg, &da, plans, free_bytes, &p, max_context, (int)sms);
+    weights_free(&mw);
+    if (p.max_context > 0)
+        return 0;
+    kimi_fail(&err, KIMI_ERR_NOMEM, "device %d: the weights and workspace of its %d rank%s (%.3f GiB with the reserve) "
+              "leave no room for a cache in %.2f GiB", p.tightest, p.ranks_on_tightest,
+              p.ranks_on_tightest > 1 ? "s" : "", p.fixed_bytes / GIB, p.free_bytes / GIB);
+    return probe_report(&err);
 }
 
 static int write_rows(const linear *l, const int *rows, int n_rows, const char *path, kimi_err *err)

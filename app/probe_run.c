@@ -7,6 +7,7 @@
 #include "app/probe.h"
 #include "app/probe_args.h"
 #include "engine/backend.h"
+#include "engine/device_plan.h"
 #include "engine/weights.h"
 
 typedef struct {
@@ -30,10 +31,11 @@ static int probe_run_open(probe_run *p, const probe_args *a, kimi_err *err)
 {
     const char *model_dir, *backend_name = probe_arg(a, "backend"), *tokens_text;
     long tp, threads, max_context;
+    int devices[DEVICE_MAX_RANKS], n_devices;
     memset(p, 0, sizeof *p);
     if (probe_arg_required(a, "model", &model_dir, err) || probe_arg_required(a, "tokens", &tokens_text, err) ||
         probe_arg_required(a, "out", &p->out_path, err) || probe_arg_int(a, "tp", 1, 8, 1, &tp, err) ||
-        probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
+        probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) || probe_arg_devices(a, devices, &n_devices, err) ||
         probe_parse_int_list("tokens", tokens_text, &p->tokens, &p->n_tokens, err))
         return err->code;
     if (p->n_tokens < 1)
@@ -47,7 +49,8 @@ static int probe_run_open(probe_run *p, const probe_args *a, kimi_err *err)
         return kimi_fail(err, KIMI_ERR_USAGE, "--backend: '%s' is not cpu or cuda", backend_name);
     if (weights_load(&p->mw, model_dir, err))
         return err->code;
-    backend_options opt = {.kind = kind, .tp = (int)tp, .threads_per_rank = (int)threads, .max_context = max_context};
+    backend_options opt = {.kind = kind, .tp = (int)tp, .threads_per_rank = (int)threads, .max_context = max_context,
+                           .devices = devices, .n_devices = n_devices};
     return backend_open(&p->be, &p->mw, &opt, err);
 }
 
@@ -69,7 +72,7 @@ int probe_logits(int argc, char **argv)
     probe_run p = {0};
     int *rows = NULL, n_rows = 0, status = 0;
     float *logits = NULL;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,positions,backend,tp,threads,max-context,out", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,positions,backend,tp,devices,threads,max-context,out", &err) ||
         probe_run_open(&p, &a, &err))
         goto done;
     if (probe_arg(&a, "positions")) {
@@ -111,7 +114,7 @@ int probe_kv(int argc, char **argv)
     probe_run p = {0};
     uint16_t *cache = NULL;
     int status = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,backend,tp,threads,max-context,out", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,backend,tp,devices,threads,max-context,out", &err) ||
         probe_run_open(&p, &a, &err))
         goto done;
     size_t halves = (size_t)p.mw.cfg.layers * (size_t)p.n_tokens *

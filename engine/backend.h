@@ -57,7 +57,9 @@ int backend_memory(const model_weights *mw, const backend_options *opt, size_t *
  * plain launches instead of one captured CUDA graph (debugging; results are bit-identical);
  * KIMI_CUDA_PREFILL=steps runs prefill steps on the decode kernels instead of the BF16 GEMMs
  * (=gemm, the default; any other value is an error); KIMI_CUDA_PREFILL_TRACE=1 prints a line per
- * prefill step on stderr (its tokens, the experts it ran as GEMMs). */
+ * prefill step on stderr (its tokens, the experts it ran as GEMMs); KIMI_CUDA_COMM=nccl|local
+ * insists on a communicator (NCCL with one rank per device, e.g. TP 1 for tests; local when all
+ * ranks share a device), an error where the devices do not allow it. */
 int backend_open(backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err);
 void backend_close(backend *be);
 

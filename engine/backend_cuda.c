@@ -1,45 +1,56 @@
-/* backend_cuda: the CUDA backend (engine/backend_impl.h). Every rank's shard is repacked at
- * load (engine/device_plan.h) and uploaded through pinned staging buffers, two at a time so the
- * host packs one while the other is copied; ranks of one process share one device and one
- * stream and meet in the local communicator (engine/cuda_comm.h). A step mirrors the CPU's
- * forward.c with device kernels (kernels/cuda/forward.h) over up to DEVICE_MAX_TOKENS tokens:
- * one for a decode step; a prefill runs in steps of that many (dense weights read once per 8
- * tokens, each chosen expert once per step), or, on the GEMM path, in steps of up to
- * DEVICE_PREFILL_TOKENS where no logits are asked (engine/device_plan.h device_step_tokens);
- * attention of several queries runs the prefill kernel (each staged cache chunk serves 16 query
- * rows). Routing,
- * expert choice and the weighted sum stay on the device, and the position lives in device
- * memory, so one captured CUDA graph per step shape (token count, with or without logits)
- * serves every step. Steps of DEVICE_GEMM_MIN_TOKENS tokens or more run the dense projections
- * (q_a, kv_a, q_b, o_proj, router, lm_head, the dense and shared MLPs) as BF16 tensor-core
- * GEMMs instead, exact weights times hi + lo activations so they round like the fp32 GEMV
- * (kernels/cuda/gemm.h; launched, not captured); KIMI_CUDA_PREFILL=steps keeps them on the
- * GEMV; in those steps an expert with DEVICE_EXPERT_GEMM_MIN_TOKENS tokens runs them as GEMMs
- * too (the host reads the per-expert counts once per MoE layer). KIMI_CUDA_PREFILL_TRACE=1
- * prints each prefill step's size and how its experts ran. The embedding rows are looked up on
- * the host (one row per token, so the 2.3 GB table never needs device memory). */
+/* backend_cuda: the CUDA backend (engine/backend_impl.h). One worker thread per rank owns the
+ * rank's device (engine/device_plan.h device_assign: its own device, or one device every rank
+ * shares), stream, weights, cache and workspace, and runs its whole layer stack, meeting the
+ * other ranks in the communicator (engine/cuda_comm.h: NCCL, or the local one when all ranks
+ * share a device and its stream); the thread that calls the backend drives the rank threads
+ * through two barriers per job, like the CPU backend. At open every rank repacks its shard
+ * (engine/device_plan.h) and uploads it in parallel with the others, through its own two pinned
+ * staging buffers (the host packs one while the other is copied, with readahead hints on the
+ * mmap pieces that come next). A step mirrors the CPU's forward.c with device kernels
+ * (kernels/cuda/forward.h) over up to DEVICE_MAX_TOKENS tokens: one for a decode step; a
+ * prefill runs in steps of that many (dense weights read once per 8 tokens, each chosen expert
+ * once per step), or, on the GEMM path, in steps of up to DEVICE_PREFILL_TOKENS where no logits
+ * are asked (engine/device_plan.h device_step_tokens); attention of several queries runs the
+ * prefill kernel (each staged cache chunk serves 16 query rows). Routing, expert choice and the
+ * weighted sum stay on the device, and the position lives in device memory, so one captured
+ * CUDA graph per step shape (token count, with or without logits) serves every step: each NCCL
+ * rank captures its own, the local ranks one together. Steps of DEVICE_GEMM_MIN_TOKENS tokens
+ * or more run the dense projections (q_a, kv_a, q_b, o_proj, router, lm_head, the dense and
+ * shared MLPs) as BF16 tensor-core GEMMs instead, exact weights times hi + lo activations so
+ * they round like the fp32 GEMV (kernels/cuda/gemm.h; launched, not captured), and an expert
+ * with DEVICE_EXPERT_GEMM_MIN_TOKENS tokens of the step runs them as GEMMs too (the host reads
+ * the per-expert counts once per MoE layer); KIMI_CUDA_PREFILL=steps keeps all of them on the
+ * GEMV. KIMI_CUDA_PREFILL_TRACE=1 prints each prefill step's size and how its experts ran. The
+ * embedding rows are looked up on the host (one row per token, so the 2.3 GB table never needs
+ * device memory). */
 #include "engine/backend_impl.h"
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "engine/cuda_comm.h"
 #include "engine/device_plan.h"
+#include "engine/spin_barrier.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemm.h"
 
-enum { MAX_RANKS = 8, STAGING_BYTES = 32 << 20 };
+enum { MAX_RANKS = DEVICE_MAX_RANKS, STAGING_BYTES = 32 << 20 };
 _Static_assert((int)DEVICE_MAX_TOKENS == (int)FORWARD_MAX_TOKENS,
                "the workspace plan and the kernels serve as many tokens");
 _Static_assert((int)DEVICE_ATTENTION_ROWS == (int)MLA_PREFILL_ROWS,
                "the workspace plan knows the prefill attention's rows per block");
 
-/* Bytes kept free for the CUDA runtime, graphs and the driver, per device. */
-#define DEVICE_RESERVE_BYTES ((size_t)512 << 20)
+/* How often backend_open reports load progress (backend_options.on_load). */
+#define LOAD_REPORT_SECONDS 0.1
 
 typedef struct {
     weight_matrix q_a, kv_a, q_b, kv_b, o, router;
@@ -50,7 +61,14 @@ typedef struct {
     mlp_device *table;          /* the same in device memory */
 } layer_device;
 
-typedef struct {
+typedef struct rank_device {
+    struct cuda_backend *be;
+    int rank, device;
+    pthread_t thread;
+    int started;
+    int status;                 /* the rank's last job: 0, a KIMI_ERR_* (err says why) or BACKEND_STOPPED */
+    kimi_err err;
+    cudaStream_t stream;        /* its own (NCCL), or the backend's shared stream (local) */
     tp_shard shard;
     int heads;
     uint8_t *arena;             /* weights, vectors and tables: one allocation */
@@ -62,34 +80,57 @@ typedef struct {
     float *ws;                  /* device_workspace */
     device_workspace layout;
     gemv_scratch gemv;
+    gemm_context gemm;          /* cuBLASLt plans are per thread: one per rank */
+    int *pos;                   /* device: the position of the step */
+    double *inv_freq;           /* device: [rope / 2] */
+    float *logits;              /* rank 0, device [DEVICE_MAX_TOKENS * vocab]: the gathered logits,
+                                   rank r's block [T][its vocab columns] at T * col_begin[r] */
+    uint8_t *staging[2];        /* pinned upload buffers (while loading) */
+    cudaEvent_t staged[2];      /* the copy out of staging[i] has finished */
+    int next_staging;
+    atomic_size_t uploaded;     /* bytes of packed weights on the device so far */
+    cudaGraphExec_t graph[DEVICE_MAX_TOKENS + 1][2]; /* [tokens][with logits]: NCCL, this rank's;
+                                                        local, rank 0's holds every rank's step */
 } rank_device;
+
+typedef enum { JOB_OPEN, JOB_STEP, JOB_QUIT } rank_job;
 
 struct cuda_backend {
     const model_weights *mw;
     const model_config *cfg;
-    int tp, device, sm_count, splits, use_graphs;
+    int tp, sm_count, splits, use_graphs;
     int prefill_gemm;           /* steps of DEVICE_GEMM_MIN_TOKENS or more project through GEMMs */
     int prefill_trace;          /* KIMI_CUDA_PREFILL_TRACE=1: one line per prefill step on stderr */
-    long traced_gemm_experts, traced_gemm_slots;    /* of the step: experts run as GEMMs, their slots */
-    gemm_context gemm;
+    atomic_long traced_gemm_experts, traced_gemm_slots;     /* of the step, every rank: experts run as
+                                                               GEMMs, their slots */
+    device_assignment devices;
     long capacity;
     size_t cache_row;
-    cudaStream_t stream;
     cuda_comm *comm;
-    rank_device ranks[MAX_RANKS];
-    int *pos;                   /* device: the position of the step */
-    double *inv_freq;           /* device: [rope / 2] */
+    cudaStream_t shared_stream; /* local: the one stream of every rank */
+    size_t col_begin[MAX_RANKS + 1];    /* rank r's logits are vocab columns [col_begin[r], col_begin[r + 1]) */
     double cos_sin_scale;
     float softmax_scale;
+    rope_table rope;
     moe_routing_config routing;
-    float *logits;              /* device [DEVICE_MAX_TOKENS][vocab]: rank 0's gathered logits */
     float *host_h;              /* pinned [DEVICE_PREFILL_TOKENS][hidden]: the embedding rows of the step */
     int *host_pos;              /* pinned: the step's first position */
-    float *host_logits;         /* pinned [DEVICE_MAX_TOKENS][vocab] */
-    uint8_t *staging[2];        /* pinned upload buffers */
-    cudaEvent_t staged[2];      /* the copy out of staging[i] has finished */
-    int next_staging;
-    cudaGraphExec_t graph[DEVICE_MAX_TOKENS + 1][2]; /* [tokens][with logits] */
+    float *host_logits;         /* pinned [DEVICE_MAX_TOKENS * vocab], laid out as rank 0's logits */
+    int broken;                 /* a failed step aborted the NCCL communicators */
+
+    /* the rank threads and the job they run next (written by the calling thread before job_start) */
+    int barriers;               /* job_start, job_done and ranks_meet are initialised */
+    int threads;                /* rank threads started */
+    spin_barrier job_start, job_done;   /* the rank threads and the calling thread */
+    spin_barrier ranks_meet;            /* the rank threads, within a step */
+    rank_device ranks[MAX_RANKS];
+    rank_job job;
+    int step_tokens, step_logits;
+    atomic_int enqueue_failed;  /* a rank of this step gave up before the meeting after its enqueue */
+    atomic_int first_failed;    /* the rank that gave up first, -1 none */
+    int capture_status;         /* local: rank 0's cudaStreamBeginCapture (read after a meeting) */
+    atomic_int stop_load;       /* the load stops: on_load asked, or a rank failed */
+    atomic_int ranks_loaded;    /* ranks done with JOB_OPEN */
 };
 
 static int cuda_fail(kimi_err *err, cudaError_t status, const char *what)
@@ -105,15 +146,48 @@ static int cuda_fail(kimi_err *err, cudaError_t status, const char *what)
             return cuda_fail(err, status_, (what));                                                         \
     } while (0)
 
-static int device_pick(int *device, kimi_err *err)
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- devices and the memory plan ---- */
+
+/* What the devices of this open look like: which device each rank gets, what each has free. */
+typedef struct {
+    device_assignment a;
+    size_t free_bytes[DEVICE_MAX_ORDINAL + 1];  /* by ordinal; devices in use only */
+    int sm_count;               /* the fewest multiprocessors of the devices in use */
+} device_survey;
+
+static int devices_survey(const backend_options *opt, device_survey *s, kimi_err *err)
 {
     int count = 0;
     cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess || count == 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "--backend cuda: no CUDA device is available (%s)",
                          status != cudaSuccess ? cudaGetErrorString(status) : "0 devices");
-    *device = 0;
-    CUDA_TRY(cudaSetDevice(0), "cudaSetDevice(0)");
+    count = count > DEVICE_MAX_ORDINAL + 1 ? DEVICE_MAX_ORDINAL + 1 : count;
+    size_t total[DEVICE_MAX_ORDINAL + 1];
+    for (int d = 0; d < count; d++) {
+        struct cudaDeviceProp prop;
+        CUDA_TRY(cudaGetDeviceProperties(&prop, d), "cudaGetDeviceProperties");
+        total[d] = prop.totalGlobalMem;
+    }
+    if (device_assign(opt->tp, opt->devices, opt->n_devices, total, count, getenv("KIMI_CUDA_COMM"), &s->a, err))
+        return err->code;
+    s->sm_count = 0;
+    for (int r = 0; r < s->a.tp; r++) {
+        int d = s->a.device[r], sm = 0;
+        char what[64];
+        snprintf(what, sizeof what, "device %d", d);
+        CUDA_TRY(cudaSetDevice(d), what);
+        CUDA_TRY(cudaMemGetInfo(&s->free_bytes[d], &total[d]), what);
+        CUDA_TRY(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, d), what);
+        s->sm_count = s->sm_count == 0 || sm < s->sm_count ? sm : s->sm_count;
+    }
     return 0;
 }
 
@@ -125,40 +199,27 @@ static int plans_make(const model_weights *mw, int tp, int splits, device_rank_p
     return 0;
 }
 
-static int sm_count_of(int device, int *sm_count, kimi_err *err)
-{
-    CUDA_TRY(cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-    return 0;
-}
-
 int cuda_backend_memory(const model_weights *mw, const backend_options *opt, size_t *rank_budget_bytes,
                         size_t *rank_fixed_bytes, kimi_err *err)
 {
     kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
     if (!err)
         err = &local_err;
-    int device, sm_count;
-    size_t free_bytes, total_bytes;
     if (opt->tp < 1 || opt->tp > MAX_RANKS)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and %d", opt->tp, MAX_RANKS);
-    if (device_pick(&device, err) || sm_count_of(device, &sm_count, err))
-        return err->code;
-    CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    device_survey s;
     device_rank_plan plans[MAX_RANKS];
-    if (plans_make(mw, opt->tp, device_attention_splits(0x7FFFFFFFL, sm_count), plans, err))
+    if (devices_survey(opt, &s, err) ||
+        plans_make(mw, opt->tp, device_attention_splits(0x7FFFFFFFL, s.sm_count), plans, err))
         return err->code;
-    size_t fixed = 0;
-    for (int r = 0; r < opt->tp; r++) {
-        size_t bytes = plans[r].weight_bytes + plans[r].workspace_bytes;
-        fixed = bytes > fixed ? bytes : fixed;
-    }
-    /* the local communicator: all ranks on this one device */
-    *rank_budget_bytes = free_bytes / (size_t)opt->tp;
-    *rank_fixed_bytes = fixed + DEVICE_RESERVE_BYTES / (size_t)opt->tp;
+    device_memory_plan plan;
+    device_memory_plan_make(plans, &s.a, s.free_bytes, DEVICE_RESERVE_BYTES, &plan);
+    *rank_budget_bytes = plan.rank_budget_bytes;
+    *rank_fixed_bytes = plan.rank_fixed_bytes;
     return 0;
 }
 
-/* ---- upload ---- */
+/* ---- upload (on the rank's thread) ---- */
 
 static void *arena_take(rank_device *rd, size_t bytes)
 {
@@ -169,50 +230,76 @@ static void *arena_take(rank_device *rd, size_t bytes)
     return rd->arena + at;
 }
 
-typedef struct {
-    struct cuda_backend *be;
-    rank_device *rd;
-    kimi_err *err;
-} upload_ctx;
-
 /* The next staging buffer, once the copy that last read it has finished. */
-static int staging_next(struct cuda_backend *be, uint8_t **buffer, int *index, kimi_err *err)
+static int staging_next(rank_device *rd, uint8_t **buffer, int *index, kimi_err *err)
 {
-    *index = be->next_staging;
-    be->next_staging ^= 1;
-    CUDA_TRY(cudaEventSynchronize(be->staged[*index]), "upload staging");
-    *buffer = be->staging[*index];
+    *index = rd->next_staging;
+    rd->next_staging ^= 1;
+    CUDA_TRY(cudaEventSynchronize(rd->staged[*index]), "upload staging");
+    *buffer = rd->staging[*index];
     return 0;
 }
 
-/* Pack view into device memory at data/scale, through the staging buffers in row pieces. */
-static int upload_packed(struct cuda_backend *be, const weight_matrix *view, const packed_layout *layout,
-                         uint8_t *data, uint8_t *scale, kimi_err *err)
+/* Ask the kernel to start reading rows [row_begin, row_end) of view from the checkpoint. */
+static void readahead(const weight_matrix *view, int row_begin, int row_end)
 {
-    size_t row_bytes = layout->data_pitch + layout->scale_pitch;
+    static long page;
+    if (!page)
+        page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    byte_span spans[2];
+    packed_rows_source(view, row_begin < view->rows ? row_begin : view->rows,
+                       row_end < view->rows ? row_end : view->rows, spans);
+    for (int i = 0; i < 2; i++) {
+        if (spans[i].begin == spans[i].end)
+            continue;
+        uintptr_t begin = (uintptr_t)spans[i].begin / (uintptr_t)page * (uintptr_t)page;
+        /* a hint: a failure changes nothing but the speed */
+        (void)posix_madvise((void *)begin, (size_t)((uintptr_t)spans[i].end - begin), POSIX_MADV_WILLNEED);
+    }
+}
+
+/* Pack view into device memory at data/scale, through the staging buffers in row pieces. */
+static int upload_packed(rank_device *rd, const weight_matrix *view, const packed_layout *layout, uint8_t *data,
+                         uint8_t *scale, kimi_err *err)
+{
+    size_t row_bytes = layout->data_pitch + layout->scale_pitch, done = 0;
     int rows_per_piece = (int)(STAGING_BYTES / row_bytes);
     if (rows_per_piece < 1)
         return kimi_fail(err, KIMI_ERR_MODEL, "a weight row of %zu bytes exceeds the %d-byte upload buffer", row_bytes,
                          STAGING_BYTES);
+    readahead(view, 0, rows_per_piece);
     for (int first = 0; first < view->rows; first += rows_per_piece) {
+        if (atomic_load(&rd->be->stop_load))
+            return BACKEND_STOPPED;
         int count = view->rows - first < rows_per_piece ? view->rows - first : rows_per_piece;
+        readahead(view, first + count, first + count + rows_per_piece);
         uint8_t *buffer = NULL;
         int index = 0;
-        if (staging_next(be, &buffer, &index, err))
+        if (staging_next(rd, &buffer, &index, err))
             return err->code;
         uint8_t *scale_part = buffer + (size_t)count * layout->data_pitch;
         packed_rows_write(view, layout, first, first + count, buffer, scale_part);
         CUDA_TRY(cudaMemcpyAsync(data + (size_t)first * layout->data_pitch, buffer, (size_t)count * layout->data_pitch,
-                                 cudaMemcpyHostToDevice, be->stream),
+                                 cudaMemcpyHostToDevice, rd->stream),
                  "weight upload");
         if (view->format == WEIGHT_NVFP4)
             CUDA_TRY(cudaMemcpyAsync(scale + (size_t)first * layout->scale_pitch, scale_part,
-                                     (size_t)count * layout->scale_pitch, cudaMemcpyHostToDevice, be->stream),
+                                     (size_t)count * layout->scale_pitch, cudaMemcpyHostToDevice, rd->stream),
                      "weight scale upload");
-        CUDA_TRY(cudaEventRecord(be->staged[index], be->stream), "upload event");
+        CUDA_TRY(cudaEventRecord(rd->staged[index], rd->stream), "upload event");
+        /* counted when queued: the next staging_next waits for the copy before last */
+        size_t piece = (size_t)count * row_bytes;
+        atomic_fetch_add(&rd->uploaded, piece);
+        done += piece;
     }
+    atomic_fetch_add(&rd->uploaded, layout->bytes - done);   /* the alignment padding */
     return 0;
 }
+
+typedef struct {
+    rank_device *rd;
+    kimi_err *err;
+} upload_ctx;
 
 static int upload_weight(void *arg, const device_weight *w)
 {
@@ -225,8 +312,9 @@ static int upload_weight(void *arg, const device_weight *w)
     uint8_t *scale = layout.scale_bytes ? arena_take(rd, layout.scale_bytes) : NULL;
     if (!data || (layout.scale_bytes && !scale))
         return kimi_fail(err, KIMI_ERR_NOMEM, "the device weight plan is short of %zu bytes", layout.bytes);
-    if (upload_packed(u->be, &w->view, &layout, data, scale, err))
-        return err->code;
+    int rc = upload_packed(rd, &w->view, &layout, data, scale, err);
+    if (rc)
+        return rc;
     weight_matrix dev = packed_view(&w->view, &layout, data, scale);
     layer_device *ld = w->layer >= 0 ? &rd->layers[w->layer] : NULL;
     mlp_device *entry = ld ? &ld->host_table[w->expert >= 0 ? 1 + w->expert : 0] : NULL;
@@ -261,31 +349,20 @@ static int upload_vector(rank_device *rd, const weight_vector *v, float **out, k
     return 0;
 }
 
-static int rank_open(struct cuda_backend *be, int rank, kimi_err *err)
+static int rank_upload(struct cuda_backend *be, rank_device *rd, const device_rank_plan *plan, kimi_err *err)
 {
     const model_config *c = be->cfg;
     const model_weights *mw = be->mw;
-    rank_device *rd = &be->ranks[rank];
-    device_rank_plan plan;
-    if (device_rank_plan_make(mw, be->tp, rank, be->splits, &plan, err) ||
-        tp_shard_plan(mw, be->tp, rank, &rd->shard, err))
-        return err->code;
-    rd->heads = rd->shard.heads.end - rd->shard.heads.begin;
-    rd->layers = calloc((size_t)c->layers, sizeof *rd->layers);
-    if (!rd->layers)
-        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for %d layers", c->layers);
-    for (int i = 0; i < c->layers; i++) {
-        rd->layers[i].host_table = calloc((size_t)c->experts + 1, sizeof(mlp_device));
-        if (!rd->layers[i].host_table)
-            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the expert table of layer %d", i);
-        rd->layers[i].is_moe = mw->layers[i].is_moe;
-        rd->layers[i].has_shared = mw->layers[i].is_moe && c->shared_experts > 0;
-    }
-    rd->arena_bytes = plan.weight_bytes;
+    rd->arena_bytes = plan->weight_bytes;
     CUDA_TRY(cudaMalloc((void **)&rd->arena, rd->arena_bytes), "weights");
-    upload_ctx u = {be, rd, err};
-    if (device_weights_visit(mw, &rd->shard, upload_weight, &u))
-        return err->code;
+    for (int i = 0; i < 2; i++) {
+        CUDA_TRY(cudaHostAlloc((void **)&rd->staging[i], STAGING_BYTES, cudaHostAllocDefault), "pinned staging");
+        CUDA_TRY(cudaEventCreateWithFlags(&rd->staged[i], cudaEventDisableTiming), "event");
+    }
+    upload_ctx u = {rd, err};
+    int rc = device_weights_visit(mw, &rd->shard, upload_weight, &u);
+    if (rc)
+        return rc;
     for (int i = 0; i < c->layers; i++) {
         const layer_weights *lw = &mw->layers[i];
         layer_device *ld = &rd->layers[i];
@@ -299,30 +376,93 @@ static int rank_open(struct cuda_backend *be, int rank, kimi_err *err)
         size_t table_bytes = ((size_t)c->experts + 1) * sizeof(mlp_device);
         if (!(ld->table = arena_take(rd, table_bytes)))
             return kimi_fail(err, KIMI_ERR_NOMEM, "the device weight plan is short of an expert table");
-        CUDA_TRY(cudaMemcpyAsync(ld->table, ld->host_table, table_bytes, cudaMemcpyHostToDevice, be->stream),
+        CUDA_TRY(cudaMemcpyAsync(ld->table, ld->host_table, table_bytes, cudaMemcpyHostToDevice, rd->stream),
                  "expert table upload");
     }
     if (upload_vector(rd, &mw->final_norm, &rd->final_norm, err))
         return err->code;
+    /* the host tables and staging buffers are read by queued copies: wait before they change */
+    CUDA_TRY(cudaStreamSynchronize(rd->stream), "upload");
+    for (int i = 0; i < 2; i++) {
+        cudaEventDestroy(rd->staged[i]);
+        cudaFreeHost(rd->staging[i]);
+        rd->staged[i] = NULL;
+        rd->staging[i] = NULL;
+    }
+    return 0;
+}
+
+/* Everything of one rank, on its thread (its device current): the shard, then the cache,
+ * workspace and step state. */
+static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
+{
+    const model_config *c = be->cfg;
+    const model_weights *mw = be->mw;
+    device_rank_plan plan;
+    if (device_rank_plan_make(mw, be->tp, rd->rank, be->splits, &plan, err) ||
+        tp_shard_plan(mw, be->tp, rd->rank, &rd->shard, err))
+        return err->code;
+    rd->heads = rd->shard.heads.end - rd->shard.heads.begin;
+    rd->layers = calloc((size_t)c->layers, sizeof *rd->layers);
+    if (!rd->layers)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for %d layers", c->layers);
+    for (int i = 0; i < c->layers; i++) {
+        rd->layers[i].host_table = calloc((size_t)c->experts + 1, sizeof(mlp_device));
+        if (!rd->layers[i].host_table)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the expert table of layer %d", i);
+        rd->layers[i].is_moe = mw->layers[i].is_moe;
+        rd->layers[i].has_shared = mw->layers[i].is_moe && c->shared_experts > 0;
+    }
+    if (be->shared_stream)
+        rd->stream = be->shared_stream;
+    else
+        CUDA_TRY(cudaStreamCreateWithFlags(&rd->stream, cudaStreamNonBlocking), "stream");
+    int rc = rank_upload(be, rd, &plan, err);
+    if (rc)
+        return rc;
 
     size_t cache_elems = (size_t)c->layers * (size_t)be->capacity * be->cache_row;
     cudaError_t status = cudaMalloc((void **)&rd->cache, cache_elems * sizeof(uint16_t));
     if (status != cudaSuccess)
-        return kimi_fail(err, KIMI_ERR_NOMEM, "CUDA: a KV cache of %ld positions (%zu MiB) does not fit on the device "
-                         "for rank %d: %s", be->capacity, cache_elems * 2 >> 20, rank, cudaGetErrorString(status));
-    CUDA_TRY(cudaMemsetAsync(rd->cache, 0, cache_elems * sizeof(uint16_t), be->stream), "cache clear");
+        return kimi_fail(err, KIMI_ERR_NOMEM, "CUDA: a KV cache of %ld positions (%zu MiB) does not fit: %s",
+                         be->capacity, cache_elems * 2 >> 20, cudaGetErrorString(status));
+    CUDA_TRY(cudaMemsetAsync(rd->cache, 0, cache_elems * sizeof(uint16_t), rd->stream), "cache clear");
     device_workspace_plan(c, &rd->shard, be->splits, &rd->layout);
     CUDA_TRY(cudaMalloc((void **)&rd->ws, rd->layout.total * sizeof(float)), "workspace");
-    CUDA_TRY(cudaMemsetAsync(rd->ws, 0, rd->layout.total * sizeof(float), be->stream), "workspace clear");
+    CUDA_TRY(cudaMemsetAsync(rd->ws, 0, rd->layout.total * sizeof(float), rd->stream), "workspace clear");
     rd->gemv = (gemv_scratch){rd->ws + rd->layout.gemv_partials, (unsigned *)(rd->ws + rd->layout.gemv_counters),
                               device_max_gemv_rows(c, &rd->shard), be->sm_count};
-    /* the host tables and staging buffers are read by queued copies: wait before they change */
-    CUDA_TRY(cudaStreamSynchronize(be->stream), "upload");
+    CUDA_TRY(cudaMalloc((void **)&rd->pos, sizeof(int)), "position");
+    size_t pairs = (size_t)(c->qk_rope_dim / 2);
+    CUDA_TRY(cudaMalloc((void **)&rd->inv_freq, pairs * sizeof(double)), "rope table");
+    CUDA_TRY(cudaMemcpy(rd->inv_freq, be->rope.inv_freq, pairs * sizeof(double), cudaMemcpyHostToDevice),
+             "rope table");
+    if (rd->rank == 0)
+        CUDA_TRY(cudaMalloc((void **)&rd->logits, (size_t)DEVICE_MAX_TOKENS * (size_t)c->vocab * sizeof(float)),
+                 "logits");
+    if (be->prefill_gemm) {
+        int gemm_status = gemm_context_create(&rd->gemm);
+        if (gemm_status)
+            return cuda_fail(err, (cudaError_t)gemm_status, "cuBLASLt handle");
+    }
+    CUDA_TRY(cudaStreamSynchronize(rd->stream), "clearing the cache and workspace");
     return 0;
 }
 
+/* Frees what rank_open made (on the rank's thread). */
 static void rank_close(struct cuda_backend *be, rank_device *rd)
 {
+    if (rd->stream)
+        cudaStreamSynchronize(rd->stream);
+    for (int t = 0; t <= DEVICE_MAX_TOKENS; t++)
+        for (int i = 0; i < 2; i++)
+            if (rd->graph[t][i])
+                cudaGraphExecDestroy(rd->graph[t][i]);
+    for (int i = 0; i < 2; i++) {
+        if (rd->staged[i])
+            cudaEventDestroy(rd->staged[i]);
+        cudaFreeHost(rd->staging[i]);
+    }
     if (rd->layers)
         for (int i = 0; i < be->cfg->layers; i++)
             free(rd->layers[i].host_table);
@@ -330,147 +470,15 @@ static void rank_close(struct cuda_backend *be, rank_device *rd)
     cudaFree(rd->arena);
     cudaFree(rd->cache);
     cudaFree(rd->ws);
+    cudaFree(rd->pos);
+    cudaFree(rd->inv_freq);
+    cudaFree(rd->logits);
+    gemm_context_destroy(&rd->gemm);
+    if (rd->stream && rd->stream != be->shared_stream)
+        cudaStreamDestroy(rd->stream);
 }
 
-void cuda_backend_close(cuda_backend *be)
-{
-    if (!be)
-        return;
-    if (be->stream)
-        cudaStreamSynchronize(be->stream);
-    for (int t = 0; t <= DEVICE_MAX_TOKENS; t++)
-        for (int i = 0; i < 2; i++)
-            if (be->graph[t][i])
-                cudaGraphExecDestroy(be->graph[t][i]);
-    for (int i = 0; i < 2; i++) {
-        if (be->staged[i])
-            cudaEventDestroy(be->staged[i]);
-        cudaFreeHost(be->staging[i]);
-    }
-    for (int r = 0; r < be->tp; r++)
-        rank_close(be, &be->ranks[r]);
-    cudaFree(be->pos);
-    cudaFree(be->inv_freq);
-    cudaFree(be->logits);
-    cudaFreeHost(be->host_h);
-    cudaFreeHost(be->host_pos);
-    cudaFreeHost(be->host_logits);
-    cuda_comm_close(be->comm);
-    gemm_context_destroy(&be->gemm);
-    if (be->stream)
-        cudaStreamDestroy(be->stream);
-    free(be);
-}
-
-static int backend_setup(struct cuda_backend *be, const backend_options *opt, kimi_err *err)
-{
-    const model_config *c = be->cfg;
-    if (device_pick(&be->device, err) || sm_count_of(be->device, &be->sm_count, err))
-        return err->code;
-    be->splits = device_attention_splits(be->capacity, be->sm_count);
-    if (c->kv_lora_rank > 1024 || c->qk_rope_dim > 256 || c->qk_rope_dim % 2)
-        return kimi_fail(err, KIMI_ERR_MODEL, "config.json: kv_lora_rank %d / qk_rope_head_dim %d: the CUDA attention "
-                         "takes kv_lora_rank <= 1024 and an even rope dim <= 256", c->kv_lora_rank, c->qk_rope_dim);
-
-    /* Does the asked context fit next to every rank's weights and workspace? */
-    size_t free_bytes, total_bytes;
-    CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    device_rank_plan plans[MAX_RANKS];
-    if (plans_make(be->mw, be->tp, be->splits, plans, err))
-        return err->code;
-    long fit = device_max_context(plans, be->tp, free_bytes, DEVICE_RESERVE_BYTES);
-    if (be->capacity > fit)
-        return kimi_fail(err, KIMI_ERR_NOMEM,
-                         "max context %ld does not fit on the CUDA device: at most %ld positions (%.2f GiB free, tp %d "
-                         "ranks on one device, %zu B of cache per position per rank)",
-                         be->capacity, fit, (double)free_bytes / (1 << 30), be->tp, plans[0].cache_bytes_per_position);
-
-    CUDA_TRY(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking), "stream");
-    for (int i = 0; i < 2; i++) {
-        CUDA_TRY(cudaHostAlloc((void **)&be->staging[i], STAGING_BYTES, cudaHostAllocDefault), "pinned staging");
-        CUDA_TRY(cudaEventCreateWithFlags(&be->staged[i], cudaEventDisableTiming), "event");
-    }
-    CUDA_TRY(cudaMalloc((void **)&be->pos, sizeof(int)), "position");
-    size_t T = DEVICE_MAX_TOKENS;
-    CUDA_TRY(cudaMalloc((void **)&be->logits, T * (size_t)c->vocab * sizeof(float)), "logits");
-    CUDA_TRY(cudaHostAlloc((void **)&be->host_h, DEVICE_PREFILL_TOKENS * (size_t)c->hidden * sizeof(float),
-                           cudaHostAllocDefault),
-             "pinned");
-    CUDA_TRY(cudaHostAlloc((void **)&be->host_pos, sizeof(int), cudaHostAllocDefault), "pinned");
-    CUDA_TRY(cudaHostAlloc((void **)&be->host_logits, T * (size_t)c->vocab * sizeof(float), cudaHostAllocDefault),
-             "pinned");
-
-    rope_config rc = {c->qk_rope_dim, c->rope_theta, c->rope_yarn, c->rope_factor, c->rope_original_max,
-                      c->rope_beta_fast, c->rope_beta_slow, c->rope_mscale, c->rope_mscale_all_dim};
-    rope_table table;
-    if (rope_table_init(&table, &rc))
-        return kimi_fail(err, KIMI_ERR_MODEL, "config.json: qk_rope_head_dim %d must be even and at most %d",
-                         c->qk_rope_dim, ROPE_MAX_DIM);
-    be->cos_sin_scale = table.cos_sin_scale;
-    be->softmax_scale = rope_softmax_scale(&rc, c->qk_nope_dim + c->qk_rope_dim);
-    CUDA_TRY(cudaMalloc((void **)&be->inv_freq, (size_t)(c->qk_rope_dim / 2) * sizeof(double)), "rope table");
-    CUDA_TRY(cudaMemcpy(be->inv_freq, table.inv_freq, (size_t)(c->qk_rope_dim / 2) * sizeof(double),
-                        cudaMemcpyHostToDevice), "rope table");
-    be->routing = (moe_routing_config){c->experts, c->experts_per_token, c->n_group, c->topk_group, c->norm_topk_prob,
-                                       c->routed_scaling_factor};
-    if (cuda_comm_open_local(&be->comm, be->tp, err))
-        return err->code;
-    for (int r = 0; r < be->tp; r++)
-        if (rank_open(be, r, err))
-            return kimi_err_prefix(err, err->code, "rank %d of %d", r, be->tp);
-    const char *graphs = getenv("KIMI_CUDA_GRAPHS");
-    be->use_graphs = !(graphs && !strcmp(graphs, "0"));
-    const char *prefill = getenv("KIMI_CUDA_PREFILL");
-    if (prefill && strcmp(prefill, "gemm") && strcmp(prefill, "steps"))
-        return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_PREFILL=%s: must be gemm or steps", prefill);
-    be->prefill_gemm = !(prefill && !strcmp(prefill, "steps"));
-    const char *trace = getenv("KIMI_CUDA_PREFILL_TRACE");
-    be->prefill_trace = trace && !strcmp(trace, "1");
-    if (be->prefill_gemm) {
-        int status = gemm_context_create(&be->gemm);
-        if (status)
-            return cuda_fail(err, (cudaError_t)status, "cuBLASLt handle");
-    }
-    (void)opt;
-    return 0;
-}
-
-int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err)
-{
-    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
-    if (!err)
-        err = &local_err;
-    *out = NULL;
-    const model_config *c = &mw->cfg;
-    if (opt->tp < 1 || opt->tp > MAX_RANKS)
-        return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and %d", opt->tp, MAX_RANKS);
-    if (config_check_tp(c, opt->tp, err))
-        return kimi_err_prefix(err, err->code, "--tp %d", opt->tp);
-    if (opt->max_context < 1)
-        return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: the KV cache needs at least one position",
-                         opt->max_context);
-    struct cuda_backend *be = calloc(1, sizeof *be);
-    if (!be)
-        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the CUDA backend");
-    be->mw = mw;
-    be->cfg = c;
-    be->tp = opt->tp;
-    be->capacity = opt->max_context;
-    be->cache_row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
-    if (backend_setup(be, opt, err)) {
-        cuda_backend_close(be);
-        return err->code;
-    }
-    *out = be;
-    return 0;
-}
-
-long cuda_backend_capacity(const cuda_backend *be)
-{
-    return be->capacity;
-}
-
-/* ---- one decode step on every rank ---- */
+/* ---- one step of one rank ---- */
 
 #define STEP_TRY(call)                                                                                      \
     do {                                                                                                    \
@@ -511,7 +519,7 @@ static int project(struct cuda_backend *be, rank_device *rd, const weight_matrix
             a = tile;
         }
         for (int part = 0; part < 2; part++)
-            STEP_TRY(gemm_bf16_cuda(&be->gemm, tokens, rows, p.k, alpha, a, p.lda, part ? lo : hi, p.ldb,
+            STEP_TRY(gemm_bf16_cuda(&rd->gemm, tokens, rows, p.k, alpha, a, p.lda, part ? lo : hi, p.ldb,
                                     part ? 1.0f : 0.0f, y + first, p.ldc, ws(rd, l->gemm_scratch),
                                     DEVICE_GEMM_SCRATCH_BYTES, s));
     }
@@ -532,13 +540,13 @@ static int mlp_gemm(struct cuda_backend *be, rank_device *rd, const mlp_device *
         return 1;
     int inter = m->gate.rows;
     float *up = ws(rd, l->gemm_up);
-    *status = project(be, rd, &m->gate, x, (size_t)c->hidden, act, T, be->stream);
+    *status = project(be, rd, &m->gate, x, (size_t)c->hidden, act, T, rd->stream);
     if (!*status)
-        *status = project(be, rd, &m->up, x, (size_t)c->hidden, up, T, be->stream);
+        *status = project(be, rd, &m->up, x, (size_t)c->hidden, up, T, rd->stream);
     if (!*status)
-        *status = silu_gate_cuda(act, up, act, (size_t)T * (size_t)inter, be->stream);
+        *status = silu_gate_cuda(act, up, act, (size_t)T * (size_t)inter, rd->stream);
     if (!*status)
-        *status = project(be, rd, &m->down, act, (size_t)inter, y, T, be->stream);
+        *status = project(be, rd, &m->down, act, (size_t)inter, y, T, rd->stream);
     return 0;
 }
 
@@ -554,7 +562,7 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     const model_config *c = be->cfg;
     const layer_device *ld = &rd->layers[layer];
     const device_workspace *l = &rd->layout;
-    cudaStream_t s = be->stream;
+    cudaStream_t s = rd->stream;
     int q_width = c->qk_nope_dim + c->qk_rope_dim, kv_b_rows = c->qk_nope_dim + c->v_head_dim;
     size_t hidden = (size_t)c->hidden, heads = (size_t)rd->heads, kv_lora = (size_t)c->kv_lora_rank;
     float *x = ws(rd, l->x), *q_a = ws(rd, l->q_a), *q = ws(rd, l->q), *kv = ws(rd, l->kv);
@@ -563,18 +571,18 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     STEP_TRY(rmsnorm_cuda(q_a, q_a, ld->q_a_norm, T, c->q_lora_rank, c->rms_norm_eps, s));
     STEP_TRY(project(be, rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
     STEP_TRY(mla_kv_rope_cache_cuda(kv, c->kv_lora_rank, c->qk_rope_dim, ld->kv_a_norm, c->rms_norm_eps, q, rd->heads,
-                                    c->qk_nope_dim, be->inv_freq, be->cos_sin_scale, be->pos,
+                                    c->qk_nope_dim, rd->inv_freq, be->cos_sin_scale, rd->pos,
                                     layer_cache(be, rd, layer), T, s));
     STEP_TRY(mla_absorb_q_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, q, q_width, ws(rd, l->q_latent),
                                T, s));
     if (T == 1)
         STEP_TRY(mla_decode_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
-                                 be->softmax_scale, layer_cache(be, rd, layer), be->pos,
+                                 be->softmax_scale, layer_cache(be, rd, layer), rd->pos,
                                  device_attention_splits_for(be->splits, T), ws(rd, l->attn_partials),
                                  ws(rd, l->o_latent), T, s));
     else
         STEP_TRY(mla_prefill_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
-                                  be->softmax_scale, layer_cache(be, rd, layer), be->pos,
+                                  be->softmax_scale, layer_cache(be, rd, layer), rd->pos,
                                   device_prefill_attention_parts(be->splits, T, rd->heads), ws(rd, l->attn_partials),
                                   ws(rd, l->o_latent), T, s));
     /* W_UV per head: rows [nope, nope + v) of each head's kv_b rows */
@@ -599,7 +607,7 @@ static int experts_split_step(struct cuda_backend *be, rank_device *rd, const la
 {
     const model_config *c = be->cfg;
     const device_workspace *l = &rd->layout;
-    cudaStream_t s = be->stream;
+    cudaStream_t s = rd->stream;
     int experts = c->experts, k = c->experts_per_token, moe_inter = rd->shard.moe_inter.end - rd->shard.moe_inter.begin;
     size_t hidden = (size_t)c->hidden;
     int *host_offsets = malloc(((size_t)experts + 1) * sizeof *host_offsets);
@@ -640,8 +648,8 @@ static int experts_split_step(struct cuda_backend *be, rank_device *rd, const la
             status = mlp_down_grouped_cuda(table, offsets + runs[i].first, order, runs[i].count, ws(rd, l->act),
                                            c->hidden, moe_inter, ws(rd, l->routed_y), s);
     }
-    be->traced_gemm_experts += plan.n_gemm;
-    be->traced_gemm_slots += plan.gemm_slots;
+    atomic_fetch_add(&be->traced_gemm_experts, plan.n_gemm);
+    atomic_fetch_add(&be->traced_gemm_slots, plan.gemm_slots);
     free(host_offsets);
     free(gemm);
     free(runs);
@@ -654,7 +662,7 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
     const model_config *c = be->cfg;
     const layer_device *ld = &rd->layers[layer];
     const device_workspace *l = &rd->layout;
-    cudaStream_t s = be->stream;
+    cudaStream_t s = rd->stream;
     float *x = ws(rd, l->x);
     int status = 0;
     if (!ld->is_moe) {
@@ -701,103 +709,467 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
                             ws(rd, l->partial), T, s);
 }
 
-/* Every rank's partial summed (local communicator), then added to every rank's h, and x =
- * rmsnorm(h, the next norm) in the same launch (norm NULL: the add alone). norm_of(rank) picks
- * the rank's copy of the next norm's weights. */
-typedef float *(*norm_of_rank)(struct cuda_backend *be, int rank, int layer);
-
-static float *post_attention_norm(struct cuda_backend *be, int rank, int layer)
+/* A launcher's failure as the rank's error. */
+static int launch_fail(rank_device *rd, int status, const char *what)
 {
-    return be->ranks[rank].layers[layer].post_norm;
+    return cuda_fail(&rd->err, (cudaError_t)status, what);
 }
 
-static float *next_input_norm(struct cuda_backend *be, int rank, int layer)
-{
-    return layer + 1 < be->cfg->layers ? be->ranks[rank].layers[layer + 1].input_norm : NULL;
-}
+#define LAUNCH_TRY(call, what)                                                                              \
+    do {                                                                                                    \
+        int status_ = (call);                                                                               \
+        if (status_)                                                                                        \
+            return launch_fail(rd, status_, (what));                                                        \
+    } while (0)
 
-static float *final_norm(struct cuda_backend *be, int rank, int layer)
-{
-    (void)layer;
-    return be->ranks[rank].final_norm;
-}
-
-static int reduce_into_h(struct cuda_backend *be, int T, norm_of_rank norm, int layer)
+/* Every rank's partial summed (the communicator), added to this rank's h, and x = rmsnorm(h,
+ * norm) in the same launch (norm NULL: the add alone). */
+static int reduce_into_h(struct cuda_backend *be, rank_device *rd, int T, const float *norm)
 {
     const model_config *c = be->cfg;
     size_t n = (size_t)T * (size_t)c->hidden;
-    for (int r = 0; r < be->tp; r++)
-        STEP_TRY(cuda_comm_allreduce_sum(be->comm, r, ws(&be->ranks[r], be->ranks[r].layout.partial), n, be->stream));
-    for (int r = 0; r < be->tp; r++) {
-        rank_device *rd = &be->ranks[r];
-        float *weight = norm ? norm(be, r, layer) : NULL, *h = ws(rd, rd->layout.h);
-        const float *partial = ws(rd, rd->layout.partial);
-        STEP_TRY(weight ? residual_rmsnorm_cuda(h, partial, ws(rd, rd->layout.x), weight, T, c->hidden, c->rms_norm_eps,
-                                                be->stream)
-                        : add_cuda(h, partial, n, be->stream));
-    }
+    float *h = ws(rd, rd->layout.h), *partial = ws(rd, rd->layout.partial);
+    if (cuda_comm_allreduce_sum(be->comm, rd->rank, partial, n, rd->stream, &rd->err))
+        return rd->err.code;
+    LAUNCH_TRY(norm ? residual_rmsnorm_cuda(h, partial, ws(rd, rd->layout.x), norm, T, c->hidden, c->rms_norm_eps,
+                                            rd->stream)
+                    : add_cuda(h, partial, n, rd->stream),
+               "residual add");
     return 0;
 }
 
-static int step_enqueue(struct cuda_backend *be, int T, int with_logits)
+/* Every layer of one rank for the step's T tokens (h and pos already on the device), two
+ * all-reduces per layer, then (with_logits) its lm_head rows gathered into rank 0's logits.
+ * Returns 0 or a KIMI_ERR_* with rd->err filled. */
+static int rank_step_enqueue(struct cuda_backend *be, rank_device *rd, int T, int with_logits)
 {
     const model_config *c = be->cfg;
-    for (int r = 0; r < be->tp; r++) {
-        rank_device *rd = &be->ranks[r];
-        STEP_TRY(rmsnorm_cuda(ws(rd, rd->layout.x), ws(rd, rd->layout.h), rd->layers[0].input_norm, T, c->hidden,
-                              c->rms_norm_eps, be->stream));
-    }
+    const device_workspace *l = &rd->layout;
+    LAUNCH_TRY(rmsnorm_cuda(ws(rd, l->x), ws(rd, l->h), rd->layers[0].input_norm, T, c->hidden, c->rms_norm_eps,
+                            rd->stream),
+               "input norm");
     for (int layer = 0; layer < c->layers; layer++) {
-        for (int r = 0; r < be->tp; r++)
-            STEP_TRY(attention_step(be, &be->ranks[r], layer, T));
-        STEP_TRY(reduce_into_h(be, T, post_attention_norm, layer));
-        for (int r = 0; r < be->tp; r++)
-            STEP_TRY(mlp_step(be, &be->ranks[r], layer, T));
+        LAUNCH_TRY(attention_step(be, rd, layer, T), "attention");
+        if (reduce_into_h(be, rd, T, rd->layers[layer].post_norm))
+            return rd->err.code;
+        LAUNCH_TRY(mlp_step(be, rd, layer, T), "MLP");
         int last = layer + 1 == c->layers;
-        STEP_TRY(reduce_into_h(be, T, last ? (with_logits ? final_norm : NULL) : next_input_norm, layer));
+        const float *next = last ? (with_logits ? rd->final_norm : NULL) : rd->layers[layer + 1].input_norm;
+        if (reduce_into_h(be, rd, T, next))
+            return rd->err.code;
     }
     if (!with_logits)
         return 0;
-    for (int r = 0; r < be->tp; r++) {
-        rank_device *rd = &be->ranks[r];
-        const device_workspace *l = &rd->layout;
-        int part = rd->shard.vocab.end - rd->shard.vocab.begin;
-        /* x = rmsnorm(h, final norm), from the last residual add */
-        STEP_TRY(project(be, rd, &rd->lm_head, ws(rd, l->x), (size_t)c->hidden, ws(rd, l->logits_part), T,
-                         be->stream));
-        STEP_TRY(cuda_comm_gather(be->comm, r, ws(rd, l->logits_part), T, (size_t)part, be->logits, (size_t)c->vocab,
-                                  (size_t)rd->shard.vocab.begin, be->stream));
+    /* x = rmsnorm(h, final norm), from the last residual add */
+    LAUNCH_TRY(project(be, rd, &rd->lm_head, ws(rd, l->x), (size_t)c->hidden, ws(rd, l->logits_part), T, rd->stream),
+               "lm_head");
+    return cuda_comm_gather(be->comm, rd->rank, ws(rd, l->logits_part), T, be->col_begin, be->ranks[0].logits,
+                            rd->stream, &rd->err);
+}
+
+/* Captures this rank's step as a graph of its shape (NCCL: every rank its own, on its own
+ * stream; the collectives are captured with it). */
+static int rank_graph_capture(struct cuda_backend *be, rank_device *rd, int T, int with_logits)
+{
+    kimi_err *err = &rd->err;
+    cudaGraph_t graph;
+    CUDA_TRY(cudaStreamBeginCapture(rd->stream, cudaStreamCaptureModeRelaxed), "graph capture");
+    int status = rank_step_enqueue(be, rd, T, with_logits);
+    cudaError_t end = cudaStreamEndCapture(rd->stream, &graph);
+    if (status)
+        return status;
+    if (end != cudaSuccess)
+        return cuda_fail(err, end, "graph capture");
+    cudaError_t inst = cudaGraphInstantiate(&rd->graph[T][with_logits], graph, 0);
+    cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) {
+        rd->graph[T][with_logits] = NULL;
+        return cuda_fail(err, inst, "graph instantiate");
     }
     return 0;
 }
 
-/* Runs the step, as the captured graph of its kind (captured at first use) or as launches. */
-static int step_run(struct cuda_backend *be, int T, int with_logits, kimi_err *err)
+/* The step's inputs on this rank's device: its position and embedding rows. */
+static int rank_inputs(struct cuda_backend *be, rank_device *rd, int T)
 {
-    /* GEMM steps are launched: cuBLASLt picks its kernels per shape, outside any capture */
-    if (!be->use_graphs || (be->prefill_gemm && T >= DEVICE_GEMM_MIN_TOKENS)) {
-        int status = step_enqueue(be, T, with_logits);
-        return status ? cuda_fail(err, (cudaError_t)status, "decode step") : 0;
+    kimi_err *err = &rd->err;
+    CUDA_TRY(cudaMemcpyAsync(rd->pos, be->host_pos, sizeof(int), cudaMemcpyHostToDevice, rd->stream), "position");
+    CUDA_TRY(cudaMemcpyAsync(ws(rd, rd->layout.h), be->host_h, (size_t)T * (size_t)be->cfg->hidden * sizeof(float),
+                             cudaMemcpyHostToDevice, rd->stream),
+             "embedding");
+    return 0;
+}
+
+/* This rank cannot finish its step: the others must not wait for it in a collective, and the
+ * first to give up is the one whose error the caller hears. */
+static void rank_gives_up(struct cuda_backend *be, rank_device *rd)
+{
+    int none = -1;
+    atomic_compare_exchange_strong(&be->first_failed, &none, rd->rank);
+    atomic_store(&be->enqueue_failed, 1);
+    cuda_comm_fail(be->comm);
+}
+
+/* The local ranks' step: every rank enqueues into the one shared stream, from its own thread.
+ * Why the result is bit for bit the single-threaded one: each kernel's output depends only on
+ * its inputs (no kernel reads another rank's buffers except the all-reduce and the gather),
+ * and the stream runs kernels one after another in the order they were enqueued. A rank's own
+ * launches keep their order (one thread). An all-reduce is a meeting (cuda_comm.h): rank 0
+ * enqueues the sum only once every rank has returned from enqueuing the kernels that write its
+ * partial, and no rank enqueues anything after the all-reduce before that launch; so the
+ * stream runs the sum after every partial and before every use of the sum, and the sum adds
+ * the ranks in rank order, as before. The gather meets after every rank's copy, so rank 0's
+ * logits copy to the host follows all of them. How the ranks' launches interleave between two
+ * meetings changes only when each kernel runs, never what it computes.
+ * Graphs: rank 0 begins a capture of the shared stream (relaxed mode: other threads launch
+ * into it), the ranks meet, each enqueues its step as above (the launches of every thread
+ * land in the capture, in stream order), they meet again, and rank 0 ends the capture; the
+ * graph is a chain in that same order, and rank 0 alone launches it from then on. */
+static int local_step(struct cuda_backend *be, rank_device *rd, int T, int with_logits, int graphs, int status)
+{
+    kimi_err *err = &rd->err;
+    int rank = rd->rank;
+    cudaGraphExec_t *exec = &be->ranks[0].graph[T][with_logits];
+    int capture = graphs && !*exec;     /* read before the meeting after which rank 0 may write it */
+    if (status)
+        rank_gives_up(be, rd);
+    spin_barrier_wait(&be->ranks_meet);     /* every rank's inputs are enqueued (or it gave up) */
+    if (!graphs) {
+        if (!status && (status = rank_step_enqueue(be, rd, T, with_logits)))
+            rank_gives_up(be, rd);
+        return status;
     }
-    cudaGraphExec_t *exec = &be->graph[T][with_logits];
-    if (!*exec) {
-        cudaGraph_t graph;
-        CUDA_TRY(cudaStreamBeginCapture(be->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
-        int status = step_enqueue(be, T, with_logits);
-        cudaError_t end = cudaStreamEndCapture(be->stream, &graph);
+    if (capture) {
+        if (rank == 0)
+            be->capture_status = atomic_load(&be->enqueue_failed)
+                                     ? -1 : (int)cudaStreamBeginCapture(rd->stream, cudaStreamCaptureModeRelaxed);
+        spin_barrier_wait(&be->ranks_meet);     /* the capture has begun */
+        if (!status && !be->capture_status && (status = rank_step_enqueue(be, rd, T, with_logits)))
+            rank_gives_up(be, rd);
+        spin_barrier_wait(&be->ranks_meet);     /* every rank's step is in the capture */
+        if (rank > 0)
+            return status;
+        if (be->capture_status)     /* nothing was captured */
+            return status || be->capture_status < 0 ? status
+                                                    : cuda_fail(err, (cudaError_t)be->capture_status, "graph capture");
+        cudaGraph_t graph = NULL;
+        cudaError_t end = cudaStreamEndCapture(rd->stream, &graph);
+        if (!status && !atomic_load(&be->enqueue_failed)) {
+            cudaError_t inst = end != cudaSuccess ? end : cudaGraphInstantiate(exec, graph, 0);
+            if (inst != cudaSuccess) {
+                *exec = NULL;
+                status = cuda_fail(err, inst, end != cudaSuccess ? "graph capture" : "graph instantiate");
+            }
+        }
+        if (graph)
+            cudaGraphDestroy(graph);
+        if (status || atomic_load(&be->enqueue_failed))
+            return status;
+    } else if (rank > 0 || atomic_load(&be->enqueue_failed)) {
+        return status;
+    }
+    cudaError_t launched = cudaGraphLaunch(*exec, rd->stream);
+    return launched == cudaSuccess ? 0 : cuda_fail(err, launched, "graph launch");
+}
+
+/* JOB_STEP on one rank: inputs, the step (graph or launches), rank 0's logits to the host,
+ * then wait for the device. */
+static int rank_step(struct cuda_backend *be, rank_device *rd)
+{
+    kimi_err *err = &rd->err;
+    int T = be->step_tokens, with_logits = be->step_logits;
+    /* GEMM steps are launched: cuBLASLt picks its kernels per shape, outside any capture */
+    int graphs = be->use_graphs && !(be->prefill_gemm && T >= DEVICE_GEMM_MIN_TOKENS);
+    int status = rank_inputs(be, rd, T);
+    if (!cuda_comm_is_nccl(be->comm)) {
+        status = local_step(be, rd, T, with_logits, graphs, status);
+    } else {
+        if (!status && graphs && !rd->graph[T][with_logits])
+            status = rank_graph_capture(be, rd, T, with_logits);
+        else if (!status && !graphs)
+            status = rank_step_enqueue(be, rd, T, with_logits);
+        if (!status && graphs) {
+            cudaError_t launched = cudaGraphLaunch(rd->graph[T][with_logits], rd->stream);
+            if (launched != cudaSuccess)
+                status = cuda_fail(err, launched, "graph launch");
+        }
         if (status)
-            return cuda_fail(err, (cudaError_t)status, "decode step (capture)");
-        if (end != cudaSuccess)
-            return cuda_fail(err, end, "graph capture");
-        cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
-        cudaGraphDestroy(graph);
-        if (inst != cudaSuccess) {
-            *exec = NULL;
-            return cuda_fail(err, inst, "graph instantiate");
+            rank_gives_up(be, rd);
+    }
+    if (!status && rd->rank == 0 && with_logits) {
+        cudaError_t copied = cudaMemcpyAsync(be->host_logits, rd->logits,
+                                             (size_t)T * (size_t)be->cfg->vocab * sizeof(float),
+                                             cudaMemcpyDeviceToHost, rd->stream);
+        if (copied != cudaSuccess) {
+            status = cuda_fail(err, copied, "logits");
+            rank_gives_up(be, rd);
         }
     }
-    CUDA_TRY(cudaGraphLaunch(*exec, be->stream), "graph launch");
+    /* Every rank has enqueued its step or given up. A rank that gave up leaves the others'
+     * NCCL collectives waiting on their devices: abort them before anyone waits. */
+    spin_barrier_wait(&be->ranks_meet);
+    if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->enqueue_failed)) {
+        if (rd->rank == 0) {
+            cuda_comm_recover(be->comm, NULL);
+            be->broken = 1;
+        }
+        spin_barrier_wait(&be->ranks_meet);
+    }
+    cudaError_t done = cudaStreamSynchronize(rd->stream);
+    if (!status && done != cudaSuccess)
+        status = cuda_fail(err, done, "step");
+    return status;
+}
+
+/* ---- the rank threads ---- */
+
+static void *rank_main(void *arg)
+{
+    rank_device *rd = arg;
+    struct cuda_backend *be = rd->be;
+    cudaError_t on_device = cudaSetDevice(rd->device);
+    for (;;) {
+        spin_barrier_wait(&be->job_start);
+        if (be->job == JOB_QUIT)
+            break;
+        rd->err = (kimi_err){0};
+        if (be->job == JOB_OPEN) {
+            rd->status = on_device != cudaSuccess ? cuda_fail(&rd->err, on_device, "cudaSetDevice")
+                                                  : rank_open(be, rd, &rd->err);
+            if (rd->status)
+                atomic_store(&be->stop_load, 1);    /* the other ranks need not go on */
+            atomic_fetch_add(&be->ranks_loaded, 1);
+        } else {
+            rd->status = rank_step(be, rd);
+        }
+        spin_barrier_wait(&be->job_done);
+    }
+    if (on_device == cudaSuccess)
+        rank_close(be, rd);
+    return NULL;
+}
+
+/* Run a job on every rank thread and wait for all of them. */
+static void run_job(struct cuda_backend *be, rank_job job)
+{
+    be->job = job;
+    spin_barrier_wait(&be->job_start);
+    spin_barrier_wait(&be->job_done);
+}
+
+static size_t uploaded_bytes(struct cuda_backend *be)
+{
+    size_t sum = 0;
+    for (int r = 0; r < be->tp; r++)
+        sum += atomic_load(&be->ranks[r].uploaded);
+    return sum;
+}
+
+/* JOB_OPEN: every rank loads in parallel while this thread reports progress (on_load, about
+ * ten times a second and once at the end) and stops the ranks when on_load says so. Returns
+ * 0, BACKEND_STOPPED or the first failed rank's error. */
+static int open_ranks(struct cuda_backend *be, const backend_options *opt, size_t bytes_total, kimi_err *err)
+{
+    int stopped = 0;
+    be->job = JOB_OPEN;
+    spin_barrier_wait(&be->job_start);
+    double last = now_seconds();
+    while (atomic_load(&be->ranks_loaded) < be->tp) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        double now = now_seconds();
+        if (opt->on_load && !stopped && now - last >= LOAD_REPORT_SECONDS) {
+            last = now;
+            if (opt->on_load(opt->on_load_user, uploaded_bytes(be), bytes_total)) {
+                stopped = 1;
+                atomic_store(&be->stop_load, 1);
+            }
+        }
+    }
+    spin_barrier_wait(&be->job_done);
+    for (int r = 0; r < be->tp; r++) {
+        rank_device *rd = &be->ranks[r];
+        if (rd->status && rd->status != BACKEND_STOPPED) {
+            if (err)
+                *err = rd->err;
+            return kimi_err_prefix(err, rd->status, "rank %d of %d (device %d)", r, be->tp, rd->device);
+        }
+    }
+    if (!stopped && opt->on_load && opt->on_load(opt->on_load_user, uploaded_bytes(be), bytes_total))
+        stopped = 1;
+    return stopped ? BACKEND_STOPPED : 0;
+}
+
+/* Stop and join the rank threads (each frees its rank), free everything. */
+static void backend_free(struct cuda_backend *be)
+{
+    if (be->barriers) {
+        be->job = JOB_QUIT;
+        if (be->threads > 0)
+            spin_barrier_wait(&be->job_start);
+        for (int r = 0; r < be->threads; r++)
+            pthread_join(be->ranks[r].thread, NULL);
+        spin_barrier_destroy(&be->job_start);
+        spin_barrier_destroy(&be->job_done);
+        spin_barrier_destroy(&be->ranks_meet);
+    }
+    cuda_comm_close(be->comm);
+    if (be->shared_stream) {
+        cudaSetDevice(be->devices.device[0]);
+        cudaStreamDestroy(be->shared_stream);
+    }
+    cudaFreeHost(be->host_h);
+    cudaFreeHost(be->host_pos);
+    cudaFreeHost(be->host_logits);
+    free(be);
+}
+
+void cuda_backend_close(cuda_backend *be)
+{
+    if (be)
+        backend_free(be);
+}
+
+/* Everything but the ranks: devices, the memory check, host buffers, the communicator. */
+static int backend_setup(struct cuda_backend *be, const backend_options *opt, size_t *bytes_total, kimi_err *err)
+{
+    const model_config *c = be->cfg;
+    if (c->kv_lora_rank > 1024 || c->qk_rope_dim > 256 || c->qk_rope_dim % 2)
+        return kimi_fail(err, KIMI_ERR_MODEL, "config.json: kv_lora_rank %d / qk_rope_head_dim %d: the CUDA attention "
+                         "takes kv_lora_rank <= 1024 and an even rope dim <= 256", c->kv_lora_rank, c->qk_rope_dim);
+    device_survey s;
+    if (devices_survey(opt, &s, err))
+        return err->code;
+    be->devices = s.a;
+    be->sm_count = s.sm_count;
+    be->splits = device_attention_splits(be->capacity, be->sm_count);
+
+    /* Does the asked context fit next to every rank's weights and workspace? */
+    device_rank_plan plans[MAX_RANKS];
+    if (plans_make(be->mw, be->tp, be->splits, plans, err))
+        return err->code;
+    device_memory_plan plan;
+    device_memory_plan_make(plans, &be->devices, s.free_bytes, DEVICE_RESERVE_BYTES, &plan);
+    if (be->capacity > plan.max_context)
+        return kimi_fail(err, KIMI_ERR_NOMEM,
+                         "max context %ld does not fit on CUDA device %d: at most %ld positions (%.2f GiB free, %d "
+                         "rank%s on it, %zu B of cache per position per rank)",
+                         be->capacity, plan.tightest, plan.max_context, (double)plan.free_bytes / (1 << 30),
+                         plan.ranks_on_tightest, plan.ranks_on_tightest > 1 ? "s" : "", plans[0].cache_bytes_per_position);
+    *bytes_total = 0;
+    for (int r = 0; r < be->tp; r++)
+        *bytes_total += plans[r].packed_bytes;
+
+    const char *graphs = getenv("KIMI_CUDA_GRAPHS");
+    be->use_graphs = !(graphs && !strcmp(graphs, "0"));
+    const char *prefill = getenv("KIMI_CUDA_PREFILL");
+    if (prefill && strcmp(prefill, "gemm") && strcmp(prefill, "steps"))
+        return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_PREFILL=%s: must be gemm or steps", prefill);
+    be->prefill_gemm = !(prefill && !strcmp(prefill, "steps"));
+    const char *trace = getenv("KIMI_CUDA_PREFILL_TRACE");
+    be->prefill_trace = trace && !strcmp(trace, "1");
+
+    rope_config rc = {c->qk_rope_dim, c->rope_theta, c->rope_yarn, c->rope_factor, c->rope_original_max,
+                      c->rope_beta_fast, c->rope_beta_slow, c->rope_mscale, c->rope_mscale_all_dim};
+    if (rope_table_init(&be->rope, &rc))
+        return kimi_fail(err, KIMI_ERR_MODEL, "config.json: qk_rope_head_dim %d must be even and at most %d",
+                         c->qk_rope_dim, ROPE_MAX_DIM);
+    be->cos_sin_scale = be->rope.cos_sin_scale;
+    be->softmax_scale = rope_softmax_scale(&rc, c->qk_nope_dim + c->qk_rope_dim);
+    be->routing = (moe_routing_config){c->experts, c->experts_per_token, c->n_group, c->topk_group, c->norm_topk_prob,
+                                       c->routed_scaling_factor};
+    be->col_begin[0] = 0;
+    for (int r = 0; r < be->tp; r++) {
+        tp_shard shard;
+        if (tp_shard_plan(be->mw, be->tp, r, &shard, err))
+            return err->code;
+        be->col_begin[r + 1] = (size_t)shard.vocab.end;
+    }
+
+    /* pinned host buffers every device's copies read or write */
+    size_t T = DEVICE_MAX_TOKENS;
+    CUDA_TRY(cudaHostAlloc((void **)&be->host_h, DEVICE_PREFILL_TOKENS * (size_t)c->hidden * sizeof(float),
+                           cudaHostAllocPortable),
+             "pinned");
+    CUDA_TRY(cudaHostAlloc((void **)&be->host_pos, sizeof(int), cudaHostAllocPortable), "pinned");
+    CUDA_TRY(cudaHostAlloc((void **)&be->host_logits, T * (size_t)c->vocab * sizeof(float), cudaHostAllocPortable),
+             "pinned");
+    if (be->devices.comm == DEVICE_COMM_NCCL) {
+        if (cuda_comm_open_nccl(&be->comm, be->tp, be->devices.device, err))
+            return err->code;
+    } else {
+        if (cuda_comm_open_local(&be->comm, be->tp, err))
+            return err->code;
+        CUDA_TRY(cudaSetDevice(be->devices.device[0]), "cudaSetDevice");
+        CUDA_TRY(cudaStreamCreateWithFlags(&be->shared_stream, cudaStreamNonBlocking), "stream");
+    }
     return 0;
+}
+
+/* Start the rank threads (they wait for their first job). */
+static int threads_start(struct cuda_backend *be, kimi_err *err)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* spinning only pays when every rank thread and the caller have a core */
+    int spin = cores > be->tp;
+    spin_barrier_init(&be->job_start, be->tp + 1, spin);
+    spin_barrier_init(&be->job_done, be->tp + 1, spin);
+    spin_barrier_init(&be->ranks_meet, be->tp, spin);
+    be->barriers = 1;
+    for (int r = 0; r < be->tp; r++) {
+        rank_device *rd = &be->ranks[r];
+        rd->be = be;
+        rd->rank = r;
+        rd->device = be->devices.device[r];
+        if (pthread_create(&rd->thread, NULL, rank_main, rd)) {
+            /* the started ones wait for tp + 1 at job_start: only they and this thread come */
+            spin_barrier_resize(&be->job_start, r + 1);
+            return kimi_fail(err, KIMI_ERR_NOMEM, "cannot start the thread of rank %d", r);
+        }
+        be->threads = r + 1;
+    }
+    return 0;
+}
+
+int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+    *out = NULL;
+    const model_config *c = &mw->cfg;
+    if (opt->tp < 1 || opt->tp > MAX_RANKS)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and %d", opt->tp, MAX_RANKS);
+    if (config_check_tp(c, opt->tp, err))
+        return kimi_err_prefix(err, err->code, "--tp %d", opt->tp);
+    if (opt->max_context < 1)
+        return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: the KV cache needs at least one position",
+                         opt->max_context);
+    struct cuda_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the CUDA backend");
+    be->mw = mw;
+    be->cfg = c;
+    be->tp = opt->tp;
+    be->capacity = opt->max_context;
+    be->cache_row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
+    size_t bytes_total = 0;
+    int rc = backend_setup(be, opt, &bytes_total, err);
+    if (!rc)
+        rc = threads_start(be, err);
+    if (!rc)
+        rc = open_ranks(be, opt, bytes_total, err);
+    if (rc) {
+        backend_free(be);
+        return rc;
+    }
+    *out = be;
+    return 0;
+}
+
+long cuda_backend_capacity(const cuda_backend *be)
+{
+    return be->capacity;
 }
 
 int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long start_pos, const int *logit_rows,
@@ -807,7 +1179,10 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
     if (!err)
         err = &local_err;
     const model_config *c = be->cfg;
-    CUDA_TRY(cudaSetDevice(be->device), "cudaSetDevice");
+    if (be->broken)
+        return kimi_fail(err, KIMI_ERR_STATE, "CUDA: an earlier step failed and aborted the NCCL communicators of "
+                         "devices %d..%d; the backend must be reopened", be->devices.device[0],
+                         be->devices.device[be->tp - 1]);
     size_t vocab = (size_t)c->vocab, hidden = (size_t)c->hidden;
     for (int first = 0, T; first < n; first += T) {
         T = device_step_tokens(first, n, logit_rows, n_logit_rows, be->prefill_gemm);
@@ -817,32 +1192,43 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
         for (int t = 0; t < T; t++)
             weight_matrix_decode_row(&be->mw->embed.w, tokens[first + t], be->host_h + (size_t)t * hidden);
         *be->host_pos = (int)(start_pos + first);
-        CUDA_TRY(cudaMemcpyAsync(be->pos, be->host_pos, sizeof(int), cudaMemcpyHostToDevice, be->stream), "position");
-        for (int r = 0; r < be->tp; r++)
-            CUDA_TRY(cudaMemcpyAsync(ws(&be->ranks[r], be->ranks[r].layout.h), be->host_h,
-                                     (size_t)T * hidden * sizeof(float), cudaMemcpyHostToDevice, be->stream),
-                     "embedding");
-        be->traced_gemm_experts = be->traced_gemm_slots = 0;
-        if (step_run(be, T, wanted > 0, err))
-            return err->code;
-        if (wanted)
-            CUDA_TRY(cudaMemcpyAsync(be->host_logits, be->logits, (size_t)T * vocab * sizeof(float),
-                                     cudaMemcpyDeviceToHost, be->stream),
-                     "logits");
-        /* host_h and host_pos are read by the queued copies */
-        CUDA_TRY(cudaStreamSynchronize(be->stream), "forward step");
+        be->step_tokens = T;
+        be->step_logits = wanted > 0;
+        atomic_store(&be->enqueue_failed, 0);
+        atomic_store(&be->first_failed, -1);
+        atomic_store(&be->traced_gemm_experts, 0);
+        atomic_store(&be->traced_gemm_slots, 0);
+        run_job(be, JOB_STEP);
+        int failed = atomic_load(&be->first_failed);
+        for (int r = 0; r < be->tp && failed < 0; r++)
+            failed = be->ranks[r].status ? r : -1;
+        if (failed >= 0) {
+            rank_device *rd = &be->ranks[failed];
+            /* the local communicator is whole again once every rank is out of the step */
+            if (!cuda_comm_is_nccl(be->comm))
+                cuda_comm_recover(be->comm, NULL);
+            *err = rd->err;
+            return kimi_err_prefix(err, rd->status, "rank %d of %d (device %d)", failed, be->tp, rd->device);
+        }
         if (be->prefill_trace && T > 1) {
             long routed = 0;    /* slots of the step: tokens x top_k, every MoE layer and rank */
             for (int layer = 0; layer < c->layers; layer++)
                 routed += be->ranks[0].layers[layer].is_moe ? (long)T * c->experts_per_token * be->tp : 0;
             fprintf(stderr, "KIMI_CUDA_PREFILL_TRACE: step of %d tokens at position %ld%s: %ld expert GEMMs over %ld "
                     "of its %ld routed slots\n", T, start_pos + first, wanted ? " with logits" : "",
-                    be->traced_gemm_experts, be->traced_gemm_slots, routed);
+                    atomic_load(&be->traced_gemm_experts), atomic_load(&be->traced_gemm_slots), routed);
         }
-        for (int j = 0; j < n_logit_rows; j++)
-            if (logit_rows[j] >= first && logit_rows[j] < first + T)
-                memcpy(logits + (size_t)j * vocab, be->host_logits + (size_t)(logit_rows[j] - first) * vocab,
-                       vocab * sizeof(float));
+        /* rank r's logits of token t: T * col_begin[r] + t * (its columns) */
+        for (int j = 0; j < n_logit_rows; j++) {
+            int t = logit_rows[j] - first;
+            if (t < 0 || t >= T)
+                continue;
+            for (int r = 0; r < be->tp; r++) {
+                size_t cols = be->col_begin[r + 1] - be->col_begin[r];
+                memcpy(logits + (size_t)j * vocab + be->col_begin[r],
+                       be->host_logits + (size_t)T * be->col_begin[r] + (size_t)t * cols, cols * sizeof(float));
+            }
+        }
     }
     return 0;
 }
@@ -853,9 +1239,9 @@ int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *
     if (!err)
         err = &local_err;
     const model_config *c = be->cfg;
-    CUDA_TRY(cudaSetDevice(be->device), "cudaSetDevice");
     if (n_pos < 0 || n_pos > be->capacity)
         return kimi_fail(err, KIMI_ERR_STATE, "read_kv: %ld positions, the cache holds %ld", n_pos, be->capacity);
+    CUDA_TRY(cudaSetDevice(be->ranks[0].device), "cudaSetDevice");
     for (int layer = 0; layer < c->layers; layer++)
         CUDA_TRY(cudaMemcpy(out + (size_t)layer * (size_t)n_pos * be->cache_row, layer_cache(be, &be->ranks[0], layer),
                             (size_t)n_pos * be->cache_row * sizeof(uint16_t), cudaMemcpyDeviceToHost),

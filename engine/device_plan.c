@@ -3,6 +3,8 @@
  * (weight_rows / weight_cols of the tp_shard ranges). */
 #include "engine/device_plan.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static size_t round_up(size_t value, size_t to)
@@ -50,6 +52,20 @@ void packed_rows_write(const weight_matrix *view, const packed_layout *layout, i
             memcpy(sdst, view->scale + (size_t)r * view->scale_stride, scales);
             memset(sdst + scales, 0, layout->scale_pitch - scales);
         }
+    }
+}
+
+void packed_rows_source(const weight_matrix *view, int row_begin, int row_end, byte_span spans[2])
+{
+    memset(spans, 0, 2 * sizeof *spans);
+    if (row_end <= row_begin)
+        return;
+    size_t last = (size_t)(row_end - 1);
+    spans[0].begin = view->data + (size_t)row_begin * view->data_stride;
+    spans[0].end = view->data + last * view->data_stride + row_bytes(view);
+    if (view->format == WEIGHT_NVFP4) {
+        spans[1].begin = view->scale + (size_t)row_begin * view->scale_stride;
+        spans[1].end = view->scale + last * view->scale_stride + (size_t)view->cols / 16;
     }
 }
 
@@ -338,6 +354,7 @@ int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_sp
     /* each vector and table starts aligned: one DEVICE_ALIGN of slack apiece (5 vectors and a
      * table per layer, the final norm) */
     size_t slack = ((size_t)c->layers * 6 + 1) * DEVICE_ALIGN;
+    out->packed_bytes = sum.bytes;
     out->weight_bytes = sum.bytes + round_up(device_vector_floats(c) * sizeof(float), DEVICE_ALIGN) +
                         round_up(tables, DEVICE_ALIGN) + slack;
     device_workspace ws;
@@ -358,4 +375,148 @@ long device_max_context(const device_rank_plan *plans, int ranks, size_t free_by
         return 0;
     size_t fit = (free_bytes - fixed) / per_position;
     return fit > (size_t)0x7FFFFFFF ? 0x7FFFFFFFL : (long)fit;
+}
+
+/* ---- devices ---- */
+
+int device_list_parse(const char *what, const char *text, int *devices, int *n_devices, kimi_err *err)
+{
+    *n_devices = 0;
+    const char *p = text;
+    for (;;) {
+        if (*n_devices == DEVICE_MAX_RANKS)
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: at most %d devices (one per rank)", what, DEVICE_MAX_RANKS);
+        long value = 0;
+        int digits = 0;
+        while (*p >= '0' && *p <= '9' && value <= DEVICE_MAX_ORDINAL) {
+            value = value * 10 + (*p++ - '0');
+            digits++;
+        }
+        if (!digits || value > DEVICE_MAX_ORDINAL || (*p && *p != ','))
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: not a list of device ordinals 0..%d like 0,1,2,3", what,
+                             DEVICE_MAX_ORDINAL);
+        devices[(*n_devices)++] = (int)value;
+        if (!*p)
+            return 0;
+        p++;
+    }
+}
+
+/* "0,1,2" of devices [n] into text [cap]. */
+static const char *list_text(const int *devices, int n, char *text, size_t cap)
+{
+    size_t used = 0;
+    text[0] = 0;
+    for (int i = 0; i < n && used < cap; i++)
+        used += (size_t)snprintf(text + used, cap - used, i ? ",%d" : "%d", devices[i]);
+    return text;
+}
+
+#define GIB_OF(bytes) ((double)(bytes) / (1024.0 * 1024.0 * 1024.0))
+
+int device_assign(int tp, const int *devices, int n_devices, const size_t *total_bytes, int n_visible,
+                  const char *comm_request, device_assignment *out, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+    memset(out, 0, sizeof *out);
+    char list[DEVICE_MAX_RANKS * 6];
+    if (tp < 1 || tp > DEVICE_MAX_RANKS)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and %d", tp, DEVICE_MAX_RANKS);
+    if (n_visible < 1)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--backend cuda: no CUDA device is visible");
+    out->tp = tp;
+    if (!devices || n_devices == 0) {
+        if (n_visible < tp)
+            return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d needs %d devices, %d visible; --devices 0 runs all %d ranks "
+                             "on device 0", tp, tp, n_visible, tp);
+        for (int r = 0; r < tp; r++)
+            out->device[r] = r;
+        n_devices = tp;
+    } else if (n_devices == 1 || n_devices == tp) {
+        list_text(devices, n_devices, list, sizeof list);
+        for (int i = 0; i < n_devices; i++) {
+            if (devices[i] < 0 || devices[i] >= n_visible)
+                return kimi_fail(err, KIMI_ERR_USAGE, "--devices %s: device %d is not visible (%d visible: 0..%d)", list,
+                                 devices[i], n_visible, n_visible - 1);
+            for (int j = 0; j < i; j++)
+                if (devices[j] == devices[i])
+                    return kimi_fail(err, KIMI_ERR_USAGE, "--devices %s: device %d is listed twice (give one device "
+                                     "per rank, or a single device for all %d ranks)", list, devices[i], tp);
+        }
+        for (int r = 0; r < tp; r++)
+            out->device[r] = devices[n_devices == 1 ? 0 : r];
+    } else {
+        return kimi_fail(err, KIMI_ERR_USAGE, "--devices %s: %d devices for --tp %d; give %d (one per rank) or one "
+                         "(every rank on it)", list_text(devices, n_devices, list, sizeof list), n_devices, tp, tp);
+    }
+    out->n_distinct = n_devices;
+    list_text(out->device, out->n_distinct, list, sizeof list);
+    for (int i = 1; i < out->n_distinct; i++)
+        if (total_bytes[out->device[i]] != total_bytes[out->device[0]])
+            return kimi_fail(err, KIMI_ERR_USAGE, "--devices %s: device %d has %.2f GiB, device %d %.2f GiB; the ranks "
+                             "need devices of one size", list, out->device[i], GIB_OF(total_bytes[out->device[i]]),
+                             out->device[0], GIB_OF(total_bytes[out->device[0]]));
+    out->comm = out->n_distinct > 1 ? DEVICE_COMM_NCCL : DEVICE_COMM_LOCAL;
+    if (!comm_request || !*comm_request)
+        return 0;
+    if (!strcmp(comm_request, "nccl")) {
+        if (out->n_distinct < tp)
+            return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_COMM=nccl: NCCL takes one device per rank, and --devices %s "
+                             "puts all %d ranks on device %d", list, tp, out->device[0]);
+        out->comm = DEVICE_COMM_NCCL;
+        return 0;
+    }
+    if (!strcmp(comm_request, "local")) {
+        if (out->n_distinct > 1)
+            return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_COMM=local: the local communicator runs every rank on one "
+                             "device, and the ranks are on devices %s", list);
+        return 0;
+    }
+    return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_COMM=%s: must be local or nccl", comm_request);
+}
+
+void device_memory_plan_make(const device_rank_plan *plans, const device_assignment *a, const size_t *free_bytes,
+                             size_t reserve_bytes, device_memory_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    out->max_context = -1;
+    for (int r = 0; r < a->tp; r++) {
+        out->weight_bytes = plans[r].weight_bytes > out->weight_bytes ? plans[r].weight_bytes : out->weight_bytes;
+        out->workspace_bytes =
+            plans[r].workspace_bytes > out->workspace_bytes ? plans[r].workspace_bytes : out->workspace_bytes;
+    }
+    for (int r = 0; r < a->tp; r++) {
+        int device = a->device[r], first = 1;
+        for (int q = 0; q < r; q++)
+            first &= a->device[q] != device;
+        if (!first)
+            continue;
+        device_rank_plan on_device[DEVICE_MAX_RANKS];
+        int ranks = 0;
+        size_t fixed = reserve_bytes, per_position = 0, rank_fixed = 0;
+        for (int q = r; q < a->tp; q++) {
+            if (a->device[q] != device)
+                continue;
+            on_device[ranks++] = plans[q];
+            fixed += plans[q].weight_bytes + plans[q].workspace_bytes;
+            per_position += plans[q].cache_bytes_per_position;
+            size_t own = plans[q].weight_bytes + plans[q].workspace_bytes;
+            rank_fixed = own > rank_fixed ? own : rank_fixed;
+        }
+        long fit = device_max_context(on_device, ranks, free_bytes[device], reserve_bytes);
+        if (out->max_context >= 0 && fit >= out->max_context)
+            continue;
+        out->max_context = fit;
+        out->tightest = device;
+        out->ranks_on_tightest = ranks;
+        out->free_bytes = free_bytes[device];
+        out->fixed_bytes = fixed;
+        out->cache_bytes_per_position = per_position;
+        out->rank_budget_bytes = free_bytes[device] / (size_t)ranks;
+        out->rank_fixed_bytes = rank_fixed + (reserve_bytes + (size_t)ranks - 1) / (size_t)ranks;
+    }
+    if (out->max_context < 0)
+        out->max_context = 0;
 }

@@ -1,8 +1,9 @@
 /* device_plan: where one tensor-parallel rank's shard lives in device memory, in plain C so the
  * CPU tests cover it: the packed layout every weight is repacked to at load (dense rows whose
  * pitch is a multiple of 16 bytes, zero padding, so a warp reads a row in aligned 16-byte
- * chunks), the list of a rank's weights in upload order, the activation workspace, and the
- * byte plan (weights + cache + workspace) that decides the largest context that fits. */
+ * chunks), the list of a rank's weights in upload order, the activation workspace, the byte
+ * plan (weights + cache + workspace), which device each rank runs on (--devices), and the
+ * memory plan over those devices that decides the largest context that fits. */
 #ifndef KIMI_DEVICE_PLAN_H
 #define KIMI_DEVICE_PLAN_H
 
@@ -41,6 +42,13 @@ void packed_layout_of(const weight_matrix *view, packed_layout *out);
  * is ignored unless NVFP4); padding bytes are zero. */
 void packed_rows_write(const weight_matrix *view, const packed_layout *layout, int row_begin, int row_end,
                        uint8_t *data_out, uint8_t *scale_out);
+
+/* The checkpoint bytes rows [row_begin, row_end) of view occupy: data [0], then scales [1]
+ * (NVFP4; else an empty span), as [begin, end) addresses, for readahead hints on the mmap. */
+typedef struct {
+    const uint8_t *begin, *end;
+} byte_span;
+void packed_rows_source(const weight_matrix *view, int row_begin, int row_end, byte_span spans[2]);
 
 /* The view of a packed copy at data/scale (device or host addresses). */
 weight_matrix packed_view(const weight_matrix *view, const packed_layout *layout, const uint8_t *data,
@@ -153,6 +161,7 @@ int device_moe_plan_make(const int *offsets, int experts, int min_tokens, device
 
 typedef struct {
     size_t weight_bytes;        /* packed weights + float vectors */
+    size_t packed_bytes;        /* the packed weight matrices alone (what the load stages and counts) */
     size_t workspace_bytes;
     size_t cache_bytes_per_position;
 } device_rank_plan;
@@ -162,5 +171,60 @@ int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_sp
 
 /* Positions that fit when `ranks` plans share free_bytes less reserve_bytes (0 if none). */
 long device_max_context(const device_rank_plan *plans, int ranks, size_t free_bytes, size_t reserve_bytes);
+
+/* ---- devices ---- */
+
+enum { DEVICE_MAX_RANKS = 8, DEVICE_MAX_ORDINAL = 1023 };
+
+/* Bytes the CUDA backend keeps free on each device for the runtime, graphs and the driver. */
+#define DEVICE_RESERVE_BYTES ((size_t)512 << 20)
+
+/* "0,1,2" (--devices) into devices [DEVICE_MAX_RANKS]: ordinals as written, duplicates kept
+ * (device_assign judges them); anything else is KIMI_ERR_USAGE, the message starting with
+ * `what` (the flag and its value as written: "--devices 0,x"). */
+int device_list_parse(const char *what, const char *text, int *devices, int *n_devices, kimi_err *err);
+
+typedef enum {
+    DEVICE_COMM_LOCAL,          /* every rank on one device, one stream (engine/cuda_comm.h) */
+    DEVICE_COMM_NCCL,           /* each rank its own device */
+} device_comm;
+
+typedef struct {
+    int tp;
+    int device[DEVICE_MAX_RANKS];   /* the device (ordinal) of rank r < tp */
+    int n_distinct;                 /* devices in use: 1 (all ranks share it) or tp */
+    device_comm comm;
+} device_assignment;
+
+/* Which device each of tp ranks runs on. devices [n_devices] as asked: tp distinct ordinals
+ * (one per rank: NCCL), or one (every rank on it: the local communicator); NULL / 0 = the
+ * first tp visible devices. total_bytes [n_visible]: each visible device's memory; the devices
+ * used must all have the same. comm_request (KIMI_CUDA_COMM): NULL = as the list says, "local"
+ * or "nccl" to insist (NCCL at TP 1, for tests), an error where the devices do not allow it.
+ * Errors are KIMI_ERR_USAGE, one line naming --devices, --tp or KIMI_CUDA_COMM. */
+int device_assign(int tp, const int *devices, int n_devices, const size_t *total_bytes, int n_visible,
+                  const char *comm_request, device_assignment *out, kimi_err *err);
+
+/* The memory plan over an assignment's devices: each device holds its ranks' weights,
+ * workspaces and caches beside reserve_bytes for the runtime; the device that fits the fewest
+ * positions (the tightest) decides the context. */
+typedef struct {
+    long max_context;               /* positions that fit on the tightest device (0: none) */
+    int tightest;                   /* its ordinal */
+    int ranks_on_tightest;
+    size_t free_bytes;              /* free on the tightest device */
+    size_t fixed_bytes;             /* its ranks' weights and workspaces + the reserve */
+    size_t cache_bytes_per_position;    /* its ranks' caches together, per position */
+    size_t weight_bytes, workspace_bytes;   /* the largest rank's, anywhere */
+    /* For a per-rank plan (engine kv_cache_plan_context): free_bytes / ranks_on_tightest, and
+     * the largest weights + workspace of its ranks + ceil(reserve / ranks_on_tightest), so
+     * (rank_budget_bytes - rank_fixed_bytes) / per-rank cache never exceeds max_context. */
+    size_t rank_budget_bytes, rank_fixed_bytes;
+} device_memory_plan;
+
+/* plans [a->tp] (rank r's), free_bytes indexed by device ordinal (entries of devices not in
+ * the assignment are not read). */
+void device_memory_plan_make(const device_rank_plan *plans, const device_assignment *a, const size_t *free_bytes,
+                             size_t reserve_bytes, device_memory_plan *out);
 
 #endif

@@ -540,7 +540,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     } else {
         /* The device says what it holds: its free memory, and each rank's packed weights and
          * workspace (backend_memory), so the plan is the largest context that fits. */
-        backend_options probe = {.kind = opt->backend, .tp = opt->tp};
+        backend_options probe = {.kind = opt->backend, .tp = opt->tp, .devices = opt->devices,
+                                 .n_devices = opt->n_devices};
         size_t device_budget;
         if ((rc = backend_memory(&e->weights, &probe, &device_budget, &rank_weights, err)))
             return rc;
@@ -560,7 +561,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     }
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,
-                          .max_context = plan.max_context, .on_layer = on_layer, .on_layer_user = e};
+                          .max_context = plan.max_context, .on_layer = on_layer, .on_layer_user = e,
+                          .devices = opt->devices, .n_devices = opt->n_devices};
     if ((rc = backend_open(&e->be, &e->weights, &bo, err)))
         return rc;
     info->max_context = backend_capacity(e->be);

@@ -61,6 +61,10 @@ typedef struct {
                                        rank's cache replica (0 = 75% of what is available at
                                        open); CUDA: one rank's device memory for its shard and
                                        cache (0 = the device's free memory / tp) */
+    const int *devices;             /* CUDA: the device of each rank (n_devices == tp) or one device
+                                       every rank shares (n_devices == 1); NULL / 0 = the first tp
+                                       visible devices (backend_options); read during engine_open */
+    int n_devices;
     int event_capacity;             /* events the queue holds; 0 = 4096 */
     /* Optional: loading progress, called on the thread running engine_open, at most ~10 times
      * a second and always once at the end (done == total). On the CPU backend engine_open

@@ -4,7 +4,8 @@
 # (tests/golden/reference.py), then runs `kimi-probe golden --only kv,model` at every TP (1, 2, 4,
 # 8) the head count allows.
 #   variants.sh KIMI_PROBE KIMI_MKMODEL WORK_DIR VARIANT
-# Environment: KIMI_GOLDEN_BACKEND (cpu, the default, or cuda), KIMI_GOLDEN_TPS (default "1 2 4 8").
+# Environment: KIMI_GOLDEN_BACKEND (cpu, the default, or cuda), KIMI_GOLDEN_TPS (default "1 2 4 8"),
+# KIMI_GOLDEN_DEVICES (cuda: --devices, e.g. 0 to run every rank on device 0).
 # VARIANT: groups | k26 | mscale | shape (see the case below).
 set -euo pipefail
 
@@ -46,10 +47,13 @@ mkdir -p "$work/$variant"
 
 heads=$("$python" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_attention_heads"])' "$model/config.json")
 backend="${KIMI_GOLDEN_BACKEND:-cpu}"
+devices=()
+[[ -n "${KIMI_GOLDEN_DEVICES:-}" ]] && devices=(--devices "$KIMI_GOLDEN_DEVICES")
 failed=0
 for tp in ${KIMI_GOLDEN_TPS:-1 2 4 8}; do
     (( heads % tp == 0 )) || continue
     echo "== $variant: kimi-probe golden --only kv,model --backend $backend --tp $tp"
-    "$probe" golden --model "$model" --reference "$reference" --only kv,model --backend "$backend" --tp "$tp" || failed=1
+    "$probe" golden --model "$model" --reference "$reference" --only kv,model --backend "$backend" --tp "$tp" \
+        "${devices[@]}" || failed=1
 done
 exit $failed

@@ -10,8 +10,12 @@
  *     tokens on both prefill paths (KIMI_CUDA_PREFILL=gemm, the default: steps of up to 512
  *     tokens, experts with 64+ tokens as GEMMs; =steps: steps of 64 on the decode kernels), and
  *     the projection for 8x RTX PRO 6000 (per-layer time scaled by bandwidth to
- *     1.8 TB/s, 61 layers, plus 122 all-reduces at a stated cost) next to the seeds' ~60 tok/s.
- * usage: bench_gpu [--model DIR] [--quick]     (exit 77 without a device) */
+ *     1.8 TB/s, 61 layers, plus 122 all-reduces at a stated cost) next to the seeds' ~60 tok/s;
+ *   - with --model and --nccl N (N visible devices): one NCCL all-reduce of `hidden` floats over
+ *     devices 0..N-1 (issued from one thread, as the backend's ranks issue theirs in parallel),
+ *     the decode step of the model at TP N over NCCL (graphs on), and the all-reduces' share of
+ *     that step (two per layer).
+ * usage: bench_gpu [--model DIR] [--quick] [--nccl N]     (exit 77 without a device) */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +25,10 @@
 #include "engine/weights.h"
 #include "kernels/cuda/forward.h"
 #include "tests/gpu/gpu_test.h"
+
+#ifdef KIMI_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #define RTX_PRO_6000_BYTES_S 1.8e12
 #define NCCL_PCIE_ALLREDUCE_S 24e-6
@@ -447,16 +455,114 @@ static void bench_model(const char *dir, int quick)
     weights_free(&mw);
 }
 
+#ifdef KIMI_HAVE_NCCL
+/* Seconds per NCCL all-reduce of n floats over devices 0..ranks-1 (best of three rounds of 50). */
+static double nccl_allreduce_seconds(int ranks, size_t n)
+{
+    ncclComm_t comms[8];
+    int devices[8];
+    float *bufs[8];
+    cudaStream_t streams[8];
+    for (int d = 0; d < ranks; d++)
+        devices[d] = d;
+    if (ncclCommInitAll(comms, ranks, devices) != ncclSuccess) {
+        printf("bench_gpu: ncclCommInitAll over %d devices failed\n", ranks);
+        return -1;
+    }
+    for (int d = 0; d < ranks; d++) {
+        CUDA_CHECK(cudaSetDevice(d));
+        CUDA_CHECK(cudaMalloc((void **)&bufs[d], n * sizeof(float)));
+        CUDA_CHECK(cudaMemset(bufs[d], 0, n * sizeof(float)));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking));
+    }
+    double best = 1e30;
+    for (int round = 0; round < 4; round++) {
+        double t0 = now();
+        for (int i = 0; i < 50; i++) {
+            ncclGroupStart();
+            for (int d = 0; d < ranks; d++)
+                ncclAllReduce(bufs[d], bufs[d], n, ncclFloat, ncclSum, comms[d], streams[d]);
+            ncclGroupEnd();
+        }
+        for (int d = 0; d < ranks; d++) {
+            CUDA_CHECK(cudaSetDevice(d));
+            CUDA_CHECK(cudaStreamSynchronize(streams[d]));
+        }
+        double t = (now() - t0) / 50;
+        best = round > 0 && t < best ? t : best;    /* round 0 warms up */
+    }
+    for (int d = 0; d < ranks; d++) {
+        cudaSetDevice(d);
+        cudaFree(bufs[d]);
+        cudaStreamDestroy(streams[d]);
+        ncclCommDestroy(comms[d]);
+    }
+    cudaSetDevice(0);
+    return best;
+}
+#endif
+
+/* The decode step at TP ranks over NCCL (devices 0..ranks-1) and the all-reduces' share of it. */
+static void bench_nccl(const char *dir, int ranks)
+{
+#ifdef KIMI_HAVE_NCCL
+    model_weights mw;
+    kimi_err err = {0};
+    if (weights_load(&mw, dir, &err)) {
+        printf("bench_gpu: %s\n", err.msg);
+        CHECK(0);
+        return;
+    }
+    const model_config *c = &mw.cfg;
+    double allreduce = nccl_allreduce_seconds(ranks, (size_t)c->hidden);
+    int devices[8];
+    for (int d = 0; d < ranks; d++)
+        devices[d] = d;
+    backend *be = NULL;
+    backend_options opt = {.kind = BACKEND_CUDA, .tp = ranks, .max_context = 64, .devices = devices,
+                           .n_devices = ranks};
+    if (allreduce < 0 || backend_open(&be, &mw, &opt, &err)) {
+        printf("bench_gpu: NCCL decode at TP %d: %s\n", ranks, allreduce < 0 ? "no communicator" : err.msg);
+        CHECK(0);
+        weights_free(&mw);
+        return;
+    }
+    double step = step_seconds(be, 0, 16, c->vocab, 0);
+    backend_close(be);
+    int per_step = 2 * c->layers;
+    printf("\nNCCL over %d GPUs: all-reduce of %d floats %.1f us; decode step at TP %d (graphs on) %.3f ms, "
+           "%.1f us per layer\n", ranks, c->hidden, allreduce * 1e6, ranks, step * 1e3, step / c->layers * 1e6);
+    printf("NCCL share of the decode step: %.0f%% (%d all-reduces x %.1f us of %.3f ms)\n",
+           100.0 * per_step * allreduce / step, per_step, allreduce * 1e6, step * 1e3);
+    weights_free(&mw);
+#else
+    (void)dir;
+    printf("bench_gpu --nccl %d: this build has no NCCL\n", ranks);
+#endif
+}
+
 int main(int argc, char **argv)
 {
     gpu_test_require_device();
     const char *model = NULL;
-    int quick = 0;
+    int quick = 0, nccl_ranks = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--nccl") && i + 1 < argc)
+            nccl_ranks = atoi(argv[++i]);
+    }
+    if (nccl_ranks) {
+        int visible = 0;
+        CUDA_CHECK(cudaGetDeviceCount(&visible));
+        if (nccl_ranks < 2 || nccl_ranks > 8 || nccl_ranks > visible || !model) {
+            printf("bench_gpu: --nccl %d needs --model and 2..8 visible devices (%d visible)\n", nccl_ranks, visible);
+            return 2;
+        }
+        bench_nccl(model, nccl_ranks);
+        return check_finish();
     }
     int sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));

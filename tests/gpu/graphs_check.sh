@@ -13,8 +13,8 @@ status=0
 for tp in 1 2; do
     for graphs in 1 0; do
         KIMI_CUDA_GRAPHS=$graphs "$probe" logits --model "$model" --tokens $tokens --positions 0,7,15 \
-            --backend cuda --tp $tp --out "$work/logits-$tp-$graphs.f32"
-        KIMI_CUDA_GRAPHS=$graphs "$probe" kv --model "$model" --tokens $tokens --backend cuda --tp $tp \
+            --backend cuda --tp $tp --devices 0 --out "$work/logits-$tp-$graphs.f32"
+        KIMI_CUDA_GRAPHS=$graphs "$probe" kv --model "$model" --tokens $tokens --backend cuda --tp $tp --devices 0 \
             --out "$work/kv-$tp-$graphs.f16"
     done
     for kind in logits-$tp kv-$tp; do

@@ -8,7 +8,9 @@
 # kernel's bandwidth as a fraction of the measured copy bandwidth (and the prefill attention's
 # arithmetic rate), decode time per layer with graphs on/off at 0/32k/128k context, prefill tok/s
 # at 1k/8k on both prefill paths (GEMM: steps of up to 512 tokens; steps: 64), and the 8x RTX PRO
-# 6000 projection. Ends with a short summary.
+# 6000 projection. Where more than one GPU is visible: kimi-probe golden at TP 2/4/8 over NCCL (a
+# device per rank) and the NCCL share of the decode step (bench_gpu --nccl). Ends with a short
+# summary.
 # Environment: KIMI_GPU_BUILD (build dir, default build-gpu), KIMI_CUDA_ARCHS (default: native,
 # the local GPU), KIMI_JOBS (default nproc), KIMI_RANK_MODEL (checkpoint to bench; default
 # $KIMI_GPU_BUILD/rank-model, generated when missing), KIMI_BENCH_TIMEOUT (seconds, default 300).
@@ -60,6 +62,32 @@ bench_args=()
 timeout "$bench_timeout" "$build/tests/gpu/bench_gpu" "${bench_args[@]}" | tee "$build/bench-gpu.log"
 bench_rc=${PIPESTATUS[0]}
 
+# Multi-GPU (only where more than one device is visible): golden at TP 2/4/8 with a device per
+# rank (NCCL), and the NCCL share of the decode step on the rank checkpoint.
+n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+multi_lines=()
+if (( n_gpus > 1 )); then
+    echo "== multi-GPU: $n_gpus devices"
+    for tp in 2 4 8; do
+        (( tp <= n_gpus )) || continue
+        devices=$(seq -s, 0 $((tp - 1)))
+        log="$build/golden-nccl-tp$tp.log"
+        "$build/app/kimi-probe" golden --model tests/golden/fixtures/tiny-k25 \
+            --reference tests/golden/reference/tiny-k25 --only kv,model --backend cuda --tp $tp \
+            --devices "$devices" >"$log" 2>&1 || tests_rc=1
+        multi_lines+=("golden NCCL TP $tp (devices $devices): $(tail -n 1 "$log")")
+    done
+    nccl_ranks=$(( n_gpus < 8 ? n_gpus : 8 ))
+    if [[ -f "$rank_model/model.safetensors.index.json" ]]; then
+        timeout "$bench_timeout" "$build/tests/gpu/bench_gpu" --model "$rank_model" --nccl $nccl_ranks |
+            tee "$build/bench-nccl.log"
+        multi_lines+=("$(grep -E "NCCL share" "$build/bench-nccl.log")")
+    fi
+else
+    multi_lines+=("multi-GPU section skipped: $n_gpus device visible (NCCL golden and bench need 2 or more)")
+    echo "== ${multi_lines[0]}"
+fi
+
 echo
 echo "== summary"
 printf '%-36s %s\n' "build (s)" "$build_s"
@@ -73,5 +101,6 @@ case $bench_rc in
 esac
 printf '%-36s %s\n' "bench_gpu" "$bench_state"
 grep -E "of copy bandwidth|TFLOP/s|per layer|tok/s|slower|projection" "$build/bench-gpu.log" | sed 's/^/  /'
+for line in "${multi_lines[@]}"; do printf '%s\n' "$line"; done
 printf '%-36s %s\n' "wall (s)" "$((SECONDS - start))"
 exit $tests_rc

@@ -82,7 +82,8 @@ static int run_path(const model_weights *mw, backend_kind kind, int tp, const ch
     if (trace_file)
         setenv("KIMI_CUDA_PREFILL_TRACE", "1", 1);
     backend *be = NULL;
-    backend_options opt = {.kind = kind, .tp = tp, .max_context = CAPACITY};
+    int device0 = 0;    /* CUDA: every rank on device 0 (ignored by the CPU backend) */
+    backend_options opt = {.kind = kind, .tp = tp, .max_context = CAPACITY, .devices = &device0, .n_devices = 1};
     int rc = backend_open(&be, mw, &opt, &err);
     unsetenv("KIMI_CUDA_PREFILL");
     unsetenv("KIMI_CUDA_PREFILL_TRACE");

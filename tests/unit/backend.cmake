@@ -2,5 +2,12 @@
 kimi_unit_test(test_backend SOURCES test_backend.c DEPS kimi_backend m)
 kimi_unit_test(test_device_plan SOURCES test_device_plan.c DEPS kimi_device_plan kimi_backend kimi_kernels_cpu m)
 if(KIMI_HAVE_CUDA)
-  kimi_unit_test(test_cuda_comm SOURCES test_cuda_comm.c DEPS kimi_backend CUDA::cudart)
+  kimi_unit_test(test_cuda_comm SOURCES test_cuda_comm.c DEPS kimi_backend CUDA::cudart Threads::Threads)
+  if(NOT KIMI_HAVE_NCCL)
+    target_compile_definitions(test_cuda_comm PRIVATE KIMI_TEST_NO_NCCL=1)
+  endif()
+  # The same checks against a communicator compiled without NCCL, whatever this build links.
+  kimi_unit_test(test_cuda_comm_no_nccl SOURCES test_cuda_comm.c ${CMAKE_SOURCE_DIR}/engine/cuda_comm.c
+    DEPS kimi_error kimi_kernels_cuda CUDA::cudart Threads::Threads)
+  target_compile_definitions(test_cuda_comm_no_nccl PRIVATE KIMI_TEST_NO_NCCL=1)
 endif()

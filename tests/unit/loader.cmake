@@ -12,3 +12,6 @@ set_tests_properties(test_loader_variants PROPERTIES LABELS unit)
 add_test(NAME test_probe_loader COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_loader.sh $<TARGET_FILE:kimi-probe>
   WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_probe_loader PROPERTIES LABELS unit)
+add_test(NAME test_probe_plan COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_plan.sh $<TARGET_FILE:kimi-probe>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_probe_plan PROPERTIES LABELS unit)

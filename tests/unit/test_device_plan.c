@@ -8,6 +8,9 @@
  * tokens once each, in order, and never gather logits for more rows than a short step; the
  * routed experts split into GEMM experts and GEMV runs that cover every slot once; the prefill
  * attention's partials fit the workspace; and the workspace at one Kimi-K2.5 rank's shapes.
+ * The device side of --devices: lists parse or fail naming the flag, ranks are assigned to
+ * devices by the rules of device_assign (one device per rank: NCCL; one device: every rank on
+ * it), and the memory plan over synthetic devices picks the tightest one and its context.
  * Also: opening --backend cuda without a usable device (or without CUDA) is a clear error. */
 #include <float.h>
 #include <math.h>
@@ -548,6 +551,170 @@ static void check_packed_odd_widths(void)
     CHECK_INT(out_scale[3], 0);
 }
 
+static void check_device_lists(void)
+{
+    int devices[DEVICE_MAX_RANKS], n = -1;
+    kimi_err err = {0};
+    CHECK_INT(device_list_parse("--devices", "0,1,2,3", devices, &n, &err), 0);
+    CHECK_INT(n, 4);
+    CHECK_INT(devices[0], 0);
+    CHECK_INT(devices[3], 3);
+    CHECK_INT(device_list_parse("--devices", "7", devices, &n, &err), 0);
+    CHECK(n == 1 && devices[0] == 7);
+    /* duplicates parse (device_assign judges them) */
+    CHECK_INT(device_list_parse("--devices", "2,2", devices, &n, &err), 0);
+    CHECK(n == 2 && devices[1] == 2);
+    const char *bad[] = {"", ",", "0,", ",1", "0,,1", "a", "1 ,2", "-1", "0x1", "1024", "99999999999999999999",
+                         "0,1,2,3,4,5,6,7,0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = (kimi_err){0};
+        char what[64];
+        snprintf(what, sizeof what, "--devices %s", bad[i]);
+        CHECK_MSG(device_list_parse(what, bad[i], devices, &n, &err) == KIMI_ERR_USAGE, "'%s' parsed", bad[i]);
+        CHECK_MSG(!strncmp(err.msg, what, strlen(what)) && err.msg[strlen(what)] == ':', "'%s': %s", bad[i], err.msg);
+    }
+}
+
+/* device_assign on `visible` devices of total[] bytes: 0 or the error, whose message must hold
+ * `want` (NULL: success expected). */
+static void check_assign(int tp, const int *devices, int n_devices, const size_t *total, int visible,
+                         const char *comm, const char *want, device_assignment *a)
+{
+    kimi_err err = {0};
+    int rc = device_assign(tp, devices, n_devices, total, visible, comm, a, &err);
+    if (!want) {
+        CHECK_MSG(rc == 0, "tp %d, %d devices listed, %d visible: %s", tp, n_devices, visible, err.msg);
+        return;
+    }
+    CHECK_MSG(rc == KIMI_ERR_USAGE && strstr(err.msg, want), "tp %d, %d devices listed, %d visible: rc %d '%s', "
+              "want '%s'", tp, n_devices, visible, rc, err.msg, want);
+    CHECK_MSG(!strchr(err.msg, '\n'), "one line: %s", err.msg);
+}
+
+static void check_device_assign(void)
+{
+    size_t gib = (size_t)1 << 30;
+    size_t total[8] = {96 * gib, 96 * gib, 96 * gib, 96 * gib, 96 * gib, 96 * gib, 96 * gib, 96 * gib};
+    device_assignment a;
+    /* default: the first tp visible devices, one each (NCCL); TP 1 on device 0 is local */
+    check_assign(8, NULL, 0, total, 8, NULL, NULL, &a);
+    CHECK(a.comm == DEVICE_COMM_NCCL && a.n_distinct == 8 && a.device[0] == 0 && a.device[7] == 7);
+    check_assign(2, NULL, 0, total, 8, NULL, NULL, &a);
+    CHECK(a.comm == DEVICE_COMM_NCCL && a.n_distinct == 2 && a.device[1] == 1);
+    check_assign(1, NULL, 0, total, 1, NULL, NULL, &a);
+    CHECK(a.comm == DEVICE_COMM_LOCAL && a.n_distinct == 1 && a.device[0] == 0);
+    /* a list of tp distinct devices, in its order */
+    int list[] = {3, 1, 6, 4};
+    check_assign(4, list, 4, total, 8, NULL, NULL, &a);
+    CHECK(a.comm == DEVICE_COMM_NCCL && a.device[0] == 3 && a.device[1] == 1 && a.device[3] == 4);
+    /* a single device: every rank on it, the local communicator */
+    int five = 5;
+    check_assign(8, &five, 1, total, 8, NULL, NULL, &a);
+    CHECK(a.comm == DEVICE_COMM_LOCAL && a.n_distinct == 1 && a.device[0] == 5 && a.device[7] == 5);
+    int zero = 0;
+    check_assign(8, &zero, 1, total, 1, NULL, NULL, &a);
+    CHECK(a.comm == DEVICE_COMM_LOCAL && a.device[7] == 0);
+    /* NCCL at TP 1 when asked; the local communicator refuses separate devices */
+    check_assign(1, &zero, 1, total, 1, "nccl", NULL, &a);
+    CHECK(a.comm == DEVICE_COMM_NCCL);
+    check_assign(2, &zero, 1, total, 1, "local", NULL, &a);
+    CHECK(a.comm == DEVICE_COMM_LOCAL);
+
+    /* errors, each naming what is at fault */
+    check_assign(8, NULL, 0, total, 1, NULL, "--tp 8 needs 8 devices, 1 visible; --devices 0 runs all 8 ranks on "
+                 "device 0", &a);
+    check_assign(2, NULL, 0, total, 0, NULL, "no CUDA device", &a);
+    int dup[] = {0, 1, 1, 2};
+    check_assign(4, dup, 4, total, 8, NULL, "--devices 0,1,1,2: device 1 is listed twice", &a);
+    int far[] = {0, 9};
+    check_assign(2, far, 2, total, 8, NULL, "--devices 0,9: device 9 is not visible (8 visible: 0..7)", &a);
+    check_assign(2, &five, 1, total, 2, NULL, "--devices 5: device 5 is not visible", &a);
+    int three[] = {0, 1, 2};
+    check_assign(8, three, 3, total, 8, NULL, "--devices 0,1,2: 3 devices for --tp 8", &a);
+    size_t mixed[2] = {96 * gib, 80 * gib};
+    int pair[] = {0, 1};
+    check_assign(2, pair, 2, mixed, 2, NULL, "--devices 0,1: device 1 has 80.00 GiB, device 0 96.00 GiB", &a);
+    check_assign(2, NULL, 0, mixed, 2, NULL, "device 1 has 80.00 GiB", &a);
+    /* one device of the pair is fine whatever the other holds */
+    check_assign(2, &zero, 1, mixed, 2, NULL, NULL, &a);
+    check_assign(2, &zero, 1, total, 1, "nccl", "KIMI_CUDA_COMM=nccl: NCCL takes one device per rank", &a);
+    check_assign(2, pair, 2, total, 2, "local", "KIMI_CUDA_COMM=local", &a);
+    check_assign(2, pair, 2, total, 2, "gloo", "KIMI_CUDA_COMM=gloo: must be local or nccl", &a);
+    check_assign(9, NULL, 0, total, 8, NULL, "--tp 9", &a);
+}
+
+static void check_memory_plan(void)
+{
+    /* synthetic ranks: rank r holds 10 GB + r MB of weights, 1 GB of workspace, 70,272 B of
+     * cache per position (Kimi-K2.5's) */
+    size_t mb = (size_t)1 << 20, gib = (size_t)1 << 30, per_position = 70272, reserve = 512 * mb;
+    device_rank_plan plans[8];
+    for (int r = 0; r < 8; r++)
+        plans[r] = (device_rank_plan){.weight_bytes = 10 * gib + (size_t)r * mb, .workspace_bytes = gib,
+                                      .cache_bytes_per_position = per_position};
+    size_t free_bytes[8];
+    for (int d = 0; d < 8; d++)
+        free_bytes[d] = 90 * gib;
+    free_bytes[5] = 60 * gib;   /* device 5 holds less free memory: the tightest */
+    device_assignment a = {.tp = 8, .n_distinct = 8, .comm = DEVICE_COMM_NCCL};
+    for (int r = 0; r < 8; r++)
+        a.device[r] = r;
+    device_memory_plan p;
+    device_memory_plan_make(plans, &a, free_bytes, reserve, &p);
+    size_t fixed5 = plans[5].weight_bytes + plans[5].workspace_bytes + reserve;
+    CHECK_INT(p.tightest, 5);
+    CHECK_INT(p.ranks_on_tightest, 1);
+    CHECK_INT(p.max_context, (long)((60 * gib - fixed5) / per_position));
+    CHECK_INT(p.fixed_bytes, fixed5);
+    CHECK_INT(p.cache_bytes_per_position, per_position);
+    CHECK_INT(p.weight_bytes, plans[7].weight_bytes);
+    CHECK_INT(p.workspace_bytes, gib);
+    CHECK_INT(p.rank_budget_bytes, 60 * gib);
+    CHECK_INT((p.rank_budget_bytes - p.rank_fixed_bytes) / per_position, p.max_context);
+
+    /* every rank on device 2 (the local communicator): the ranks share its memory */
+    device_assignment shared = {.tp = 8, .n_distinct = 1, .comm = DEVICE_COMM_LOCAL};
+    for (int r = 0; r < 8; r++)
+        shared.device[r] = 2;
+    free_bytes[2] = 140 * gib;
+    device_memory_plan_make(plans, &shared, free_bytes, reserve, &p);
+    size_t fixed = reserve;
+    for (int r = 0; r < 8; r++)
+        fixed += plans[r].weight_bytes + plans[r].workspace_bytes;
+    CHECK_INT(p.tightest, 2);
+    CHECK_INT(p.ranks_on_tightest, 8);
+    CHECK_INT(p.max_context, (long)((140 * gib - fixed) / (8 * per_position)));
+    CHECK_INT(p.cache_bytes_per_position, 8 * per_position);
+    /* the per-rank form never promises more than the device holds, and gives up at most what
+     * the ranks' unequal weights (7 MB apart) cost */
+    long per_rank = (long)((p.rank_budget_bytes - p.rank_fixed_bytes) / per_position);
+    long slack = (long)(7 * mb / per_position) + 1;
+    CHECK_MSG(per_rank <= p.max_context && per_rank >= p.max_context - slack, "per rank %ld, device %ld", per_rank,
+              p.max_context);
+
+    /* weights that do not fit: no context, and the per-rank form says so too */
+    free_bytes[2] = 50 * gib;
+    device_memory_plan_make(plans, &shared, free_bytes, reserve, &p);
+    CHECK_INT(p.max_context, 0);
+    CHECK(p.rank_budget_bytes < p.rank_fixed_bytes);
+}
+
+static void check_rows_source(void)
+{
+    static uint8_t data[64 * 40], scale[8 * 40];
+    weight_matrix nv = {WEIGHT_NVFP4, 40, 64, data, 64, scale, 8, 1.0f};  /* strided: 32 bytes used of 64 */
+    byte_span spans[2];
+    packed_rows_source(&nv, 3, 7, spans);
+    CHECK(spans[0].begin == data + 3 * 64 && spans[0].end == data + 6 * 64 + 32);
+    CHECK(spans[1].begin == scale + 3 * 8 && spans[1].end == scale + 6 * 8 + 4);
+    weight_matrix bf = {WEIGHT_BF16, 40, 16, data, 32, NULL, 0, 1.0f};
+    packed_rows_source(&bf, 0, 40, spans);
+    CHECK(spans[0].begin == data && spans[0].end == data + 39 * 32 + 32);
+    CHECK(spans[1].begin == NULL && spans[1].end == NULL);
+    packed_rows_source(&bf, 5, 5, spans);
+    CHECK(spans[0].begin == spans[0].end);
+}
+
 static void check_cuda_open_without_device(void)
 {
     model_weights mw;
@@ -557,7 +724,8 @@ static void check_cuda_open_without_device(void)
         return;
     }
     backend *be = NULL;
-    backend_options opt = {.kind = BACKEND_CUDA, .tp = 2, .max_context = 16};
+    int device0 = 0;   /* both ranks on device 0: a one-GPU machine runs this too */
+    backend_options opt = {.kind = BACKEND_CUDA, .tp = 2, .max_context = 16, .devices = &device0, .n_devices = 1};
     int rc = backend_open(&be, &mw, &opt, &err);
     if (rc == 0) {
         /* a device is present (GPU machine): the open must have worked as it did */
@@ -583,6 +751,10 @@ int main(void)
     check_step_tokens();
     check_moe_plan();
     check_rank_workspace();
+    check_device_lists();
+    check_device_assign();
+    check_memory_plan();
+    check_rows_source();
     for (int tp = 1; tp <= 8; tp *= 2)
         if (tp != 4)
             check_model(TINY, tp);

@@ -81,8 +81,10 @@ static void check_logits(const char *what, const float *got, const float *want)
 
 static engine *open_engine(int tp, long max_context, int event_capacity)
 {
+    static const int device0 = 0;   /* CUDA: every rank on device 0 (the CPU backend ignores it) */
     engine_options opt = {.model_dir = MODEL, .backend = test_backend, .tp = tp, .threads_per_rank = 1,
-                          .max_context = max_context, .event_capacity = event_capacity};
+                          .max_context = max_context, .event_capacity = event_capacity, .devices = &device0,
+                          .n_devices = 1};
     engine *e = NULL;
     kimi_err err = {0};
     if (engine_open(&e, &opt, &err)) {

@@ -116,8 +116,9 @@ static void test_every_flag(void)
              "Be terse.", "--no-save", "--think", "off", "--temperature", "0.7", "--top-p", "0.9",
              "--top-k", "40", "--max-tokens", "256", "--seed", "18446744073709551615", "--tools",
              "/t/tools.json", "--allow-tools", "now,word_count", "--reasoning", "expanded",
-             "--hide-reasoning", "--theme", "light", "--mouse", "--no-alt-screen");
+             "--hide-reasoning", "--theme", "light", "--mouse", "--no-alt-screen", "--devices", "4,5,6,7,0,1,2,3");
     CHECK_STR(o.model_dir, "/m/k25");
+    CHECK_STR(o.devices, "4,5,6,7,0,1,2,3");
     CHECK_INT(o.backend, BACKEND_CUDA);
     CHECK_INT(o.tp, 8);
     CHECK_INT(o.max_context, 131072);
@@ -223,6 +224,8 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--tp '': not an integer (must be 1..8)", "--tp=");
     EXPECT_ERROR("--tp 99999999999999999999: out of range (must be 1..8)", "--tp", "99999999999999999999");
     EXPECT_ERROR("--tp: needs a value (N)", "--tp");
+    EXPECT_ERROR("--devices 0,,1: not a list of device ordinals 0..1023 like 0,1,2,3", "--devices", "0,,1");
+    EXPECT_ERROR("--devices 0,1,2,3,4,5,6,7,8: at most 8 devices (one per rank)", "--devices", "0,1,2,3,4,5,6,7,8");
     EXPECT_ERROR("-m: needs a value (DIR)", "-m");
     EXPECT_ERROR("--colour: unknown flag (see --help)", "--colour");
     EXPECT_ERROR("--colour: unknown flag (see --help)", "--colour=always");
@@ -428,6 +431,7 @@ static void test_config_errors(void)
     CONFIG_ERROR("tp =   \n", "CFG:1: tp: no value");
     CONFIG_ERROR("thinking = yes\n", "CFG:1: thinking = yes: must be on or off (or true or false)");
     CONFIG_ERROR("backend = gpu\n", "CFG:1: backend = gpu: must be cpu or cuda");
+    CONFIG_ERROR("devices = 0 1\n", "CFG:1: devices = 0 1: not a list of device ordinals 0..1023 like 0,1,2,3");
     CONFIG_ERROR("seed = 1.5\n", "CFG:1: seed = 1.5: not an integer (must be 0..18446744073709551615)");
     CONFIG_ERROR("reasoning = folded\n", "CFG:1: reasoning = folded: must be collapsed, expanded or hidden");
     CONFIG_ERROR("tp = 1\nmodel = a\0b\n", "CFG:2: NUL byte in the line");
@@ -619,7 +623,7 @@ static void test_help_matches_man_page(void)
     }
     CHECK(width_ok);
     static const char *const brief[] = {
-        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--verify", "--plain", "--script",
+        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--devices", "--verify", "--plain", "--script",
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",
