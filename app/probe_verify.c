@@ -14,7 +14,7 @@
 typedef struct {
     model_weights mw, candidate_mw;     /* candidate_mw: --candidate-model, else unused */
     int *token_list, n_token_list;      /* --tokens, as given */
-    int *devices, n_devices;            /* --devices */
+    int devices[8], n_devices;          /* --devices */
     int32_t *tokens;                    /* [n_tokens] the prompt run */
     int n_tokens;
     char source[64];                    /* where the prompt came from, for the header line */
@@ -27,7 +27,6 @@ static void verify_probe_free(verify_probe *p)
     if (p->candidate_mw.layers)
         weights_free(&p->candidate_mw);
     free(p->token_list);
-    free(p->devices);
     free(p->tokens);
 }
 
@@ -40,7 +39,7 @@ static void print_phase(void *user, const char *line)
 /* The flags that need no model: backend, ranks, devices, decode steps, the prompt's source. */
 static int parse_flags(const probe_args *a, verify_probe *p, verify_options *vo, kimi_err *err)
 {
-    const char *backend_name = probe_arg(a, "backend"), *devices_text = probe_arg(a, "devices");
+    const char *backend_name = probe_arg(a, "backend");
     const char *tokens_text = probe_arg(a, "tokens"), *model_dir;
     long tp, ref_tp, threads, decode;
     if (probe_arg_required(a, "model", &model_dir, err) || probe_arg_int(a, "tp", 1, 8, 1, &tp, err) ||
@@ -58,14 +57,11 @@ static int parse_flags(const probe_args *a, verify_probe *p, verify_options *vo,
         return err->code;
     if (p->n_token_list > VERIFY_MAX_PROMPT)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tokens: %d ids, at most %d", p->n_token_list, VERIFY_MAX_PROMPT);
-    if (devices_text) {
+    if (probe_arg(a, "devices")) {
         if (kind != BACKEND_CUDA)
             return kimi_fail(err, KIMI_ERR_USAGE, "--devices: only with --backend cuda");
-        if (probe_parse_int_list("devices", devices_text, &p->devices, &p->n_devices, err))
+        if (probe_arg_devices(a, p->devices, &p->n_devices, err))
             return err->code;
-        for (int i = 0; i < p->n_devices; i++)
-            if (p->devices[i] < 0)
-                return kimi_fail(err, KIMI_ERR_USAGE, "--devices: %d is not a device number", p->devices[i]);
         if (p->n_devices != 1 && p->n_devices != tp)
             return kimi_fail(err, KIMI_ERR_USAGE,
                              "--devices: %d devices for --tp %ld (give one device per rank, or one for every rank)",
@@ -74,7 +70,7 @@ static int parse_flags(const probe_args *a, verify_probe *p, verify_options *vo,
     vo->n_decode = (int)decode;
     vo->reference = (backend_options){.kind = BACKEND_CPU, .tp = (int)ref_tp, .threads_per_rank = (int)threads};
     vo->candidate = (backend_options){.kind = kind, .tp = (int)tp, .threads_per_rank = (int)threads,
-                                      .devices = p->devices, .n_devices = p->n_devices};
+                                      .devices = p->n_devices ? p->devices : NULL, .n_devices = p->n_devices};
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "engine/device_plan.h"
 #include "engine/tokenizer.h"
 #include "engine/verify.h"
 
@@ -20,7 +21,10 @@ int self_check_run(const app_options *o, const char *model_dir, int *passed, kim
     int32_t *ids = NULL;
     int n_ids = 0;
     *passed = 0;
-    int rc = weights_load(&mw, model_dir, err);
+    int devices[DEVICE_MAX_RANKS], n_devices = 0;
+    int rc = o->devices ? device_list_parse("--devices", o->devices, devices, &n_devices, err) : 0;
+    if (!rc)
+        rc = weights_load(&mw, model_dir, err);
     if (!rc)
         rc = tokenizer_load(&tok, model_dir, &mw.cfg, err);
     if (!rc)
@@ -29,7 +33,8 @@ int self_check_run(const app_options *o, const char *model_dir, int *passed, kim
     verify_options vo = {
         .tokens = ids, .n_tokens = n_ids, .n_decode = VERIFY_DEFAULT_DECODE,
         .reference = {.kind = BACKEND_CPU, .tp = 1, .threads_per_rank = o->threads},
-        .candidate = {.kind = (backend_kind)o->backend, .tp = o->tp, .threads_per_rank = o->threads},
+        .candidate = {.kind = (backend_kind)o->backend, .tp = o->tp, .threads_per_rank = o->threads,
+                      .devices = n_devices ? devices : NULL, .n_devices = n_devices},
         .on_phase = print_phase,
     };
     const char *backend_name = o->backend == BACKEND_CUDA ? "cuda" : "cpu";
