@@ -22,7 +22,9 @@ typedef struct {
      * tokens are done (fractional: a chunk part-way through its layers counts in proportion;
      * n after the last layer). A non-zero return stops the call there: backend_forward then
      * returns BACKEND_STOPPED, and the cache entries of the call's positions are undefined.
-     * This is how a cancel takes effect within one layer instead of a whole chunk. */
+     * This is how a cancel takes effect within one layer instead of a whole chunk. The CUDA
+     * backend, whose device runs a step's layers on its own, calls it after every step instead
+     * (up to DEVICE_PREFILL_TOKENS tokens, engine/device_plan.h). */
     int (*on_layer)(void *user, double tokens_done);
     void *on_layer_user;
     /* CUDA: the device of each rank, devices[r] for r < tp (n_devices == tp, each rank its own

@@ -130,6 +130,10 @@ struct cuda_backend {
     atomic_int first_failed;    /* the rank that gave up first, -1 none */
     int capture_status;         /* local: rank 0's cudaStreamBeginCapture (read after a meeting) */
     atomic_int stop_load;       /* the load stops: on_load asked, or a rank failed */
+    /* backend_options.on_layer: a prefill checks it after each step (the device runs a step's
+     * layers without the host, so a cancel takes effect within one step, not one layer) */
+    int (*on_layer)(void *user, double tokens_done);
+    void *on_layer_user;
     atomic_int ranks_loaded;    /* ranks done with JOB_OPEN */
 };
 
@@ -1152,6 +1156,8 @@ int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend
     be->cfg = c;
     be->tp = opt->tp;
     be->capacity = opt->max_context;
+    be->on_layer = opt->on_layer;
+    be->on_layer_user = opt->on_layer_user;
     be->cache_row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
     size_t bytes_total = 0;
     int rc = backend_setup(be, opt, &bytes_total, err);
@@ -1218,6 +1224,8 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
                     "of its %ld routed slots\n", T, start_pos + first, wanted ? " with logits" : "",
                     atomic_load(&be->traced_gemm_experts), atomic_load(&be->traced_gemm_slots), routed);
         }
+        if (n > 1 && be->on_layer && be->on_layer(be->on_layer_user, (double)(first + T)))
+            return BACKEND_STOPPED;
         /* rank r's logits of token t: T * col_begin[r] + t * (its columns) */
         for (int j = 0; j < n_logit_rows; j++) {
             int t = logit_rows[j] - first;

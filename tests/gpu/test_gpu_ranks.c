@@ -5,6 +5,8 @@
  *     change), and within the CUDA tolerance of the CPU backend at TP 8;
  *   - NCCL with one rank (KIMI_CUDA_COMM=nccl): bit for bit the local communicator's TP 1
  *     (a one-rank all-reduce and gather change nothing);
+ *   - a prefill checks on_layer after every step: a stop ends the call with BACKEND_STOPPED after
+ *     one step, and the next call runs;
  *   - the load: on_load reports rising byte counts ending at the total; a non-zero return stops
  *     the load with BACKEND_STOPPED and gives the device memory back;
  *   - the memory plan and device rules on the real device: a context that does not fit names
@@ -156,6 +158,55 @@ static void check_load(const model_weights *mw)
               free_before - free_after);
 }
 
+/* on_layer during a prefill: called after each step with the tokens done so far; stopping at
+ * the first call ends the call there with BACKEND_STOPPED, and the backend serves the next. */
+typedef struct {
+    int calls;
+    double last;
+    int stop;
+} layer_watch;
+
+static int on_layer(void *user, double done)
+{
+    layer_watch *w = user;
+    w->calls++;
+    w->last = done;
+    return w->stop;
+}
+
+static void check_prefill_stop(const model_weights *mw)
+{
+    enum { LONG = 1100 };   /* more than two of the longest prefill steps */
+    const model_config *c = &mw->cfg;
+    int device0 = 0, last = LONG - 1;
+    int32_t *tokens = malloc(LONG * sizeof *tokens);
+    float *logits = malloc((size_t)c->vocab * sizeof *logits);
+    kimi_err err = {0};
+    backend *be = NULL;
+    layer_watch w = {0, 0, 0};
+    backend_options opt = {.kind = BACKEND_CUDA, .tp = 2, .max_context = LONG, .devices = &device0, .n_devices = 1,
+                           .on_layer = on_layer, .on_layer_user = &w};
+    unsetenv("KIMI_CUDA_COMM");
+    setenv("KIMI_CUDA_GRAPHS", "1", 1);
+    for (int i = 0; i < LONG; i++)
+        tokens[i] = (int32_t)((i * 7919 + 13) % c->vocab);
+    CHECK_MSG(backend_open(&be, mw, &opt, &err) == 0, "open tp 2 with on_layer: %s", err.msg);
+    if (!be)
+        goto done;
+    CHECK_INT(backend_forward(be, tokens, LONG, 0, &last, 1, logits, &err), 0);
+    CHECK_MSG(w.calls >= 3 && w.last == LONG, "on_layer: %d calls, last %.0f of %d tokens", w.calls, w.last, LONG);
+    w = (layer_watch){0, 0, 1};
+    CHECK_INT(backend_forward(be, tokens, LONG, 0, &last, 1, logits, &err), BACKEND_STOPPED);
+    CHECK_MSG(w.calls == 1 && w.last > 0 && w.last < LONG, "a stop: %d calls, at %.0f of %d tokens", w.calls, w.last,
+              LONG);
+    w = (layer_watch){0, 0, 0};
+    CHECK_MSG(backend_forward(be, tokens, 8, 0, &last, 0, NULL, &err) == 0, "a forward after a stop: %s", err.msg);
+    backend_close(be);
+done:
+    free(tokens);
+    free(logits);
+}
+
 static void expect_error(const model_weights *mw, int tp, const int *devices, int n_devices, long context, int code,
                          const char *want)
 {
@@ -193,6 +244,7 @@ int main(void)
         return check_finish();
     }
     check_local_tp8(&mw);
+    check_prefill_stop(&mw);
 #ifdef KIMI_HAVE_NCCL
     check_nccl_tp1(&mw);
 #else
