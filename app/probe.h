@@ -4,6 +4,9 @@
 #ifndef KIMI_PROBE_H
 #define KIMI_PROBE_H
 
+#include "app/probe_args.h"
+#include "engine/engine.h"
+
 int probe_info(int argc, char **argv);      /* app/probe_model.c */
 int probe_weights(int argc, char **argv);   /* app/probe_model.c */
 int probe_tokenize(int argc, char **argv);  /* app/probe_tokenize.c */
@@ -13,9 +16,13 @@ int probe_kv(int argc, char **argv);        /* app/probe_run.c */
 int probe_generate(int argc, char **argv);  /* app/probe_bench.c */
 int probe_bench(int argc, char **argv);     /* app/probe_bench.c */
 int probe_golden(int argc, char **argv);    /* app/golden.c */
+int probe_load(int argc, char **argv);      /* app/probe_load.c */
+
+/* The engine options the commands that run the model share: --model, --backend cpu|cuda, --tp,
+ * --threads, --ctx (default_ctx when absent). app/probe_bench.c */
+int probe_engine_options(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err);
 
 /* Print "kimi-probe: <msg>" to stderr and return the exit code for err. */
-struct kimi_err;
-int probe_report(const struct kimi_err *err);
+int probe_report(const kimi_err *err);
 
 #endif

@@ -507,9 +507,9 @@ static void write_summary(engine_info *info, const char *threads_note, const kv_
 {
     if (info->backend == BACKEND_CPU)
         snprintf(info->summary, sizeof info->summary,
-                 "%s backend, tp %d, %d threads per rank%s, weights read in by %d threads; %s",
+                 "%s backend, tp %d, %d threads per rank%s, weights read in by %d thread%s; %s",
                  backend_name(info->backend), info->tp, info->threads_per_rank, threads_note, info->load_threads,
-                 plan->summary);
+                 info->load_threads == 1 ? "" : "s", plan->summary);
     else
         snprintf(info->summary, sizeof info->summary, "%s backend, tp %d; %s", backend_name(info->backend), info->tp,
                  plan->summary);
