@@ -56,7 +56,7 @@ int probe_load(int argc, char **argv)
     engine_options opt;
     double sample_gib;
     long request_mib, load_threads;
-    if (probe_args_parse(&a, argc, argv, "model,backend,tp,threads,load-threads,ctx,sample-gib,request-mib", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,backend,tp,threads,load-threads,ctx,sample-gib,request-mib,warm", &err) ||
         probe_engine_options(&a, 4096, &opt, &err) ||
         probe_arg_int(&a, "load-threads", 0, 256, 0, &load_threads, &err) ||
         probe_arg_int(&a, "request-mib", 1, 1024, 16, &request_mib, &err) ||
@@ -78,10 +78,12 @@ int probe_load(int argc, char **argv)
     size_t cached = 0, file_bytes = 0;
     engine *e = NULL;
     /* The storage first, then the load with the checkpoint's pages dropped from the cache, so
-     * that both read from the storage; what the cache still held is said, not hidden. */
+     * that both read from the storage (--warm: the load finds what the cache holds, a reload);
+     * what the cache held is said, not hidden. */
+    int warm = probe_arg(&a, "warm") != NULL;
     int rc = storage_read_sample(files, n_paths, (size_t)(sample_gib * 1073741824.0), (size_t)request_mib << 20, &sr,
                                  &err) ||
-             storage_drop_cache(files, n_paths, &err) ||
+             (!warm && storage_drop_cache(files, n_paths, &err)) ||
              storage_cached_bytes(files, n_paths, &cached, &file_bytes, &err) || engine_open(&e, &opt, &err);
     if (!rc) {
         const engine_info *info = engine_get_info(e);
