@@ -634,10 +634,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         return load_cancelled(&lr, err);
     if (rc)
         return rc;
-    if (backend_capacity(e->be) != info->max_context) {
-        info->max_context = backend_capacity(e->be);
-        write_summary(info, threads_note, &plan);
-    }
+    info->max_context = backend_capacity(e->be);
     if ((rc = kv_cache_init(&e->cache, info->max_context, err)))
         return rc;
     e->logits = malloc((size_t)cfg->vocab * sizeof *e->logits);
