@@ -82,6 +82,7 @@ struct tui {
     typed_key *typed_ahead;         /* [n_typed_ahead] keys that came while the model loaded,
                                        handled once the chat is up */
     size_t n_typed_ahead, typed_ahead_cap;
+    int typed_paste;                /* the keys typed ahead are inside a bracketed paste */
     int load_cancelled;             /* Ctrl-C or a signal while the model loaded */
     char progress[200];
     int approval;                   /* call index waiting for y/a/n, -1 none */
@@ -1280,17 +1281,21 @@ static void handle_key(tui *t, int key, int is_char, int alt)
     }
 }
 
-/* A key, handled at once, or while the model loads (no chat yet): Ctrl-C stops the load, and
- * anything else waits for the chat (typed ahead; a key that finds no room is dropped). */
+/* A key, handled at once, or while the model loads (no chat yet): Ctrl-C stops the load (one
+ * typed, not one inside a paste), and anything else waits for the chat (typed ahead; a key that
+ * finds no room is dropped). */
 static void take_key(tui *t, int key, int is_char, int alt)
 {
     if (t->a) {
         handle_key(t, key, is_char, alt);
-    } else if (is_char && key == 3 && !t->paste) {
-        t->load_cancelled = 1;
-    } else if (!array_reserve(&t->typed_ahead, &t->typed_ahead_cap, t->n_typed_ahead + 1, sizeof *t->typed_ahead)) {
-        t->typed_ahead[t->n_typed_ahead++] = (typed_key){key, is_char, alt};
+        return;
     }
+    if (!is_char && (key == K_PASTE_BEGIN || key == K_PASTE_END))
+        t->typed_paste = key == K_PASTE_BEGIN;
+    if (is_char && key == 3 && !t->typed_paste)
+        t->load_cancelled = 1;
+    else if (!array_reserve(&t->typed_ahead, &t->typed_ahead_cap, t->n_typed_ahead + 1, sizeof *t->typed_ahead))
+        t->typed_ahead[t->n_typed_ahead++] = (typed_key){key, is_char, alt};
 }
 
 static void read_keys(tui *t)
