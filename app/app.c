@@ -1203,7 +1203,8 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
     }
     if (opt->model_is_demo)
         say_info(a, "demo model: a 3.6 M-parameter toy; use --model DIR for Kimi-K2.5");
-    say_info(a, "%s", a->gen->summary);
+    if (a->gen->summary[0])
+        say_info(a, "%s", a->gen->summary);
     if (open_tools(a, err))
         goto fail;
     if (!opt->no_save) {

@@ -53,6 +53,9 @@ typedef struct {
     /* the answer as it streams: reasoning, content, tool-call pieces, notes, the stop */
     void (*stream)(void *user, const parse_event *ev);
     void (*progress)(void *user, const generator_progress *p);
+    /* while the model loads (before app_open), asked with every progress report: non-zero
+       when the user wants the load stopped (Ctrl-C, SIGINT, SIGTERM, SIGHUP) */
+    int (*load_cancel_requested)(void *user);
     /* the answer is complete and appended to the session (meta: its stats) */
     void (*answer_done)(void *user, const chat_message *m, const session_message_meta *meta);
     /* A call needs the user's decision: answer with app_approve (now or later). Without this

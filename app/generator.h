@@ -37,6 +37,7 @@ typedef struct {
     double done, total;
     double seconds;                 /* since the phase began */
     double rate;                    /* done per second */
+    double eta_seconds;             /* seconds left at that rate; -1 = unknown */
 } generator_progress;
 
 typedef enum { GENERATOR_EVENT_PARSE, GENERATOR_EVENT_PROGRESS } generator_event_kind;
@@ -87,7 +88,8 @@ struct generator {
     const generator_ops *ops;
     char model[128];                /* "demo model", "Kimi-K2.5-NVFP4", the server's model */
     char backend[128];              /* "cpu TP=1", "cuda TP=8", "server http://host:8000" */
-    char summary[640];              /* one line said once at start */
+    char summary[1024];             /* said once at start (one or more lines); "" when it was
+                                       said already (generator_local_options.on_note) */
     long context_limit;             /* positions an answer and its prompt may fill; 0 = unknown */
 };
 

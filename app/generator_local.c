@@ -42,20 +42,24 @@ static generator_progress progress_of(const engine_progress *p)
 {
     return (generator_progress){
         .kind = p->kind == ENGINE_PROGRESS_LOAD ? GENERATOR_PROGRESS_LOAD : GENERATOR_PROGRESS_PREFILL,
-        .done = p->done, .total = p->total, .seconds = p->seconds, .rate = p->rate,
+        .done = p->done, .total = p->total, .seconds = p->seconds, .rate = p->rate, .eta_seconds = p->eta_seconds,
     };
 }
 
-typedef struct {
-    generator_event_fn fn;
-    void *user;
-} load_relay;
-
-static void relay_load_progress(void *user, const engine_progress *p)
+/* The engine's load callbacks, passed on to the caller's while engine_open runs. */
+static int relay_load_progress(void *user, const engine_progress *p)
 {
-    const load_relay *relay = user;
-    generator_event ev = {.kind = GENERATOR_EVENT_PROGRESS, .progress = progress_of(p)};
-    relay->fn(relay->user, &ev);
+    const generator_local_options *o = user;
+    generator_progress out = progress_of(p);
+    return o->on_load(o->load_user, &out);
+}
+
+static void relay_plan(void *user, const engine_info *info)
+{
+    const generator_local_options *o = user;
+    o->on_note(o->load_user, info->summary);
+    if (info->kv_cache_note[0])
+        o->on_note(o->load_user, info->kv_cache_note);
 }
 
 static int local_start(generator *base, const generator_request *req, kimi_err *err)
@@ -208,11 +212,9 @@ int generator_local_open(generator **out, const generator_local_options *o, kimi
     g->base.ops = &local_ops;
     engine_options eo = o->engine;
     eo.model_dir = o->model_dir;
-    load_relay relay = {o->on_load, o->load_user};
-    if (o->on_load) {
-        eo.on_load_progress = relay_load_progress;
-        eo.progress_user = &relay;
-    }
+    eo.on_load_progress = o->on_load ? relay_load_progress : NULL;
+    eo.on_plan = o->on_note ? relay_plan : NULL;
+    eo.progress_user = (void *)o;
     if (engine_open(&g->eng, &eo, err))
         goto fail;
     if (tokenizer_load(&g->tok, o->model_dir, engine_model_config(g->eng), err))
@@ -234,7 +236,9 @@ int generator_local_open(generator **out, const generator_local_options *o, kimi
         folder_name(o->model_dir, g->base.model, sizeof g->base.model);
     snprintf(g->base.backend, sizeof g->base.backend, "%s TP=%d",
              info->backend == BACKEND_CUDA ? "cuda" : "cpu", info->tp);
-    snprintf(g->base.summary, sizeof g->base.summary, "%s", info->summary);
+    if (!o->on_note)
+        snprintf(g->base.summary, sizeof g->base.summary, "%s%s%s", info->summary, info->kv_cache_note[0] ? "\n" : "",
+                 info->kv_cache_note);
     g->base.context_limit = info->max_context;
     *out = &g->base;
     return 0;

@@ -588,7 +588,7 @@ static int remote_pump(generator *gen, generator_event_fn on_event, void *user, 
         double seconds = now_s() - t.connected_at;
         generator_event e = {.kind = GENERATOR_EVENT_PROGRESS,
                              .progress = {.kind = GENERATOR_PROGRESS_WAITING,
-                                          .seconds = seconds > 0 ? seconds : 0}};
+                                          .seconds = seconds > 0 ? seconds : 0, .eta_seconds = -1}};
         on_event(user, &e);
     }
     g->ticks_seen = t.ticks;

@@ -31,6 +31,8 @@ static int fail(int code, const char *message)
 /* Exit code for a failure of app_open: the user's input (flags, files) or the model/engine. */
 static int open_failure_code(const kimi_err *err)
 {
+    if (err->code == KIMI_ERR_CANCELLED)
+        return EXIT_INTERRUPTED;    /* the load, stopped by Ctrl-C or a signal: nothing to save yet */
     return err->code == KIMI_ERR_USAGE || err->code == KIMI_ERR_INPUT ? EXIT_USAGE : EXIT_ENGINE;
 }
 
@@ -84,11 +86,21 @@ static int read_script(const app_options *o, script *s, int *code)
     return 0;
 }
 
-static void relay_load_progress(void *user, const generator_event *ev)
+/* The engine's load, shown by the front end, which also says when the user wants it stopped. */
+static int relay_load_progress(void *user, const generator_progress *p)
 {
     const app_frontend *fe = user;
-    if (ev->kind == GENERATOR_EVENT_PROGRESS && fe->progress)
-        fe->progress(fe->user, &ev->progress);
+    if (fe->progress)
+        fe->progress(fe->user, p);
+    return fe->load_cancel_requested && fe->load_cancel_requested(fe->user);
+}
+
+/* The memory plan (and the note on the checkpoint's KV-cache request) before the load. */
+static void relay_note(void *user, const char *line)
+{
+    const app_frontend *fe = user;
+    if (fe->info)
+        fe->info(fe->user, line);
 }
 
 /* Without --model or --server: the bundled demo model, with its tools. */
@@ -140,7 +152,7 @@ static int open_generator(app_options *o, const app_frontend *fe, generator **ge
                    .max_context = o->max_context,
                    .memory_budget_bytes = (size_t)(o->mem_gib * 1073741824.0),
                    .devices = n_devices ? devices : NULL, .n_devices = n_devices},
-        .on_load = relay_load_progress, .load_user = (void *)fe,
+        .on_note = relay_note, .on_load = relay_load_progress, .load_user = (void *)fe,
     };
     return generator_local_open(gen, &lo, err);
 }

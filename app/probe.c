@@ -24,11 +24,12 @@ static const probe_command commands[] = {
     {"kv", probe_kv, "the fp16 latent cache after a prefill"},
     {"generate", probe_generate, "greedy generation: ids and text"},
     {"bench", probe_bench, "load, prefill and decode speed as one JSON object"},
+    {"load", probe_load, "load time and GB/s next to the storage's own read bandwidth"},
     {"golden", probe_golden, "conformance against reference data"},
     {"verify", probe_verify, "the same tokens through the CPU and a candidate backend, compared"},
 };
 
-int probe_report(const struct kimi_err *err)
+int probe_report(const kimi_err *err)
 {
     int code = err->code ? err->code : 1;
     fprintf(stderr, "kimi-probe: %s\n", err->msg[0] ? err->msg : "unknown error");

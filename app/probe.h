@@ -5,6 +5,7 @@
 #define KIMI_PROBE_H
 
 #include "app/probe_args.h"
+#include "engine/engine.h"
 
 int probe_info(int argc, char **argv);      /* app/probe_model.c */
 int probe_plan(int argc, char **argv);      /* app/probe_model.c */
@@ -17,9 +18,14 @@ int probe_generate(int argc, char **argv);  /* app/probe_bench.c */
 int probe_bench(int argc, char **argv);     /* app/probe_bench.c */
 int probe_golden(int argc, char **argv);    /* app/golden.c */
 int probe_verify(int argc, char **argv);    /* app/probe_verify.c */
+int probe_load(int argc, char **argv);      /* app/probe_load.c */
+
+/* The engine options the commands that run the model share: --model, --backend cpu|cuda, --tp,
+ * --devices, --threads, --ctx (default_ctx when absent). app/probe_bench.c */
+int probe_engine_options(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err);
 
 /* Print "kimi-probe: <msg>" to stderr and return the exit code for err. */
-int probe_report(const struct kimi_err *err);
+int probe_report(const kimi_err *err);
 
 /* --devices LIST (engine/device_plan.h device_list_parse) into devices [8]; *n = 0 when absent. */
 int probe_arg_devices(const probe_args *a, int *devices, int *n, kimi_err *err);

@@ -28,8 +28,7 @@ static int parse_backend(const probe_args *a, backend_kind *kind, kimi_err *err)
     return kimi_fail(err, KIMI_ERR_USAGE, "--backend: '%s' is not cpu or cuda", name);
 }
 
-/* The engine options every command shares: --model, --backend, --tp, --devices, --threads, --ctx. */
-static int engine_options_from_args(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err)
+int probe_engine_options(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err)
 {
     static int devices[8];      /* opt->devices points here (one engine per kimi-probe run) */
     long tp, threads, ctx;
@@ -98,7 +97,7 @@ int probe_generate(int argc, char **argv)
     long n_new;
     int *stop = NULL, n_stop = 0;
     if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,devices,threads,ctx", &err) ||
-        engine_options_from_args(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
+        probe_engine_options(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
         return probe_report(&err);
     const char *tokens_text = probe_arg(&a, "tokens"), *prompt_text = probe_arg(&a, "prompt");
     const char *stop_text = probe_arg(&a, "stop");
@@ -305,7 +304,7 @@ int probe_bench(int argc, char **argv)
         probe_arg_int(&a, "prompt", 1, 1 << 20, 128, &n_prompt, &err) ||
         probe_arg_int(&a, "gen", 2, 1 << 20, 32, &n_gen, &err) ||
         probe_arg_int(&a, "read-mib", 64, 1 << 20, 1024, &read_mib, &err) ||
-        engine_options_from_args(&a, n_prompt + n_gen < 16 ? 16 : n_prompt + n_gen, &opt, &err))
+        probe_engine_options(&a, n_prompt + n_gen < 16 ? 16 : n_prompt + n_gen, &opt, &err))
         return probe_report(&err);
 
     double t0 = now_seconds();

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -205,12 +206,17 @@ static int is_stop_id(const request *r, int32_t id)
     return 0;
 }
 
+static engine_progress progress_at(engine_progress_kind kind, double done, double total, double seconds)
+{
+    double rate = seconds > 0 ? done / seconds : 0;
+    return (engine_progress){kind, done, total, seconds, rate, rate > 0 ? (total - done) / rate : -1};
+}
+
 static void emit_prefill_progress(engine *e, double done)
 {
     double now = now_seconds(), seconds = now - e->prefill.start;
     engine_event ev = {.kind = ENGINE_EVENT_PROGRESS, .request = e->prefill.r->id,
-                       .progress = {ENGINE_PROGRESS_PREFILL, done, e->prefill.total, seconds,
-                                    seconds > 0 ? done / seconds : 0}};
+                       .progress = progress_at(ENGINE_PROGRESS_PREFILL, done, e->prefill.total, seconds)};
     e->prefill.last_report = now;
     push_event(e, &ev);
 }
@@ -470,23 +476,64 @@ static const char *backend_name(backend_kind kind)
     return kind == BACKEND_CUDA ? "cuda" : "cpu";
 }
 
-/* weights_page_in's progress, passed on to engine_options.on_load_progress at most every
- * PROGRESS_INTERVAL, and always for the last step. */
+/* The load's progress, from weights_page_in (CPU) or backend_options.on_load (CUDA), both
+ * about ten times a second, passed on to engine_options.on_load_progress; its answer (stop or
+ * go on) is passed back. done/total are kept for the message of a cancelled load. */
 typedef struct {
     const engine_options *opt;
-    double start, last_report;
+    double start;
+    size_t done, total;
 } load_report;
 
-static void on_page_in(void *user, size_t done, size_t total)
+static int report_load(void *user, size_t done, size_t total)
 {
     load_report *lr = user;
-    double now = now_seconds(), seconds = now - lr->start;
-    if (!lr->opt->on_load_progress || (done < total && now - lr->last_report < PROGRESS_INTERVAL))
-        return;
-    lr->last_report = now;
-    engine_progress p = {ENGINE_PROGRESS_LOAD, (double)done, (double)total, seconds,
-                         seconds > 0 ? (double)done / seconds : 0};
-    lr->opt->on_load_progress(lr->opt->progress_user, &p);
+    lr->done = done;
+    lr->total = total;
+    if (!lr->opt->on_load_progress)
+        return 0;
+    engine_progress p = progress_at(ENGINE_PROGRESS_LOAD, (double)done, (double)total, now_seconds() - lr->start);
+    return lr->opt->on_load_progress(lr->opt->progress_user, &p);
+}
+
+static int load_cancelled(const load_report *lr, kimi_err *err)
+{
+    return kimi_fail(err, KIMI_ERR_CANCELLED, "loading cancelled after %.1f of %.1f GB", (double)lr->done / 1e9,
+                     (double)lr->total / 1e9);
+}
+
+/* The one line engine_info.summary says: what was chosen for the user, and why. */
+static void write_summary(engine_info *info, const char *threads_note, const kv_cache_plan *plan)
+{
+    if (info->backend == BACKEND_CPU)
+        snprintf(info->summary, sizeof info->summary,
+                 "%s backend, tp %d, %d threads per rank%s, weights read in by %d thread%s; %s",
+                 backend_name(info->backend), info->tp, info->threads_per_rank, threads_note, info->load_threads,
+                 info->load_threads == 1 ? "" : "s", plan->summary);
+    else
+        snprintf(info->summary, sizeof info->summary, "%s backend, tp %d; %s", backend_name(info->backend), info->tp,
+                 plan->summary);
+}
+
+/* The checkpoint's KV-cache request (hf_quant_config.json), which the engine does not follow:
+ * its latent cache is always fp16. */
+static void write_kv_cache_note(engine_info *info, const model_config *cfg)
+{
+    const char *algo = cfg->kv_cache_quant_algo;
+    info->kv_cache_note[0] = 0;
+    if (algo[0] && strcasecmp(algo, "fp16"))
+        snprintf(info->kv_cache_note, sizeof info->kv_cache_note,
+                 "the checkpoint asks for an %s KV cache (kv_cache_quant_algo %s); kimi-chat keeps the MLA latent "
+                 "cache in fp16", algo, algo);
+}
+
+/* Threads that read the weights in when the caller leaves it to the engine: reads wait on the
+ * disk more than they compute, so two per core, at least 4 (a queue deep enough for an NVMe
+ * drive) and at most 16. */
+static int default_load_threads(long cores)
+{
+    long n = 2 * cores;
+    return n < 4 ? 4 : n > 16 ? 16 : (int)n;
 }
 
 static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
@@ -500,6 +547,9 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if (opt->max_context < 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: must be 0 (from the memory budget) or positive",
                          opt->max_context);
+    if (opt->load_threads < 0 || opt->load_threads > 256)
+        return kimi_fail(err, KIMI_ERR_USAGE, "load threads %d: must be 0 (automatic) or in [1, 256]",
+                         opt->load_threads);
     if (opt->event_capacity < 0 || opt->event_capacity > INT_MAX - SHUTDOWN_RESERVE)
         return kimi_fail(err, KIMI_ERR_USAGE, "event queue capacity %d: must be 0 (default) or in [1, %d]",
                          opt->event_capacity, INT_MAX - SHUTDOWN_RESERVE);
@@ -520,10 +570,13 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     info->weight_bytes = e->weights.weight_bytes;
     char threads_note[96] = "";
     info->threads_per_rank = opt->threads_per_rank;
-    if (opt->backend == BACKEND_CPU && info->threads_per_rank == 0) {
+    if (opt->backend == BACKEND_CPU) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        info->threads_per_rank = cores > opt->tp ? (int)(cores / opt->tp) : 1;
-        snprintf(threads_note, sizeof threads_note, " (%ld online cores / tp %d)", cores, opt->tp);
+        if (info->threads_per_rank == 0) {
+            info->threads_per_rank = cores > opt->tp ? (int)(cores / opt->tp) : 1;
+            snprintf(threads_note, sizeof threads_note, " (%ld online cores / tp %d)", cores, opt->tp);
+        }
+        info->load_threads = opt->load_threads > 0 ? opt->load_threads : default_load_threads(cores);
     }
 
     /* CPU ranks share one memory and one mmap of the weights; a GPU rank has its own device,
@@ -553,22 +606,37 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if ((rc = kv_cache_plan_context(cfg, rank_weights, rank_budget, opt->tp, opt->max_context, budget_source, &plan,
                                     err)))
         return rc;
+    info->max_context = plan.max_context;
+    info->max_fit = plan.max_fit;
+    info->rank_budget_bytes = plan.rank_budget_bytes;
+    info->kv_bytes_per_token = plan.kv_bytes_per_token;
+    write_summary(info, threads_note, &plan);
+    write_kv_cache_note(info, cfg);
+    /* Said before the wait: on a large checkpoint the user learns what context fits before
+     * the weights are read. */
+    if (opt->on_plan)
+        opt->on_plan(opt->progress_user, info);
 
     /* Only once the plan says the weights fit: the CPU backend computes from the mmap. */
+    load_report lr = {opt, now_seconds(), 0, info->weight_bytes};
     if (opt->backend == BACKEND_CPU) {
-        load_report lr = {opt, now_seconds(), 0};
-        weights_page_in(&e->weights, on_page_in, &lr);
+        rc = weights_page_in(&e->weights, info->load_threads, PROGRESS_INTERVAL, report_load, &lr, err);
+        if (rc == WEIGHTS_STOPPED)
+            return load_cancelled(&lr, err);
+        if (rc)
+            return rc;
     }
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,
                           .max_context = plan.max_context, .on_layer = on_layer, .on_layer_user = e,
-                          .devices = opt->devices, .n_devices = opt->n_devices};
-    if ((rc = backend_open(&e->be, &e->weights, &bo, err)))
+                          .devices = opt->devices, .n_devices = opt->n_devices, .on_load = report_load,
+                          .on_load_user = &lr};
+    rc = backend_open(&e->be, &e->weights, &bo, err);
+    if (rc == BACKEND_STOPPED)
+        return load_cancelled(&lr, err);
+    if (rc)
         return rc;
     info->max_context = backend_capacity(e->be);
-    info->max_fit = plan.max_fit;
-    info->rank_budget_bytes = plan.rank_budget_bytes;
-    info->kv_bytes_per_token = plan.kv_bytes_per_token;
     if ((rc = kv_cache_init(&e->cache, info->max_context, err)))
         return rc;
     e->logits = malloc((size_t)cfg->vocab * sizeof *e->logits);
@@ -581,12 +649,6 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         return kimi_fail(err, KIMI_ERR_IO, "eventfd: %s", strerror(errno));
 
     info->load_seconds = now_seconds() - t0;
-    if (opt->backend == BACKEND_CPU)
-        snprintf(info->summary, sizeof info->summary, "%s backend, tp %d, %d threads per rank%s; %s",
-                 backend_name(opt->backend), opt->tp, info->threads_per_rank, threads_note, plan.summary);
-    else
-        snprintf(info->summary, sizeof info->summary, "%s backend, tp %d; %s", backend_name(opt->backend),
-                 opt->tp, plan.summary);
 
     rc = pthread_create(&e->scheduler, NULL, scheduler_main, e);
     if (rc)

@@ -39,9 +39,11 @@
 #include "engine/sampler.h"
 #include "engine/weights.h"
 
-/* Progress of long work. LOAD: done/total in bytes of weights read into memory; PREFILL:
- * done/total in prompt tokens of one request's prefill (fractional while a chunk of tokens is
- * part-way through the layers). seconds since that work began, rate = done / seconds. */
+/* Progress of long work. LOAD: done/total in bytes of weights read into memory (CPU) or
+ * uploaded to the devices (CUDA); PREFILL: done/total in prompt tokens of one request's
+ * prefill (fractional while a chunk of tokens is part-way through the layers). seconds since
+ * that work began, rate = done / seconds, eta_seconds = (total - done) / rate (-1 while the
+ * rate is still 0: unknown). */
 typedef enum { ENGINE_PROGRESS_LOAD, ENGINE_PROGRESS_PREFILL } engine_progress_kind;
 
 typedef struct {
@@ -49,13 +51,18 @@ typedef struct {
     double done, total;
     double seconds;
     double rate;                    /* per second: bytes/s for LOAD, tokens/s for PREFILL */
+    double eta_seconds;             /* seconds left at that rate; -1 = unknown */
 } engine_progress;
+
+typedef struct engine_info engine_info;
 
 typedef struct {
     const char *model_dir;
     backend_kind backend;           /* BACKEND_CPU or BACKEND_CUDA */
     int tp;                         /* tensor-parallel ranks, 1..8, dividing the head count */
     int threads_per_rank;           /* CPU workers per rank; 0 = online cores / tp (at least 1) */
+    int load_threads;               /* CPU: threads reading the weights in; 0 = 2 per online
+                                       core, 4 to 16 (disk reads wait more than they compute) */
     long max_context;               /* KV cache positions; 0 = as many as the memory budget holds */
     size_t memory_budget_bytes;     /* CPU: the machine's memory for the weights and every
                                        rank's cache replica (0 = 75% of what is available at
@@ -66,20 +73,29 @@ typedef struct {
                                        visible devices (backend_options); read during engine_open */
     int n_devices;
     int event_capacity;             /* events the queue holds; 0 = 4096 */
-    /* Optional: loading progress, called on the thread running engine_open, at most ~10 times
-     * a second and always once at the end (done == total). On the CPU backend engine_open
-     * reads the model's weights through the mmap into memory (weights_page_in), once the
-     * memory plan says they fit; "done" counts the bytes read so far, total is every byte of
-     * the tensors the model uses (engine_info.weight_bytes). */
-    void (*on_load_progress)(void *user, const engine_progress *p);
-    void *progress_user;
+    /* Optional: the plan, said before the long wait: called once on the thread running
+     * engine_open when the checkpoint is opened and the memory plan made, before the weights
+     * are read in (CPU) or uploaded (CUDA). info is what engine_get_info will say, except
+     * load_seconds (0 here); valid during the call. */
+    void (*on_plan)(void *user, const engine_info *info);
+    /* Optional: loading progress, called on the thread running engine_open about 10 times a
+     * second and once at the end (done == total). On the CPU backend engine_open reads the
+     * model's weights through the mmap into memory (weights_page_in, load_threads threads),
+     * once the memory plan says they fit: "done" counts the bytes read so far, total is every
+     * byte of the tensors the model uses (engine_info.weight_bytes). On the CUDA backend it
+     * counts the bytes of the packed shards uploaded to the devices (backend_options.on_load).
+     * A non-zero return stops the load within one step: engine_open then frees everything and
+     * fails with KIMI_ERR_CANCELLED ("loading cancelled ..."). */
+    int (*on_load_progress)(void *user, const engine_progress *p);
+    void *progress_user;            /* the user argument of on_plan and on_load_progress */
 } engine_options;
 
 /* What engine_open chose; summary says it in one line, for the app to print once. */
-typedef struct {
+struct engine_info {
     backend_kind backend;
     int tp;
     int threads_per_rank;
+    int load_threads;               /* CPU: threads that read the weights in; 0 on CUDA */
     long max_context;               /* positions in the KV cache */
     long max_fit;                   /* most positions the memory budget holds; -1 = unknown */
     size_t rank_budget_bytes;       /* a rank's share of the memory budget; 0 = none known */
@@ -88,7 +104,10 @@ typedef struct {
     int vocab;                      /* logits per row */
     double load_seconds;            /* weights (opened and read into memory) + backend, wall clock */
     char summary[640];
-} engine_info;
+    /* "" or one line for the app to print once: the checkpoint asks for a KV cache format
+       (hf_quant_config.json kv_cache_quant_algo, e.g. FP8) that the engine does not use */
+    char kv_cache_note[200];
+};
 
 typedef struct {
     const int32_t *tokens;          /* [n_tokens] the whole rendered conversation; copied */

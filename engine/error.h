@@ -11,6 +11,7 @@ enum kimi_status {
     KIMI_ERR_NOMEM = 5,   /* an allocation failed or a size overflowed */
     KIMI_ERR_INPUT = 6,   /* user data at fault (script, session, request) */
     KIMI_ERR_STATE = 7,   /* API misuse: unknown request id, engine closed, context full */
+    KIMI_ERR_CANCELLED = 8, /* the caller stopped it (a load cancelled by Ctrl-C) */
 };
 
 typedef struct kimi_err {

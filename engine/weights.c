@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,32 +406,149 @@ void weights_free(model_weights *mw)
     memset(mw, 0, sizeof *mw);
 }
 
-/* Large enough that madvise reads ahead in big requests, small enough for ~10 reports a
- * second from a fast disk. */
+/* Large enough that madvise reads ahead in big requests, small enough that the threads share
+ * the work evenly and a stop takes effect within one step. */
 #define PAGE_IN_STEP ((size_t)64 << 20)
 
-void weights_page_in(const model_weights *mw, void (*progress)(void *user, size_t done, size_t total), void *user)
+/* The reading shared by the threads of weights_page_in: steps handed out in address order, so
+ * that the requests in flight are neighbours on the disk. */
+typedef struct {
+    const model_weights *mw;
+    size_t page;                /* bytes per memory page */
+    pthread_mutex_t lock;       /* everything below */
+    pthread_cond_t changed;     /* a step was read, or a thread ended */
+    size_t next_span, next_off; /* the next step: spans[next_span], from next_off */
+    size_t done;                /* bytes of the steps read */
+    int running;                /* threads not yet ended */
+    int stop;                   /* the caller's progress said stop: hand out no more steps */
+} page_in_work;
+
+/* Take the next step: its start and length, 0 when none is left (or stop was said). */
+static size_t take_step(page_in_work *w, const uint8_t **start)
 {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), total = 0, done = 0;
+    const model_weights *mw = w->mw;
+    while (w->next_span < mw->n_spans && w->next_off >= mw->spans[w->next_span].bytes) {
+        w->next_span++;
+        w->next_off = 0;
+    }
+    if (w->stop || w->next_span >= mw->n_spans)
+        return 0;
+    const weight_span *s = &mw->spans[w->next_span];
+    size_t len = s->bytes - w->next_off < PAGE_IN_STEP ? s->bytes - w->next_off : PAGE_IN_STEP;
+    *start = s->data + w->next_off;
+    w->next_off += len;
+    return len;
+}
+
+static void read_step(const uint8_t *start, size_t len, size_t page)
+{
+    uintptr_t first_page = (uintptr_t)start & ~(uintptr_t)(page - 1);
+    /* Only advice: memory that is not a file mapping (a test's image) just says no. */
+    (void)madvise((void *)first_page, (uintptr_t)start + len - first_page, MADV_WILLNEED);
+    /* Volatile, so the reads that fault each page in happen. */
+    const volatile uint8_t *bytes = start;
+    for (size_t k = 0; k < len; k += page)
+        (void)bytes[k];
+    (void)bytes[len - 1];
+}
+
+static void *page_in_thread(void *arg)
+{
+    page_in_work *w = arg;
+    const uint8_t *start;
+    pthread_mutex_lock(&w->lock);
+    for (size_t len; (len = take_step(w, &start)) > 0;) {
+        pthread_mutex_unlock(&w->lock);
+        read_step(start, len, w->page);
+        pthread_mutex_lock(&w->lock);
+        w->done += len;
+        pthread_cond_signal(&w->changed);
+    }
+    w->running--;
+    pthread_cond_signal(&w->changed);
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+static struct timespec deadline_after(double seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = ts.tv_nsec + (long long)(seconds * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    return ts;
+}
+
+static int passed(const struct timespec *deadline)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
+int weights_page_in(const model_weights *mw, int threads, double report_seconds, weights_page_in_progress progress,
+                    void *user, kimi_err *err)
+{
+    if (threads < 1)
+        return kimi_fail(err, KIMI_ERR_USAGE, "reading the weights in: %d threads (at least 1)", threads);
+    size_t total = 0;
     for (size_t i = 0; i < mw->n_spans; i++)
         total += mw->spans[i].bytes;
-    for (size_t i = 0; i < mw->n_spans; i++) {
-        for (size_t off = 0; off < mw->spans[i].bytes; off += PAGE_IN_STEP) {
-            const uint8_t *start = mw->spans[i].data + off;
-            size_t len = mw->spans[i].bytes - off < PAGE_IN_STEP ? mw->spans[i].bytes - off : PAGE_IN_STEP;
-            uintptr_t first_page = (uintptr_t)start & ~(uintptr_t)(page - 1);
-            /* Only advice: memory that is not a file mapping (a test's image) just says no. */
-            (void)madvise((void *)first_page, (uintptr_t)start + len - first_page, MADV_WILLNEED);
-            /* Volatile, so the reads that fault each page in happen. */
-            const volatile uint8_t *bytes = start;
-            for (size_t k = 0; k < len; k += page)
-                (void)bytes[k];
-            (void)bytes[len - 1];
-            done += len;
-            if (progress)
-                progress(user, done, total);
+    page_in_work w = {.mw = mw, .page = (size_t)sysconf(_SC_PAGESIZE)};
+    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
+    if (!ids)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "reading the weights in: out of memory for %d threads", threads);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.changed, &attr);
+    pthread_condattr_destroy(&attr);
+
+    int started = 0, rc = 0;
+    pthread_mutex_lock(&w.lock);
+    for (; started < threads; started++) {
+        int failed = pthread_create(&ids[started], NULL, page_in_thread, &w);
+        if (failed) {
+            rc = kimi_fail(err, KIMI_ERR_NOMEM, "reading the weights in: cannot start thread %d of %d: %s",
+                           started + 1, threads, strerror(failed));
+            w.stop = 1;
+            break;
         }
+        w.running++;
     }
+    /* This thread only waits and reports, so a report is never late behind a slow step. */
+    struct timespec next_report = deadline_after(report_seconds);
+    while (w.running > 0) {
+        pthread_cond_timedwait(&w.changed, &w.lock, &next_report);
+        if (!passed(&next_report))
+            continue;
+        next_report = deadline_after(report_seconds);
+        if (!progress || w.stop)
+            continue;
+        size_t done = w.done;
+        pthread_mutex_unlock(&w.lock);
+        int stop = done < total && progress(user, done, total);
+        pthread_mutex_lock(&w.lock);
+        w.stop |= stop;
+    }
+    int stopped = w.stop;
+    pthread_mutex_unlock(&w.lock);
+    for (int t = 0; t < started; t++)
+        pthread_join(ids[t], NULL);
+    free(ids);
+    pthread_cond_destroy(&w.changed);
+    pthread_mutex_destroy(&w.lock);
+    if (rc)
+        return rc;
+    if (stopped)
+        return WEIGHTS_STOPPED;
+    /* The last report says done == total, and its answer counts too: a stop that comes with
+     * it still stops whatever would follow the reading. */
+    if (progress && progress(user, total, total))
+        return WEIGHTS_STOPPED;
+    return 0;
 }
 
 typedef struct {

@@ -71,11 +71,22 @@ typedef struct {
 int weights_load(model_weights *mw, const char *model_dir, kimi_err *err);
 void weights_free(model_weights *mw);
 
-/* Read the model's weights into memory through the mmap, in address order and large steps
- * (madvise WILLNEED, then one byte of every page), so that the first forward pass does not
- * wait for the disk. progress (may be NULL) gets the bytes of the spans read so far and
- * their total after every step; the last call has done == total. */
-void weights_page_in(const model_weights *mw, void (*progress)(void *user, size_t done, size_t total), void *user);
+/* Progress of weights_page_in: bytes of the spans read so far of their total. A non-zero
+ * return stops the reading. */
+typedef int (*weights_page_in_progress)(void *user, size_t done, size_t total);
+
+/* weights_page_in's result when progress stopped it (not an error: err is left alone). */
+#define WEIGHTS_STOPPED (-1)
+
+/* Read the model's weights into memory through the mmap so that the first forward pass does
+ * not wait for the disk: `threads` threads take 64 MiB steps of the spans in address order
+ * (madvise WILLNEED on the step, then one byte of every page). The calling thread only waits
+ * and reports: progress (may be NULL) is called on it every report_seconds while the threads
+ * read, and once at the end with done == total. When progress returns non-zero, the threads
+ * finish the step they are in and no more is read: WEIGHTS_STOPPED (nothing to free; pages
+ * read stay in the page cache). Otherwise 0, or KIMI_ERR_NOMEM when the threads cannot start. */
+int weights_page_in(const model_weights *mw, int threads, double report_seconds, weights_page_in_progress progress,
+                    void *user, kimi_err *err);
 
 /* Look up any linear by checkpoint name (without ".weight"), for kimi-probe weights. */
 const linear *weights_find_linear(const model_weights *mw, const char *name);

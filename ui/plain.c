@@ -13,6 +13,7 @@
 #include <readline/readline.h>
 
 #include "app/paths.h"
+#include "ui/progress_text.h"
 #include "ui/signal_pipe.h"
 #include "engine/array.h"
 
@@ -130,16 +131,25 @@ static void on_progress(void *user, const generator_progress *p)
     plain_ui *ui = user;
     if (!ui->progress_line)
         return;
-    if (p->kind == GENERATOR_PROGRESS_LOAD)
-        fprintf(stderr, "\r\033[Kloading %.2f of %.2f GB · %.2f GB/s", p->done / 1e9, p->total / 1e9, p->rate / 1e9);
-    else if (p->kind == GENERATOR_PROGRESS_PREFILL)
-        fprintf(stderr, "\r\033[Kreading the prompt: %.0f of %.0f tokens · %.0f tok/s", p->done, p->total, p->rate);
-    else
-        fprintf(stderr, "\r\033[Kwaiting for the server · %.1f s", p->seconds);
+    char text[200];
+    progress_text(text, sizeof text, p);
+    fprintf(stderr, "\r\033[K%s", text);
     ui->progress_shown = p->total <= 0 || p->done < p->total;
     if (!ui->progress_shown)
         fputs("\r\033[K", stderr);
     fflush(stderr);
+}
+
+/* Every signal the plain front end takes (SIGINT, SIGTERM, SIGHUP) stops a load. */
+static int on_load_cancel_requested(void *user)
+{
+    plain_ui *ui = user;
+    int stop = 0;
+    while (signal_pipe_take())
+        stop = 1;
+    if (stop)
+        clear_progress(ui);
+    return stop;
 }
 
 /* The first lines of a tool's result, the rest counted. */
@@ -258,7 +268,7 @@ void plain_ui_free(plain_ui *ui) { free(ui); }
 app_frontend plain_ui_frontend(plain_ui *ui)
 {
     return (app_frontend){
-        .user = ui, .stream = on_stream, .progress = on_progress,
+        .user = ui, .stream = on_stream, .progress = on_progress, .load_cancel_requested = on_load_cancel_requested,
         .tool_approval = ui->ask_tools ? on_tool_approval : NULL, .tool_update = on_tool_update,
         .turn_done = on_turn_done, .info = on_info, .error = on_error,
         .view_command = on_view_command,

@@ -21,6 +21,7 @@
 #include "engine/array.h"
 #include "ui/input.h"
 #include "ui/paint.h"
+#include "ui/progress_text.h"
 #include "ui/render_model.h"
 #include "ui/signal_pipe.h"
 #include "ui/text_width.h"
@@ -41,6 +42,10 @@ typedef enum {
     GEN_IDLE, GEN_LOADING, GEN_PREFILL, GEN_WAITING, GEN_THINKING, GEN_ANSWERING, GEN_CALLING,
     GEN_APPROVAL, GEN_TOOL, GEN_STOPPING,
 } gen_state;
+
+typedef struct {
+    int key, is_char, alt;          /* as handle_key takes them */
+} typed_key;
 
 struct tui {
     const app_options *opt;
@@ -74,6 +79,11 @@ struct tui {
     int shown_messages;             /* session messages mirrored into the render model */
     int pending_rebuild;            /* session_reset came during app_open */
     strbuf startup_notes;           /* notes said during app_open ("\0"-separated) */
+    typed_key *typed_ahead;         /* [n_typed_ahead] keys that came while the model loaded,
+                                       handled once the chat is up */
+    size_t n_typed_ahead, typed_ahead_cap;
+    int typed_paste;                /* the keys typed ahead are inside a bracketed paste */
+    int load_cancelled;             /* Ctrl-C or a signal while the model loaded */
     char progress[200];
     int approval;                   /* call index waiting for y/a/n, -1 none */
     char approval_name[96];
@@ -490,19 +500,9 @@ static void paint_now(tui *t);
 static void on_progress(void *user, const generator_progress *p)
 {
     tui *t = user;
-    double pct = p->total > 0 ? 100.0 * p->done / p->total : 0;
-    if (p->kind == GENERATOR_PROGRESS_LOAD) {
-        snprintf(t->progress, sizeof t->progress, "loading the model: %.0f%% · %.1f of %.1f MB", pct,
-                 p->done / 1e6, p->total / 1e6);
-        t->state = GEN_LOADING;
-    } else if (p->kind == GENERATOR_PROGRESS_PREFILL) {
-        snprintf(t->progress, sizeof t->progress, "reading the prompt: %.0f of %.0f tokens · %.0f tok/s",
-                 p->done, p->total, p->rate);
-        t->state = GEN_PREFILL;
-    } else {
-        snprintf(t->progress, sizeof t->progress, "waiting for the server · %.1f s", p->seconds);
-        t->state = GEN_WAITING;
-    }
+    progress_text(t->progress, sizeof t->progress, p);
+    t->state = p->kind == GENERATOR_PROGRESS_LOAD ? GEN_LOADING
+               : p->kind == GENERATOR_PROGRESS_PREFILL ? GEN_PREFILL : GEN_WAITING;
     if (p->total > 0 && p->done >= p->total) {
         t->progress[0] = 0;
         if (t->state == GEN_LOADING)
@@ -632,11 +632,30 @@ static int on_view_command(void *user, const char *name, const char *arg, kimi_e
     return 0;
 }
 
+static void read_keys(tui *t);
+static void resize(tui *t);
+
+/* While the model loads: the keys typed so far (Ctrl-C among them?) and the signals; a resize
+ * is followed, any other signal stops the load like Ctrl-C. */
+static int on_load_cancel_requested(void *user)
+{
+    tui *t = user;
+    int sig;
+    while ((sig = signal_pipe_take())) {
+        if (sig == SIGWINCH)
+            resize(t);
+        else
+            t->load_cancelled = 1;
+    }
+    read_keys(t);
+    return t->load_cancelled;
+}
+
 app_frontend tui_frontend(tui *t)
 {
     return (app_frontend){
         .user = t, .generation_begin = on_generation_begin, .stream = on_stream,
-        .progress = on_progress, .answer_done = on_answer_done, .tool_approval = on_tool_approval,
+        .progress = on_progress, .load_cancel_requested = on_load_cancel_requested, .answer_done = on_answer_done, .tool_approval = on_tool_approval,
         .tool_update = on_tool_update, .turn_done = on_turn_done, .info = on_info, .error = on_error,
         .session_reset = on_session_reset, .saved = on_saved, .view_command = on_view_command,
     };
@@ -1262,6 +1281,23 @@ static void handle_key(tui *t, int key, int is_char, int alt)
     }
 }
 
+/* A key, handled at once, or while the model loads (no chat yet): Ctrl-C stops the load (one
+ * typed, not one inside a paste), and anything else waits for the chat (typed ahead; a key that
+ * finds no room is dropped). */
+static void take_key(tui *t, int key, int is_char, int alt)
+{
+    if (t->a) {
+        handle_key(t, key, is_char, alt);
+        return;
+    }
+    if (!is_char && (key == K_PASTE_BEGIN || key == K_PASTE_END))
+        t->typed_paste = key == K_PASTE_BEGIN;
+    if (is_char && key == 3 && !t->typed_paste)
+        t->load_cancelled = 1;
+    else if (!array_reserve(&t->typed_ahead, &t->typed_ahead_cap, t->n_typed_ahead + 1, sizeof *t->typed_ahead))
+        t->typed_ahead[t->n_typed_ahead++] = (typed_key){key, is_char, alt};
+}
+
 static void read_keys(tui *t)
 {
     wint_t ch;
@@ -1274,7 +1310,7 @@ static void read_keys(tui *t)
             int rc2 = get_wch(&next);
             if (rc2 == ERR || rc2 == KEY_CODE_YES) {
                 /* alone, or before a function key (Esc then F1): two keys */
-                handle_key(t, 27, 1, 0);
+                take_key(t, 27, 1, 0);
                 if (rc2 == ERR)
                     continue;
             } else {
@@ -1283,7 +1319,7 @@ static void read_keys(tui *t)
             rc = rc2;
             ch = next;
         }
-        handle_key(t, (int)ch, rc == OK, alt);
+        take_key(t, (int)ch, rc == OK, alt);
         if (t->quit)
             break;
     }
@@ -1494,6 +1530,9 @@ int tui_run(tui *t, app *a)
     t->state = GEN_IDLE;
     t->progress[0] = 0;
     resize(t); /* the terminal may have changed size while the model loaded */
+    for (size_t i = 0; i < t->n_typed_ahead && !t->quit; i++)
+        handle_key(t, t->typed_ahead[i].key, t->typed_ahead[i].is_char, t->typed_ahead[i].alt);
+    t->n_typed_ahead = 0;
     int code = 0;
     while (!t->quit && !app_quit_requested(a)) {
         int timeout = -1;
@@ -1561,6 +1600,7 @@ void tui_free(tui *t)
     free(t->row_block);
     free(t->call_block);
     free(t->startup_notes.data);
+    free(t->typed_ahead);
     free(t->paste_buf.data);
     free(t->fatal.data);
     free(t);

@@ -38,9 +38,10 @@ static int wait_done(engine *e, uint64_t id, engine_stats *st)
 }
 
 /* The last loading report: how fast engine_open read the weights in. */
-static void on_load(void *user, const engine_progress *p)
+static int on_load(void *user, const engine_progress *p)
 {
     *(engine_progress *)user = *p;
+    return 0;
 }
 
 static int compare_double(const void *a, const void *b)

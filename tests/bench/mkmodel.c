@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "app/probe_args.h"
 #include "engine/error.h"
@@ -31,6 +32,7 @@ typedef struct {
     int recipe_k26;             /* layer-0 dense MLP and shared experts in BF16 */
     int router_bias_f32;
     int single_file;
+    int holes;                  /* every tensor zero, left as a hole (but 4-byte scalars) */
     double mscale, mscale_all_dim, rope_factor;
     unsigned long seed;
     const char *out_dir, *tokenizer_dir;
@@ -97,7 +99,9 @@ static const char usage[] =
     "  [--nope N] [--rope N] [--v-head N] [--experts N] [--top-k N] [--n-group N]\n"
     "  [--topk-group N] [--moe-inter N] [--inter N] [--shared N] [--vocab N (base, specials follow)]\n"
     "  [--recipe k25|k26] [--router-bias-dtype bf16|f32] [--mscale X] [--mscale-all-dim X]\n"
-    "  [--rope-factor X] [--single-file | --shards N]\n";
+    "  [--rope-factor X] [--single-file | --shards N] [--holes]\n"
+    "  --holes: every tensor is zero, left as a hole of a sparse file (but scalars; NVFP4 scale_2\n"
+    "  = 1): a checkpoint of any size in a moment, for tests of loading (its answers mean nothing)\n";
 
 static int parse_spec(int argc, char **argv, model_spec *spec, kimi_err *err)
 {
@@ -105,7 +109,7 @@ static int parse_spec(int argc, char **argv, model_spec *spec, kimi_err *err)
     if (probe_args_parse(&args, argc, argv,
                          "out,preset,seed,tokenizer,hidden,layers,dense-layers,heads,q-lora,kv-lora,nope,"
                          "rope,v-head,experts,top-k,n-group,topk-group,moe-inter,inter,shared,vocab,"
-                         "recipe,router-bias-dtype,mscale,mscale-all-dim,rope-factor,single-file,shards,help",
+                         "recipe,router-bias-dtype,mscale,mscale-all-dim,rope-factor,single-file,shards,holes,help",
                          err))
         return err->code;
     if (probe_arg(&args, "help"))
@@ -145,6 +149,7 @@ static int parse_spec(int argc, char **argv, model_spec *spec, kimi_err *err)
         return kimi_fail(err, KIMI_ERR_USAGE, "--router-bias-dtype: '%s' is not bf16 or f32", bias);
     spec->router_bias_f32 = bias && !strcmp(bias, "f32");
     spec->single_file = probe_arg(&args, "single-file") != NULL;
+    spec->holes = probe_arg(&args, "holes") != NULL;
     if (spec->single_file && probe_arg(&args, "shards"))
         return kimi_fail(err, KIMI_ERR_USAGE, "--single-file and --shards exclude each other");
     return 0;
@@ -952,9 +957,20 @@ static void store_float(dtype type, float value, uint8_t *out)
     }
 }
 
-static int write_tensor_data(FILE *f, const model_plan *plan, const tensor_plan *t, quantized_linear *q, kimi_err *err)
+static int write_tensor_data(FILE *f, const model_plan *plan, const tensor_plan *t, quantized_linear *q, int holes,
+                             kimi_err *err)
 {
     size_t written;
+    if (holes && t->fill != FILL_SCALAR) {
+        const float one = 1.0f;
+        if (t->fill == FILL_NVFP4_SCALE_2)  /* the linear is zero whatever its (finite) scale */
+            written = fwrite(&one, 1, 4, f);
+        else
+            written = fseeko(f, (off_t)t->bytes, SEEK_CUR) ? 0 : t->bytes;
+        if (written != t->bytes)
+            return kimi_fail(err, KIMI_ERR_IO, "writing %s: %s", t->name, strerror(errno));
+        return 0;
+    }
     switch (t->fill) {
     case FILL_NVFP4_WEIGHT:
     case FILL_NVFP4_SCALE:
@@ -1036,7 +1052,10 @@ static int write_shard(const model_spec *s, const model_plan *plan, int shard, c
         status = kimi_fail(err, KIMI_ERR_IO, "%s: %s", path, strerror(errno));
     for (int i = 0; i < plan->n_tensors && !status; i++)
         if (plan->tensors[i].shard == shard)
-            status = write_tensor_data(f, plan, &plan->tensors[i], q, err);
+            status = write_tensor_data(f, plan, &plan->tensors[i], q, s->holes, err);
+    /* a hole at the end is not in the file until its size says so */
+    if (!status && s->holes && (fflush(f) || ftruncate(fileno(f), (off_t)(8 + header.len + offset))))
+        status = kimi_fail(err, KIMI_ERR_IO, "%s: %s", path, strerror(errno));
     if (fclose(f) && !status)
         status = kimi_fail(err, KIMI_ERR_IO, "%s: %s", path, strerror(errno));
     free(path);

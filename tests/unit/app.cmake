@@ -18,3 +18,7 @@ if(KIMI_GROFF)
 endif()
 kimi_unit_test(test_commands SOURCES test_commands.c DEPS kimi_commands)
 kimi_unit_test(test_app SOURCES test_app.c DEPS kimi_app)
+kimi_unit_test(test_storage_read SOURCES test_storage_read.c DEPS kimi_storage_read)
+add_test(NAME test_probe_load COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_load.sh $<TARGET_FILE:kimi-probe>
+  WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_probe_load PROPERTIES LABELS unit)

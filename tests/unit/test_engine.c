@@ -417,25 +417,44 @@ static void test_misuse(void)
 
 typedef struct {
     int calls, in_order;
+    int stop_at;                    /* answer "stop" to this report (1 = the first); 0 = never */
+    int plans, plan_first;          /* on_plan calls; it came before any progress report */
+    engine_info plan;               /* what on_plan said */
     engine_progress last;
 } load_log;
 
-static void on_load(void *user, const engine_progress *p)
+static int on_load(void *user, const engine_progress *p)
 {
     load_log *l = user;
+    /* the rate and the time left agree with done, total and seconds */
+    int eta_ok = p->rate > 0 ? fabs(p->eta_seconds - (p->total - p->done) / p->rate) <= 1e-9 * (1 + p->eta_seconds)
+                             : p->eta_seconds == -1;
     l->in_order &= p->kind == ENGINE_PROGRESS_LOAD && p->done <= p->total && p->done > l->last.done &&
-                   p->total > 0 && (l->calls == 0 || p->total == l->last.total);
+                   p->total > 0 && (l->calls == 0 || p->total == l->last.total) && eta_ok &&
+                   fabs(p->rate - (p->seconds > 0 ? p->done / p->seconds : 0)) <= 1e-6 * p->rate;
     l->last = *p;
     l->calls++;
+    return l->stop_at > 0 && l->calls >= l->stop_at;
 }
 
-/* engine_open reports the weights read into memory: done rising to the model's weight bytes,
- * at most ~10 times a second plus the last. */
+static void on_plan(void *user, const engine_info *info)
+{
+    load_log *l = user;
+    l->plans++;
+    l->plan_first = l->calls == 0;
+    l->plan = *info;
+}
+
+/* engine_open says the plan first, then reports the weights read into memory (CPU: done rising
+ * to the model's weight bytes) or uploaded (CUDA: the packed shards' bytes), at most ~10 times
+ * a second plus the last. */
 static void test_load_progress(void)
 {
     load_log log = {.in_order = 1};
-    engine_options opt = {.model_dir = MODEL, .backend = BACKEND_CPU, .tp = 1, .threads_per_rank = 1,
-                          .max_context = 64, .on_load_progress = on_load, .progress_user = &log};
+    int cpu = test_backend == BACKEND_CPU;
+    engine_options opt = {.model_dir = MODEL, .backend = test_backend, .tp = 1, .threads_per_rank = 1,
+                          .load_threads = 3, .max_context = 64, .on_plan = on_plan,
+                          .on_load_progress = on_load, .progress_user = &log};
     engine *e = NULL;
     kimi_err err = {0};
     if (engine_open(&e, &opt, &err)) {
@@ -446,10 +465,56 @@ static void test_load_progress(void)
     CHECK(log.calls >= 1);
     CHECK(log.in_order);
     CHECK_NEAR(log.last.done, log.last.total, 0);
-    CHECK_NEAR(log.last.total, (double)info->weight_bytes, 0);
+    CHECK_NEAR(log.last.eta_seconds, 0, 0);
+    if (cpu)
+        CHECK_NEAR(log.last.total, (double)info->weight_bytes, 0);
     CHECK(log.last.seconds >= 0 && log.last.seconds <= info->load_seconds);
     CHECK_MSG(log.calls <= 2 + 10 * info->load_seconds * 1.5, "%d reports in %.2f s", log.calls, info->load_seconds);
+    /* the plan, once and before the wait, is the one the engine then runs with */
+    CHECK_INT(log.plans, 1);
+    CHECK(log.plan_first);
+    CHECK_INT(log.plan.max_context, info->max_context);
+    CHECK_INT(log.plan.load_threads, cpu ? 3 : 0);
+    CHECK_STR(log.plan.summary, info->summary);
+    CHECK_MSG(strstr(info->summary, "context 64 positions") && (!cpu || strstr(info->summary, "read in by 3 threads")),
+              "%s", info->summary);
+    CHECK(log.plan.load_seconds == 0 && info->load_seconds > 0);
+    /* tiny-k25's hf_quant_config.json asks for an FP8 cache: said, not followed */
+    CHECK_STR(info->kv_cache_note, "the checkpoint asks for an FP8 KV cache (kv_cache_quant_algo FP8); kimi-chat "
+                                   "keeps the MLA latent cache in fp16");
+    CHECK_STR(log.plan.kv_cache_note, info->kv_cache_note);
     engine_close(e);
+}
+
+/* A stop answered to the first report (CPU: of the page-in, with 1 and 4 threads reading;
+ * CUDA: of the upload): engine_open frees everything (ASan) and fails with KIMI_ERR_CANCELLED,
+ * and says how far it got; the same options without the stop open. */
+static void test_load_cancel(void)
+{
+    for (int threads = 1; threads <= 4; threads += 3) {
+        load_log log = {.in_order = 1, .stop_at = 1};
+        engine_options opt = {.model_dir = MODEL, .backend = test_backend, .tp = 2, .threads_per_rank = 1,
+                              .load_threads = threads, .max_context = 64, .on_plan = on_plan,
+                              .on_load_progress = on_load, .progress_user = &log};
+        engine *e = (engine *)&log;
+        kimi_err err = {0};
+        CHECK_INT(engine_open(&e, &opt, &err), KIMI_ERR_CANCELLED);
+        CHECK(e == NULL);
+        CHECK_INT(log.calls, 1);
+        CHECK_INT(log.plans, 1);
+        char want[128];
+        snprintf(want, sizeof want, "loading cancelled after %.1f of %.1f GB", log.last.done / 1e9, log.last.total / 1e9);
+        CHECK_STR(err.msg, want);
+        log = (load_log){.in_order = 1};
+        CHECK_INT(engine_open(&e, &opt, &err), 0);
+        CHECK(log.in_order && log.last.done == log.last.total);
+        engine_close(e);
+    }
+    engine_options bad = {.model_dir = MODEL, .backend = test_backend, .tp = 1, .load_threads = -1};
+    engine *e;
+    kimi_err err = {0};
+    CHECK_INT(engine_open(&e, &bad, &err), KIMI_ERR_USAGE);
+    CHECK_MSG(strstr(err.msg, "load threads -1") != NULL, "%s", err.msg);
 }
 
 /* ---- shutdown ---- */
@@ -663,10 +728,13 @@ int main(int argc, char **argv)
     test_cancel_and_backpressure();
     if (test_backend == BACKEND_CUDA) {
         test_greedy_and_prefix_reuse(8);
+        test_load_progress();
+        test_load_cancel();
     } else {
         test_stop_ids_and_context_full();
         test_misuse();
         test_load_progress();
+        test_load_cancel();
         test_null_err();
         test_shutdown_with_full_queue();
         test_waiting_reader_at_shutdown();

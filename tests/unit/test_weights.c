@@ -1,8 +1,10 @@
 /* test_weights: the tiny-k25 checkpoint resolved into views (counts and formats derived from
  * its config and docs/MODEL_FORMAT.md), shard views against full-matrix decodes, the
- * tensor-parallel plan and the memory plan. */
+ * tensor-parallel plan, the memory plan, and the threads that read the weights in. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 
 #include "engine/safetensors.h"
 #include "engine/weights.h"
@@ -182,6 +184,86 @@ static void test_memory_plan(const model_weights *mw)
     CHECK_INT(max_context_for_budget(c, gib + 1, gib), 0);
 }
 
+/* ---- reading the weights in ---- */
+
+typedef struct {
+    int calls, stop_at;             /* answer "stop" to report stop_at (1 = the first); 0 = never */
+    int in_order;                   /* done never fell, never passed total; total the same */
+    size_t done, total;
+} page_in_log;
+
+static int log_page_in(void *user, size_t done, size_t total)
+{
+    page_in_log *l = user;
+    l->in_order &= done >= l->done && done <= total && (l->calls == 0 || total == l->total);
+    l->done = done;
+    l->total = total;
+    l->calls++;
+    return l->stop_at > 0 && l->calls >= l->stop_at;
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* The checkpoint's spans, read by several threads: progress sums every thread's bytes to
+ * the spans' total, once at the end. Then spans over never-touched anonymous memory (read,
+ * it is the zero page: a GiB costs no memory), in odd sizes around the 64 MiB step: reports
+ * in order, summed to the total; a stop at the first report returns WEIGHTS_STOPPED with no
+ * report after it, in a fraction of the whole read's time (only the steps in flight finish). */
+static void test_page_in(const model_weights *mw)
+{
+    kimi_err err = {0};
+    page_in_log log = {.in_order = 1};
+    size_t total = 0;
+    for (size_t i = 0; i < mw->n_spans; i++)
+        total += mw->spans[i].bytes;
+    CHECK_INT(weights_page_in(mw, 3, 0.1, log_page_in, &log, &err), 0);
+    CHECK(log.in_order && log.calls >= 1 && log.done == total && log.total == total && total == mw->weight_bytes);
+    CHECK_INT(weights_page_in(mw, 0, 0.1, log_page_in, &log, &err), KIMI_ERR_USAGE);
+    CHECK_MSG(strstr(err.msg, "0 threads") != NULL, "%s", err.msg);
+    CHECK_INT(weights_page_in(mw, 2, 0.1, NULL, NULL, &err), 0);
+
+    const size_t mib = (size_t)1 << 20, sizes[] = {300 * mib + 4097, 1, 64 * mib, 640 * mib - 4097 - 1, 20 * mib};
+    const size_t n_spans = sizeof sizes / sizeof *sizes;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n_spans; i++)
+        bytes += sizes[i];
+    double seconds[2];
+    for (int stop = 0; stop <= 1; stop++) {
+        /* fresh memory each time, so that both reads have the same work in front of them */
+        uint8_t *image = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (image == MAP_FAILED) {
+            CHECK_MSG(0, "mmap of %zu bytes failed", bytes);
+            return;
+        }
+        (void)madvise(image, bytes, MADV_NOHUGEPAGE);   /* one fault per page, as a file's would be */
+        weight_span spans[sizeof sizes / sizeof *sizes];
+        size_t off = 0;
+        for (size_t i = 0; i < n_spans; i++) {
+            spans[i] = (weight_span){image + off, sizes[i]};
+            off += sizes[i];
+        }
+        model_weights image_weights = {.spans = spans, .n_spans = n_spans};
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        log = (page_in_log){.in_order = 1, .stop_at = stop};
+        CHECK_INT(weights_page_in(&image_weights, 2, 0.002, log_page_in, &log, &err), stop ? WEIGHTS_STOPPED : 0);
+        seconds[stop] = seconds_since(&t0);
+        CHECK(log.in_order && log.total == bytes);
+        if (stop)
+            CHECK(log.calls == 1 && log.done < bytes);
+        else
+            CHECK_MSG(log.calls >= 2 && log.done == bytes, "%d reports in %.3f s", log.calls, seconds[0]);
+        munmap(image, bytes);
+    }
+    CHECK_MSG(seconds[1] < seconds[0] * 0.5, "stopped after %.3f s, the whole read took %.3f s", seconds[1],
+              seconds[0]);
+}
+
 int main(void)
 {
     model_weights mw;
@@ -198,6 +280,7 @@ int main(void)
     test_views(&mw);
     test_tp_plan(&mw);
     test_memory_plan(&mw);
+    test_page_in(&mw);
     weights_free(&mw);
     return check_finish();
 }

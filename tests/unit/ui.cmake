@@ -5,3 +5,4 @@ kimi_unit_test(test_ui_markdown SOURCES test_ui_markdown.c DEPS kimi_ui_markdown
 kimi_unit_test(test_ui_render_model SOURCES test_ui_render_model.c DEPS kimi_ui_render_model)
 kimi_unit_test(test_ui_input SOURCES test_ui_input.c DEPS kimi_ui_input)
 kimi_unit_test(test_ui_paint SOURCES test_ui_paint.c DEPS kimi_ui_paint)
+kimi_unit_test(test_ui_progress_text SOURCES test_ui_progress_text.c DEPS kimi_ui_progress_text)
