@@ -345,8 +345,13 @@ static int upload_vector(rank_device *rd, const weight_vector *v, float **out, k
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for a vector of %d", v->n);
     weight_vector_decode(v, host);
     *out = arena_take(rd, (size_t)v->n * sizeof(float));
-    cudaError_t status = *out ? cudaMemcpy(*out, host, (size_t)v->n * sizeof(float), cudaMemcpyHostToDevice)
+    /* on the rank's stream, not cudaMemcpy's legacy stream: a pageable copy there may still be
+     * in flight when it returns, and the rank's non-blocking stream would not wait for it */
+    cudaError_t status = *out ? cudaMemcpyAsync(*out, host, (size_t)v->n * sizeof(float), cudaMemcpyHostToDevice,
+                                                rd->stream)
                               : cudaErrorMemoryAllocation;
+    if (status == cudaSuccess)
+        status = cudaStreamSynchronize(rd->stream);     /* before host is freed */
     free(host);
     if (status != cudaSuccess)
         return cuda_fail(err, status, "vector upload");
@@ -439,7 +444,8 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
     CUDA_TRY(cudaMalloc((void **)&rd->pos, sizeof(int)), "position");
     size_t pairs = (size_t)(c->qk_rope_dim / 2);
     CUDA_TRY(cudaMalloc((void **)&rd->inv_freq, pairs * sizeof(double)), "rope table");
-    CUDA_TRY(cudaMemcpy(rd->inv_freq, be->rope.inv_freq, pairs * sizeof(double), cudaMemcpyHostToDevice),
+    CUDA_TRY(cudaMemcpyAsync(rd->inv_freq, be->rope.inv_freq, pairs * sizeof(double), cudaMemcpyHostToDevice,
+                             rd->stream),
              "rope table");
     if (rd->rank == 0)
         CUDA_TRY(cudaMalloc((void **)&rd->logits, (size_t)DEVICE_MAX_TOKENS * (size_t)c->vocab * sizeof(float)),
