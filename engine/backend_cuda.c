@@ -782,14 +782,17 @@ static int rank_step_enqueue(struct cuda_backend *be, rank_device *rd, int T, in
 static int rank_graph_capture(struct cuda_backend *be, rank_device *rd, int T, int with_logits)
 {
     kimi_err *err = &rd->err;
-    cudaGraph_t graph;
+    cudaGraph_t graph = NULL;
     CUDA_TRY(cudaStreamBeginCapture(rd->stream, cudaStreamCaptureModeRelaxed), "graph capture");
     int status = rank_step_enqueue(be, rd, T, with_logits);
     cudaError_t end = cudaStreamEndCapture(rd->stream, &graph);
-    if (status)
-        return status;
-    if (end != cudaSuccess)
-        return cuda_fail(err, end, "graph capture");
+    if (status || end != cudaSuccess) {
+        /* a graph holding captured collectives keeps them alive: NCCL (2.26 on) destroys or
+         * aborts a communicator only once no graph holds any */
+        if (graph)
+            cudaGraphDestroy(graph);
+        return status ? status : cuda_fail(err, end, "graph capture");
+    }
     cudaError_t inst = cudaGraphInstantiate(&rd->graph[T][with_logits], graph, 0);
     cudaGraphDestroy(graph);
     if (inst != cudaSuccess) {
