@@ -459,15 +459,23 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
     return 0;
 }
 
+/* The rank's step graphs (on its thread); one still running is freed when it ends. */
+static void rank_graphs_destroy(rank_device *rd)
+{
+    for (int t = 0; t <= DEVICE_MAX_TOKENS; t++)
+        for (int i = 0; i < 2; i++)
+            if (rd->graph[t][i]) {
+                cudaGraphExecDestroy(rd->graph[t][i]);
+                rd->graph[t][i] = NULL;
+            }
+}
+
 /* Frees what rank_open made (on the rank's thread). */
 static void rank_close(struct cuda_backend *be, rank_device *rd)
 {
     if (rd->stream)
         cudaStreamSynchronize(rd->stream);
-    for (int t = 0; t <= DEVICE_MAX_TOKENS; t++)
-        for (int i = 0; i < 2; i++)
-            if (rd->graph[t][i])
-                cudaGraphExecDestroy(rd->graph[t][i]);
+    rank_graphs_destroy(rd);
     for (int i = 0; i < 2; i++) {
         if (rd->staged[i])
             cudaEventDestroy(rd->staged[i]);
@@ -919,9 +927,13 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
         }
     }
     /* Every rank has enqueued its step or given up. A rank that gave up leaves the others'
-     * NCCL collectives waiting on their devices: abort them before anyone waits. */
+     * NCCL collectives waiting on their devices: abort them before anyone waits. NCCL (2.26
+     * on) aborts a communicator only once no graph holds its collectives, so every rank first
+     * destroys its own graphs (one in flight is freed once the abort has ended its collectives). */
     spin_barrier_wait(&be->ranks_meet);
     if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->enqueue_failed)) {
+        rank_graphs_destroy(rd);
+        spin_barrier_wait(&be->ranks_meet);
         if (rd->rank == 0) {
             cuda_comm_recover(be->comm, NULL);
             be->broken = 1;
