@@ -337,24 +337,23 @@ static int upload_weight(void *arg, const device_weight *w)
     return 0;
 }
 
-/* A vector decoded to float into the arena (synchronous: small). */
+/* A vector decoded to float into the arena, through a staging buffer like the weights (the
+ * rank's stream orders the copy; cudaMemcpy's legacy stream would not be waited for). */
 static int upload_vector(rank_device *rd, const weight_vector *v, float **out, kimi_err *err)
 {
-    float *host = malloc((size_t)(v->n > 0 ? v->n : 1) * sizeof *host);
-    if (!host)
-        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for a vector of %d", v->n);
-    weight_vector_decode(v, host);
-    *out = arena_take(rd, (size_t)v->n * sizeof(float));
-    /* on the rank's stream, not cudaMemcpy's legacy stream: a pageable copy there may still be
-     * in flight when it returns, and the rank's non-blocking stream would not wait for it */
-    cudaError_t status = *out ? cudaMemcpyAsync(*out, host, (size_t)v->n * sizeof(float), cudaMemcpyHostToDevice,
-                                                rd->stream)
-                              : cudaErrorMemoryAllocation;
-    if (status == cudaSuccess)
-        status = cudaStreamSynchronize(rd->stream);     /* before host is freed */
-    free(host);
-    if (status != cudaSuccess)
-        return cuda_fail(err, status, "vector upload");
+    size_t bytes = (size_t)v->n * sizeof(float);
+    if (bytes > STAGING_BYTES)
+        return kimi_fail(err, KIMI_ERR_MODEL, "a vector of %d floats exceeds the %d-byte upload buffer", v->n,
+                         STAGING_BYTES);
+    if (!(*out = arena_take(rd, bytes)))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "the device weight plan is short of a vector of %d floats", v->n);
+    uint8_t *buffer = NULL;
+    int index = 0;
+    if (staging_next(rd, &buffer, &index, err))
+        return err->code;
+    weight_vector_decode(v, (float *)buffer);
+    CUDA_TRY(cudaMemcpyAsync(*out, buffer, bytes, cudaMemcpyHostToDevice, rd->stream), "vector upload");
+    CUDA_TRY(cudaEventRecord(rd->staged[index], rd->stream), "upload event");
     return 0;
 }
 
