@@ -27,6 +27,7 @@
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -894,6 +895,36 @@ static int local_step(struct cuda_backend *be, rank_device *rd, int T, int with_
 
 /* JOB_STEP on one rank: inputs, the step (graph or launches), rank 0's logits to the host,
  * then wait for the device. */
+/* The end of a step: wait for the rank's stream. An NCCL rank polls instead of blocking: a
+ * device that faults mid-step (or a peer NCCL reports lost) leaves the other ranks' collectives
+ * waiting on their devices forever, so a rank whose stream fails or whose communicator reports
+ * an asynchronous error gives up, and every rank stops waiting once one has; rank_step then
+ * aborts the communicators, which ends the collectives still queued. */
+static int rank_wait(struct cuda_backend *be, rank_device *rd, int status)
+{
+    kimi_err *err = &rd->err;
+    if (!cuda_comm_is_nccl(be->comm) || be->broken) {    /* broken: aborted, nothing waits for a peer */
+        cudaError_t done = cudaStreamSynchronize(rd->stream);
+        return status || done == cudaSuccess ? status : cuda_fail(err, done, "step");
+    }
+    for (;;) {
+        cudaError_t query = cudaStreamQuery(rd->stream);
+        if (query == cudaSuccess)
+            return status;
+        if (query != cudaErrorNotReady || (!status && cuda_comm_check(be->comm, rd->rank, err))) {
+            if (!status)
+                status = query != cudaErrorNotReady ? cuda_fail(err, query, "step") : err->code;
+            rank_gives_up(be, rd);
+            return status;
+        }
+        int failed = atomic_load(&be->first_failed);
+        if (failed >= 0 && failed != rd->rank)
+            return status ? status
+                          : kimi_fail(err, KIMI_ERR_IO, "CUDA: the step stopped waiting: rank %d failed", failed);
+        sched_yield();
+    }
+}
+
 static int rank_step(struct cuda_backend *be, rank_device *rd)
 {
     kimi_err *err = &rd->err;
@@ -939,9 +970,20 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
         }
         spin_barrier_wait(&be->ranks_meet);
     }
-    cudaError_t done = cudaStreamSynchronize(rd->stream);
-    if (!status && done != cudaSuccess)
-        status = cuda_fail(err, done, "step");
+    status = rank_wait(be, rd, status);
+    /* A rank that failed while the others waited: the same abort, for the collectives still
+     * queued on the healthy devices (every rank reads first_failed after the meeting). */
+    spin_barrier_wait(&be->ranks_meet);
+    if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->first_failed) >= 0 && !be->broken) {
+        rank_graphs_destroy(rd);
+        spin_barrier_wait(&be->ranks_meet);
+        if (rd->rank == 0) {
+            cuda_comm_recover(be->comm, NULL);
+            be->broken = 1;
+        }
+        spin_barrier_wait(&be->ranks_meet);
+        cudaStreamSynchronize(rd->stream);  /* what the abort released; the error is said already */
+    }
     return status;
 }
 

@@ -124,6 +124,25 @@ void cuda_comm_fail(cuda_comm *c)
     pthread_mutex_unlock(&c->lock);
 }
 
+int cuda_comm_check(cuda_comm *c, int rank, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+#ifdef KIMI_HAVE_NCCL
+    if (c->nccl && !c->aborted && rank >= 0 && rank < c->ranks && c->comms[rank]) {
+        ncclResult_t async = ncclSuccess, got = ncclCommGetAsyncError(c->comms[rank], &async);
+        if (got != ncclSuccess)
+            async = got;
+        if (async != ncclSuccess && async != ncclInProgress)
+            return kimi_fail(err, KIMI_ERR_IO, "NCCL: rank %d (device %d): %s", rank, c->devices[rank],
+                             ncclGetErrorString(async));
+    }
+#endif
+    (void)c, (void)rank;
+    return 0;
+}
+
 int cuda_comm_recover(cuda_comm *c, kimi_err *err)
 {
     kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */

@@ -41,6 +41,10 @@ int cuda_comm_gather(cuda_comm *c, int rank, const float *part, int rows, const 
 /* A rank that cannot go on says so here, so that the others do not wait for it: from now on
  * every collective fails at once (nothing more is enqueued). */
 void cuda_comm_fail(cuda_comm *c);
+/* NCCL: 0 while rank's communicator is healthy, else KIMI_ERR_IO with err saying what NCCL
+ * reports (ncclCommGetAsyncError: a peer or a device lost, a transport fault); the local
+ * communicator has nothing to report (0). Made for polling while the rank's collectives run. */
+int cuda_comm_check(cuda_comm *c, int rank, kimi_err *err);
 /* After a failed step, with no rank inside a collective: the local communicator is ready
  * again (0); NCCL communicators are aborted, which ends collectives already queued on the
  * devices that wait for the failed rank, and stay unusable (KIMI_ERR_STATE). */

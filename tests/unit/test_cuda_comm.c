@@ -71,6 +71,8 @@ static void check_local(int have_device)
     CHECK_INT(cuda_comm_open_local(&comm, 9, &err), KIMI_ERR_USAGE);
     CHECK_INT(cuda_comm_open_local(&comm, RANKS, &err), 0);
     CHECK(!cuda_comm_is_nccl(comm));
+    for (int r = 0; r < RANKS; r++)     /* the local communicator has no asynchronous faults */
+        CHECK_INT(cuda_comm_check(comm, r, &err), 0);
     static float host[RANKS][N];
     float *bufs[RANKS];
     for (int r = 0; r < RANKS; r++) {
