@@ -1108,6 +1108,16 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
         return err->code;
     be->devices = s.a;
     be->sm_count = s.sm_count;
+    size_t attention_shared = mla_attention_shared_bytes(c->kv_lora_rank, c->qk_rope_dim);
+    for (int r = 0; r < be->tp; r++) {
+        int limit = 0;
+        CUDA_TRY(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, s.a.device[r]),
+                 "shared memory per block");
+        if (attention_shared > (size_t)limit)
+            return kimi_fail(err, KIMI_ERR_MODEL, "config.json: kv_lora_rank %d + qk_rope_head_dim %d: the CUDA "
+                             "attention needs %zu bytes of shared memory per block, device %d allows %d",
+                             c->kv_lora_rank, c->qk_rope_dim, attention_shared, s.a.device[r], limit);
+    }
     be->splits = device_attention_splits(be->capacity, be->sm_count);
 
     /* Does the asked context fit next to every rank's weights and workspace? */

@@ -318,6 +318,7 @@ int device_gemm_plan_make(const weight_matrix *w, int tokens, size_t y_token, co
     /* whole multiples of 64 rows keep every tile's y (and its dequantised rows) 256-byte aligned */
     if (rows > 64)
         rows = rows / 64 * 64;
+    rows = rows < DEVICE_GEMM_TILE_MAX_ROWS ? rows : DEVICE_GEMM_TILE_MAX_ROWS;
     out->dequantise = 1;
     out->tile_rows = rows < (size_t)w->rows ? (int)rows : w->rows;
     out->lda = k8;

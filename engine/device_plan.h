@@ -26,6 +26,8 @@ enum {
     DEVICE_EXPERT_GEMM_ROW_STEP = 32,   /* an expert's GEMM rows are padded to a multiple of this */
     DEVICE_ATTENTION_ROWS = 16, /* query rows (token, head) of one prefill attention block (MLA_PREFILL_ROWS) */
     DEVICE_GEMM_TILE_MAX_ELEMS = 8 << 20,   /* BF16 weights dequantised per GEMM, at most (16 MiB) */
+    DEVICE_GEMM_TILE_MAX_ROWS = 65535 / 64 * 64,    /* rows of one such tile: bf16_dequantise_cuda's grid (one
+                                                     * row per block row, at most 65535), whole 64s */
     DEVICE_GEMM_SCRATCH_BYTES = 16 << 20,   /* the cuBLASLt workspace */
 };
 

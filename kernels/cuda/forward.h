@@ -97,6 +97,11 @@ int mla_decode_cuda(const float *q_latent, const float *q, int heads, int kv_lor
  * even and at most 1024. */
 enum { MLA_PREFILL_ROWS = 16 };
 size_t mla_prefill_partial_floats(int parts, int tokens, int heads, int kv_lora);
+/* The dynamic shared memory per block the decode or the prefill kernel takes for cache rows of
+ * kv_lora + rope, whichever is more: a device whose opt-in per-block limit
+ * (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KiB on sm_90 and sm_100, 99 KiB on sm_120)
+ * is smaller cannot run them. */
+size_t mla_attention_shared_bytes(int kv_lora, int rope);
 int mla_prefill_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
                      float softmax_scale, const uint16_t *cache, const int *pos, int parts, float *partials,
                      float *o_latent, int tokens, void *stream);

@@ -500,6 +500,12 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
     return (int)cudaGetLastError();
 }
 
+extern "C" size_t mla_attention_shared_bytes(int kv_lora, int rope)
+{
+    size_t decode = partial_shared_bytes(kv_lora, rope), prefill = prefill_shared_bytes(kv_lora + rope);
+    return decode > prefill ? decode : prefill;
+}
+
 extern "C" size_t mla_prefill_partial_floats(int parts, int tokens, int heads, int kv_lora)
 {
     return parts > 1 ? (size_t)parts * (size_t)tokens * (size_t)heads * ((size_t)kv_lora + 2) : 0;

@@ -676,6 +676,26 @@ static void check_prefill_attention(int kv_lora, int rope, long context, int tok
     free(q_latent);
 }
 
+/* Shared memory against the device's per-block limit: Kimi-K2.5's rows (512 + 64) fit every
+ * target; the largest rows the backend accepts (1024 + 256) run where the limit holds them
+ * (sm_90, sm_100) and are refused by the launcher where it does not (sm_120), which
+ * backend_open checks before loading. */
+static void check_attention_shared_limit(void)
+{
+    int limit = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CHECK_MSG(mla_attention_shared_bytes(512, 64) <= (size_t)limit, "K2.5 attention: %zu bytes of shared memory, "
+              "the device allows %d", mla_attention_shared_bytes(512, 64), limit);
+    if (mla_attention_shared_bytes(1024, 256) <= (size_t)limit) {
+        check_prefill_attention(1024, 256, 100, 20, 2, 3);
+        return;
+    }
+    int pos = 0, *dpos = gpu_test_upload(&pos, sizeof pos);
+    CHECK(mla_prefill_cuda(NULL, NULL, 2, 1024, 256, 32, 0.1f, NULL, dpos, 1, NULL, NULL, 4, NULL) != 0);
+    cudaGetLastError();     /* the refused attribute is this thread's last error: not the next launch's */
+    cudaFree(dpos);
+}
+
 int main(void)
 {
     gpu_test_require_device();
@@ -741,5 +761,10 @@ int main(void)
     check_prefill_attention(48, 8, 90, 40, 4, 2);           /* the `shape` variant's dims */
     check_prefill_attention(50, 6, 77, 12, 8, 1);           /* rows of 56 + 2 halves: staged element by element */
     check_prefill_attention(64, 16, 0, 150, 8, 1);          /* tiny-k25's dims */
+    /* one K2.5 rank at TP 1: 64 heads, a block of rows is a quarter of a token's heads */
+    check_prefill_attention(512, 64, 100, 16, 64, device_prefill_attention_parts(264, 16, 64));
+    check_prefill_attention(512, 64, 2047, 3, 64, device_prefill_attention_parts(264, 3, 64));
+    check_prefill_attention(512, 64, 33, 64, 64, 1);
+    check_attention_shared_limit();
     return check_finish();
 }

@@ -115,7 +115,7 @@ static int check_gemm_plan(void *arg, const device_weight *w)
             fits &= !plan.dequantise && plan.tile_rows == p.rows && plan.lda * 2 == l.data_pitch;
         else
             fits &= p.format == WEIGHT_NVFP4 && plan.dequantise && plan.lda % 8 == 0 && plan.lda >= (size_t)plan.k &&
-                    (size_t)plan.tile_rows * plan.lda <= gc->ws->gemm_w_elems;
+                    (size_t)plan.tile_rows * plan.lda <= gc->ws->gemm_w_elems && plan.tile_rows <= 65535;
         gc->faults += !fits;
     }
     return 0;
@@ -321,6 +321,13 @@ static void check_gemm_plan_limits(void)
     CHECK_INT(plan.tile_rows, 128);
     ws.gemm_w_elems = 23;   /* not one row of the tile */
     CHECK_INT(device_gemm_plan_make(&fp4, DEVICE_MAX_TOKENS, 300, &ws, &plan), -1);
+    /* a narrow matrix of many rows (K 32): the tile holds 262144 rows, the dequantise grid takes
+     * at most 65535 */
+    ws.gemm_w_elems = DEVICE_GEMM_TILE_MAX_ELEMS;
+    fp4.rows = 200000;
+    fp4.cols = 32;
+    CHECK_INT(device_gemm_plan_make(&fp4, DEVICE_MAX_TOKENS, 200000, &ws, &plan), 0);
+    CHECK(plan.tile_rows <= 65535 && plan.tile_rows % 64 == 0 && (size_t)plan.tile_rows * plan.lda <= ws.gemm_w_elems);
 }
 
 static void check_bf16_rounding(void)
