@@ -183,6 +183,21 @@ static int devices_survey(const backend_options *opt, device_survey *s, kimi_err
     }
     if (device_assign(opt->tp, opt->devices, opt->n_devices, total, count, getenv("KIMI_CUDA_COMM"), &s->a, err))
         return err->code;
+    /* Ranks on different models could round differently (cuBLASLt picks its GEMM per device),
+     * and every rank routes its tokens from its own router logits: a near-tie decided two ways
+     * would send the ranks' slices of one token to different experts. */
+    struct cudaDeviceProp first, other;
+    CUDA_TRY(cudaGetDeviceProperties(&first, s->a.device[0]), "cudaGetDeviceProperties");
+    for (int r = 1; r < s->a.n_distinct; r++) {
+        const struct cudaDeviceProp *p = &other;
+        CUDA_TRY(cudaGetDeviceProperties(&other, s->a.device[r]), "cudaGetDeviceProperties");
+        if (strcmp(p->name, first.name) || p->multiProcessorCount != first.multiProcessorCount ||
+            p->major != first.major || p->minor != first.minor)
+            return kimi_fail(err, KIMI_ERR_USAGE, "--devices: device %d is a %s (sm_%d%d, %d SMs), device %d a %s "
+                             "(sm_%d%d, %d SMs); the ranks need GPUs of one model", s->a.device[r], p->name, p->major,
+                             p->minor, p->multiProcessorCount, s->a.device[0], first.name, first.major, first.minor,
+                             first.multiProcessorCount);
+    }
     s->sm_count = 0;
     for (int r = 0; r < s->a.tp; r++) {
         int d = s->a.device[r], sm = 0;
@@ -714,7 +729,8 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
     } else {
         int *offsets = (int *)ws(rd, l->moe_offsets), *order = (int *)ws(rd, l->moe_order);
         STEP_TRY(moe_group_cuda(chosen, T * k, c->experts, offsets, order, s));
-        if (be->prefill_gemm && T >= DEVICE_GEMM_MIN_TOKENS) {
+        /* no expert can reach DEVICE_EXPERT_GEMM_MIN_TOKENS in a shorter step: skip the host read */
+        if (be->prefill_gemm && T >= DEVICE_EXPERT_GEMM_MIN_TOKENS) {
             STEP_TRY(experts_split_step(be, rd, ld, offsets, order));
         } else {
             STEP_TRY(mlp_gate_up_grouped_cuda(ld->table + 1, offsets, order, c->experts, k, x, c->hidden, moe_inter,
@@ -931,6 +947,9 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
     int T = be->step_tokens, with_logits = be->step_logits;
     /* GEMM steps are launched: cuBLASLt picks its kernels per shape, outside any capture */
     int graphs = be->use_graphs && !(be->prefill_gemm && T >= DEVICE_GEMM_MIN_TOKENS);
+    /* a launcher checks cudaGetLastError: clear what an earlier failed step left (its error has
+     * been reported; a sticky device fault comes back from the next call anyway) */
+    (void)cudaGetLastError();
     int status = rank_inputs(be, rd, T);
     if (!cuda_comm_is_nccl(be->comm)) {
         status = local_step(be, rd, T, with_logits, graphs, status);
