@@ -8,7 +8,8 @@
 # kernel's bandwidth as a fraction of the measured copy bandwidth (and the prefill attention's
 # arithmetic rate), decode time per layer with graphs on/off at 0/32k/128k context, prefill tok/s
 # at 1k/8k on both prefill paths (GEMM: steps of up to 512 tokens; steps: 64), and the 8x RTX PRO
-# 6000 projection. Where more than one GPU is visible: kimi-probe golden at TP 2/4/8 over NCCL (a
+# 6000 projection; then kimi-probe load --backend cuda on the rank checkpoint (the load's GB/s
+# next to the storage's own read). Where more than one GPU is visible: kimi-probe golden at TP 2/4/8 over NCCL (a
 # device per rank) and the NCCL share of the decode step (bench_gpu --nccl). Ends with a short
 # summary.
 # Environment: KIMI_GPU_BUILD (build dir, default build-gpu), KIMI_CUDA_ARCHS (default: native,
@@ -62,6 +63,17 @@ bench_args=()
 timeout "$bench_timeout" "$build/tests/gpu/bench_gpu" "${bench_args[@]}" | tee "$build/bench-gpu.log"
 bench_rc=${PIPESTATUS[0]}
 
+# The load against the storage's own read (kimi-probe load: O_DIRECT sample, then the engine's
+# CUDA load of the rank checkpoint from a dropped page cache).
+load_line="kimi-probe load: no rank checkpoint"
+if [[ -f "$rank_model/model.safetensors.index.json" ]]; then
+    echo "== kimi-probe load --backend cuda"
+    timeout 90 "$build/app/kimi-probe" load --model "$rank_model" --backend cuda --sample-gib 1 \
+        >"$build/probe-load.log" 2>&1
+    cat "$build/probe-load.log"
+    load_line="$(grep -E '^ratio' "$build/probe-load.log" || tail -n 1 "$build/probe-load.log")"
+fi
+
 # Multi-GPU (only where more than one device is visible): golden at TP 2/4/8 with a device per
 # rank (NCCL), and the NCCL share of the decode step on the rank checkpoint.
 n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -101,6 +113,7 @@ case $bench_rc in
 esac
 printf '%-36s %s\n' "bench_gpu" "$bench_state"
 grep -E "of copy bandwidth|TFLOP/s|per layer|tok/s|slower|projection" "$build/bench-gpu.log" | sed 's/^/  /'
+printf '%s\n' "load: $load_line"
 for line in "${multi_lines[@]}"; do printf '%s\n' "$line"; done
 printf '%-36s %s\n' "wall (s)" "$((SECONDS - start))"
 exit $tests_rc
