@@ -36,6 +36,19 @@ int probe_report(const kimi_err *err)
     return code;
 }
 
+int probe_arg_backend(const probe_args *a, backend_kind *kind, kimi_err *err)
+{
+    const char *name = probe_arg(a, "backend");
+    *kind = BACKEND_CPU;
+    if (!name || !strcmp(name, "cpu"))
+        return 0;
+    if (!strcmp(name, "cuda")) {
+        *kind = BACKEND_CUDA;
+        return 0;
+    }
+    return kimi_fail(err, KIMI_ERR_USAGE, "--backend: '%s' is not cpu or cuda", name);
+}
+
 int probe_arg_devices(const probe_args *a, int *devices, int *n, kimi_err *err)
 {
     const char *v = probe_arg(a, "devices");

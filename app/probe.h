@@ -27,6 +27,9 @@ int probe_engine_options(const probe_args *a, long default_ctx, engine_options *
 /* Print "kimi-probe: <msg>" to stderr and return the exit code for err. */
 int probe_report(const kimi_err *err);
 
+/* --backend cpu|cuda into *kind (BACKEND_CPU when absent). */
+int probe_arg_backend(const probe_args *a, backend_kind *kind, kimi_err *err);
+
 /* --devices LIST (engine/device_plan.h device_list_parse) into devices [8]; *n = 0 when absent. */
 int probe_arg_devices(const probe_args *a, int *devices, int *n, kimi_err *err);
 

@@ -15,25 +15,12 @@
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
 
-static int parse_backend(const probe_args *a, backend_kind *kind, kimi_err *err)
-{
-    const char *name = probe_arg(a, "backend");
-    *kind = BACKEND_CPU;
-    if (!name || !strcmp(name, "cpu"))
-        return 0;
-    if (!strcmp(name, "cuda")) {
-        *kind = BACKEND_CUDA;
-        return 0;
-    }
-    return kimi_fail(err, KIMI_ERR_USAGE, "--backend: '%s' is not cpu or cuda", name);
-}
-
 int probe_engine_options(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err)
 {
     static int devices[8];      /* opt->devices points here (one engine per kimi-probe run) */
     long tp, threads, ctx;
     memset(opt, 0, sizeof *opt);
-    if (probe_arg_required(a, "model", &opt->model_dir, err) || parse_backend(a, &opt->backend, err) ||
+    if (probe_arg_required(a, "model", &opt->model_dir, err) || probe_arg_backend(a, &opt->backend, err) ||
         probe_arg_int(a, "tp", 1, 8, 1, &tp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
         probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err) ||
         probe_arg_devices(a, devices, &opt->n_devices, err))

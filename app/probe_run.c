@@ -29,7 +29,7 @@ static void probe_run_free(probe_run *p)
 /* Parse the shared flags, load the model and open the backend with room for the tokens. */
 static int probe_run_open(probe_run *p, const probe_args *a, kimi_err *err)
 {
-    const char *model_dir, *backend_name = probe_arg(a, "backend"), *tokens_text;
+    const char *model_dir, *tokens_text;
     long tp, threads, max_context;
     int devices[DEVICE_MAX_RANKS], n_devices;
     memset(p, 0, sizeof *p);
@@ -42,11 +42,9 @@ static int probe_run_open(probe_run *p, const probe_args *a, kimi_err *err)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tokens: give at least one token id");
     if (probe_arg_int(a, "max-context", 1, 1L << 30, p->n_tokens, &max_context, err))
         return err->code;
-    backend_kind kind = BACKEND_CPU;
-    if (backend_name && !strcmp(backend_name, "cuda"))
-        kind = BACKEND_CUDA;
-    else if (backend_name && strcmp(backend_name, "cpu"))
-        return kimi_fail(err, KIMI_ERR_USAGE, "--backend: '%s' is not cpu or cuda", backend_name);
+    backend_kind kind;
+    if (probe_arg_backend(a, &kind, err))
+        return err->code;
     if (weights_load(&p->mw, model_dir, err))
         return err->code;
     backend_options opt = {.kind = kind, .tp = (int)tp, .threads_per_rank = (int)threads, .max_context = max_context,

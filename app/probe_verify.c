@@ -39,18 +39,15 @@ static void print_phase(void *user, const char *line)
 /* The flags that need no model: backend, ranks, devices, decode steps, the prompt's source. */
 static int parse_flags(const probe_args *a, verify_probe *p, verify_options *vo, kimi_err *err)
 {
-    const char *backend_name = probe_arg(a, "backend");
     const char *tokens_text = probe_arg(a, "tokens"), *model_dir;
     long tp, ref_tp, threads, decode;
     if (probe_arg_required(a, "model", &model_dir, err) || probe_arg_int(a, "tp", 1, 8, 1, &tp, err) ||
         probe_arg_int(a, "ref-tp", 1, 8, 1, &ref_tp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
         probe_arg_int(a, "decode", 0, VERIFY_MAX_DECODE, VERIFY_DEFAULT_DECODE, &decode, err))
         return err->code;
-    backend_kind kind = BACKEND_CPU;
-    if (backend_name && !strcmp(backend_name, "cuda"))
-        kind = BACKEND_CUDA;
-    else if (backend_name && strcmp(backend_name, "cpu"))
-        return kimi_fail(err, KIMI_ERR_USAGE, "--backend: '%s' is not cpu or cuda", backend_name);
+    backend_kind kind;
+    if (probe_arg_backend(a, &kind, err))
+        return err->code;
     if (tokens_text && probe_arg(a, "prompt"))
         return kimi_fail(err, KIMI_ERR_USAGE, "give at most one of --tokens 1,2,3 and --prompt TEXT");
     if (tokens_text && probe_parse_int_list("tokens", tokens_text, &p->token_list, &p->n_token_list, err))

@@ -911,6 +911,21 @@ static int local_step(struct cuda_backend *be, rank_device *rd, int T, int with_
 
 /* JOB_STEP on one rank: inputs, the step (graph or launches), rank 0's logits to the host,
  * then wait for the device. */
+/* NCCL after a failed step, called by every rank: each destroys its own graphs (NCCL 2.26 on
+ * aborts a communicator only once no graph holds its collectives; a graph in flight is freed
+ * once the abort has ended them), then rank 0 aborts the communicators and marks the backend
+ * broken. */
+static void ranks_abort(struct cuda_backend *be, rank_device *rd)
+{
+    rank_graphs_destroy(rd);
+    spin_barrier_wait(&be->ranks_meet);
+    if (rd->rank == 0) {
+        cuda_comm_recover(be->comm, NULL);
+        be->broken = 1;
+    }
+    spin_barrier_wait(&be->ranks_meet);
+}
+
 /* The end of a step: wait for the rank's stream. An NCCL rank polls instead of blocking: a
  * device that faults mid-step (or a peer NCCL reports lost) leaves the other ranks' collectives
  * waiting on their devices forever, so a rank whose stream fails or whose communicator reports
@@ -976,31 +991,16 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
         }
     }
     /* Every rank has enqueued its step or given up. A rank that gave up leaves the others'
-     * NCCL collectives waiting on their devices: abort them before anyone waits. NCCL (2.26
-     * on) aborts a communicator only once no graph holds its collectives, so every rank first
-     * destroys its own graphs (one in flight is freed once the abort has ended its collectives). */
+     * NCCL collectives waiting on their devices: abort them before anyone waits. */
     spin_barrier_wait(&be->ranks_meet);
-    if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->enqueue_failed)) {
-        rank_graphs_destroy(rd);
-        spin_barrier_wait(&be->ranks_meet);
-        if (rd->rank == 0) {
-            cuda_comm_recover(be->comm, NULL);
-            be->broken = 1;
-        }
-        spin_barrier_wait(&be->ranks_meet);
-    }
+    if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->enqueue_failed))
+        ranks_abort(be, rd);
     status = rank_wait(be, rd, status);
     /* A rank that failed while the others waited: the same abort, for the collectives still
      * queued on the healthy devices (every rank reads first_failed after the meeting). */
     spin_barrier_wait(&be->ranks_meet);
     if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->first_failed) >= 0 && !be->broken) {
-        rank_graphs_destroy(rd);
-        spin_barrier_wait(&be->ranks_meet);
-        if (rd->rank == 0) {
-            cuda_comm_recover(be->comm, NULL);
-            be->broken = 1;
-        }
-        spin_barrier_wait(&be->ranks_meet);
+        ranks_abort(be, rd);
         cudaStreamSynchronize(rd->stream);  /* what the abort released; the error is said already */
     }
     return status;
