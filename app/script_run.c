@@ -102,7 +102,8 @@ int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
                 return 3;
             }
             if (outcome == APP_TURN_FAILED) {
-                line_error(s, it, plain_ui_last_message(ui));
+                /* the view has just said why, in the transcript ("[reason]") */
+                line_error(s, it, "the script stops here: this turn failed (the reason is on the line above)");
                 return 3;
             }
         }

@@ -34,7 +34,6 @@ struct plain_ui {
     int pending_approval;       /* index of the call waiting for y/a/n, or -1 */
     int asked_call;             /* the call the last question was about, or -1 */
     char pending_name[128];
-    char last_message[512];
     app_turn_outcome outcome;
     int turn_over;
     app *a;                     /* set while waiting */
@@ -210,7 +209,6 @@ static void on_turn_done(void *user, app_turn_outcome outcome, const char *messa
     close_content(ui);
     ui->outcome = outcome;
     ui->turn_over = 1;
-    snprintf(ui->last_message, sizeof ui->last_message, "%s", message ? message : "");
     if (outcome != APP_TURN_DONE && message)
         fprintf(stderr, "[%s]\n", message);
 }
@@ -275,7 +273,6 @@ app_frontend plain_ui_frontend(plain_ui *ui)
     };
 }
 
-const char *plain_ui_last_message(const plain_ui *ui) { return ui->last_message; }
 
 void plain_ui_echo_turn(plain_ui *ui, const char *text, size_t len)
 {

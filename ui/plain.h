@@ -35,7 +35,4 @@ int plain_ui_repl(plain_ui *ui, app *a);
 /* Print "you> text" as scripts echo their turns. */
 void plain_ui_echo_turn(plain_ui *ui, const char *text, size_t len);
 
-/* The turn's outcome message when it was not a plain success ("stopped", "context full"). */
-const char *plain_ui_last_message(const plain_ui *ui);
-
 #endif
