@@ -119,12 +119,13 @@ static int choose_demo_model(app_options *o, kimi_err *err)
 }
 
 /* --verify: the self-check before anything else starts (the full screen included), so its
- * lines stay on the terminal. Returns EXIT_OK to go on into the chat. */
-static int run_verify(app_options *o)
+ * lines stay on the terminal; verdict [cap] receives its one-line verdict. Returns EXIT_OK to
+ * go on into the chat. */
+static int run_verify(app_options *o, char *verdict, size_t cap)
 {
     kimi_err err = {0};
     int passed = 0;
-    if (choose_demo_model(o, &err) || self_check_run(o, o->model_dir, &passed, &err))
+    if (choose_demo_model(o, &err) || self_check_run(o, o->model_dir, &passed, verdict, cap, &err))
         return fail(open_failure_code(&err), err.msg);
     return passed ? EXIT_OK : EXIT_VERIFY_FAILED;
 }
@@ -210,7 +211,8 @@ int main(int argc, char **argv)
         options_free(&o);
         return code;
     }
-    if (o.verify && (code = run_verify(&o)) != EXIT_OK) {
+    char verdict[512] = "";
+    if (o.verify && (code = run_verify(&o, verdict, sizeof verdict)) != EXIT_OK) {
         script_free(&s);
         options_free(&o);
         return code;
@@ -223,6 +225,8 @@ int main(int argc, char **argv)
         o.mode = APP_MODE_PLAIN;
     plain_ui *ui = view ? NULL : plain_ui_new(&o, o.mode == APP_MODE_PLAIN);
     app_frontend fe = view ? tui_frontend(view) : ui ? plain_ui_frontend(ui) : (app_frontend){0};
+    if (view && *verdict && fe.info)   /* the full screen hides what scrolled by before it */
+        fe.info(fe.user, verdict);
     app *a = NULL;
     generator *gen = NULL;
     if (!view && !ui) {

@@ -14,13 +14,16 @@ static void print_phase(void *user, const char *line)
     fprintf(stderr, "kimi-chat: verify: %s\n", line);
 }
 
-int self_check_run(const app_options *o, const char *model_dir, int *passed, kimi_err *err)
+int self_check_run(const app_options *o, const char *model_dir, int *passed, char *verdict, size_t verdict_cap,
+                   kimi_err *err)
 {
     model_weights mw = {0};
     tokenizer *tok = NULL;
     int32_t *ids = NULL;
     int n_ids = 0;
     *passed = 0;
+    if (verdict_cap)
+        verdict[0] = 0;
     int devices[DEVICE_MAX_RANKS], n_devices = 0;
     int rc = o->devices ? device_list_parse("--devices", o->devices, devices, &n_devices, err) : 0;
     if (!rc)
@@ -58,13 +61,14 @@ int self_check_run(const app_options *o, const char *model_dir, int *passed, kim
         }
         *passed = n_passed == VERIFY_N_METRICS;
         if (*passed)
-            fprintf(stderr, "kimi-chat: verify: PASS: %s tp %d agrees with the CPU reference on this checkpoint\n",
-                    backend_name, o->tp);
+            snprintf(verdict, verdict_cap, "verify: PASS: %s tp %d agrees with the CPU reference on this checkpoint "
+                     "(max |Δ logit| %.3g, KL max %.3g nats)", backend_name, o->tp, report.logit_max_abs,
+                     report.kl_max);
         else
-            fprintf(stderr,
-                    "kimi-chat: verify: FAIL: %d of %d metrics outside tolerance: %s tp %d disagrees with the CPU "
-                    "reference on the same checkpoint, so the code or its cache is at fault, not the model\n",
-                    VERIFY_N_METRICS - n_passed, VERIFY_N_METRICS, backend_name, o->tp);
+            snprintf(verdict, verdict_cap, "verify: FAIL: %d of %d metrics outside tolerance: %s tp %d disagrees "
+                     "with the CPU reference on the same checkpoint, so the code or its cache is at fault, not the "
+                     "model", VERIFY_N_METRICS - n_passed, VERIFY_N_METRICS, backend_name, o->tp);
+        fprintf(stderr, "kimi-chat: %s\n", verdict);
     }
     free(ids);
     tokenizer_free(tok);

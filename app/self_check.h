@@ -3,13 +3,18 @@
 #ifndef KIMI_APP_SELF_CHECK_H
 #define KIMI_APP_SELF_CHECK_H
 
+#include <stddef.h>
+
 #include "app/options.h"
 #include "engine/error.h"
 
 /* Run the check on model_dir with o's backend, tp and threads, printing what it does and one
  * "PASS|FAIL <metric> ..." line per metric, then the verdict. *passed: every metric within
- * tolerance. Returns 0 when the check ran (passed or not), else the error's status with err
- * filled (the checkpoint could not be loaded, the backend could not be opened). */
-int self_check_run(const app_options *o, const char *model_dir, int *passed, kimi_err *err);
+ * tolerance; verdict [verdict_cap] receives the verdict in one line with the largest logit
+ * and KL differences (for the full screen, which starts after these lines have scrolled by).
+ * Returns 0 when the check ran (passed or not), else the error's status with err filled (the
+ * checkpoint could not be loaded, the backend could not be opened). */
+int self_check_run(const app_options *o, const char *model_dir, int *passed, char *verdict, size_t verdict_cap,
+                   kimi_err *err);
 
 #endif

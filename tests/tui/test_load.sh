@@ -2,7 +2,7 @@
 # The full screen while a large checkpoint loads (issue 11): the plan and the FP8 note are on
 # screen before the load ends, the progress says GB, GB/s and the ETA; keys typed and pasted
 # meanwhile wait for the input; Ctrl-C stops the load: exit 130, "loading cancelled", the
-# terminal sane.
+# terminal sane; kimi-chat --verify's verdict is on the full screen, not only in the scrollback.
 #   test_load.sh KIMI_CHAT KIMI_MKMODEL
 . "$(dirname "$0")/lib.sh"
 MKMODEL=${2:?usage: $0 path/to/kimi-chat path/to/kimi-mkmodel}
@@ -34,4 +34,12 @@ wait_file "$TMP/cancelled.exit" 5
 wait_for '^kimi-chat: loading cancelled after [0-9.]+ of 1\.6 GB$'
 check_sane cancelled
 [ -z "$(find "$TMP/data" -type f)" ] || fail "a cancelled load wrote $(find "$TMP/data" -type f)"
-echo "ok: the load on the full screen: plan first, progress, typed-ahead keys kept, Ctrl-C stops it"
+
+# --verify runs before the full screen starts; its verdict is on the screen once it has
+start verified 110 24 -- --verify --tp 2
+wait_for '^ +verify: PASS: cpu tp 2 agrees with the CPU reference on this checkpoint \(max \|Δ logit\|'
+wait_ready 30
+tm send-keys -t "$PANE" C-d
+wait_file "$TMP/verified.exit"
+[ "$(cat "$TMP/verified.exit")" = 0 ] || fail "exit status $(cat "$TMP/verified.exit") after --verify"
+echo "ok: the load on the full screen: plan first, progress, typed-ahead keys kept, Ctrl-C stops it; the --verify verdict on screen"
