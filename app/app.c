@@ -1221,10 +1221,22 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
         if (load_session(a, opt->load_path, err))
             goto fail;
     } else if (opt->resume) {
+        /* with saving off (--no-save, or a folder that cannot be made) the newest session is
+           still read, and never written */
+        char *dir = a->sessions_dir ? strdup(a->sessions_dir) : paths_sessions_dir(err);
+        if (!dir) {
+            if (a->sessions_dir)
+                kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
         session_entry *entries = NULL;
         int n = 0;
-        if (!a->sessions_dir || session_list(a->sessions_dir, &entries, &n, err))
+        if (session_list(dir, &entries, &n, err)) {
+            if (err->code == KIMI_ERR_IO)   /* the user's folder, not the engine: exit code 2 */
+                err->code = KIMI_ERR_USAGE;
+            free(dir);
             goto fail;
+        }
         int found = -1;
         for (int i = 0; i < n && found < 0; i++) {
             if (entries[i].n_messages > 0)
@@ -1234,13 +1246,15 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
         }
         if (found < 0) {
             session_list_free(entries, n);
-            kimi_fail(err, KIMI_ERR_USAGE, "--resume: no saved session in %s", a->sessions_dir);
+            kimi_fail(err, KIMI_ERR_USAGE, "--resume: no saved session in %s", dir);
+            free(dir);
             goto fail;
         }
         int rc = load_session(a, entries[found].path, err);
         if (!rc)
             say_info(a, "resumed %s (%d messages)", entries[found].path, a->sess.conv.n_messages);
         session_list_free(entries, n);
+        free(dir);
         if (rc)
             goto fail;
     }

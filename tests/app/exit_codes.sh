@@ -47,6 +47,18 @@ grep -q "you> What time" "$tmp/out" || { echo "FAIL: --keep-going did not go on"
 # A turn larger than the whole context: the model's failure (3), named, not a bad line (1).
 printf 'Hello! Who are you?\n' > "$tmp/hello.kc"
 expect 3 "^$tmp/hello.kc:1: the conversation is [0-9]+ tokens, more than the 50-token context" -- --script "$tmp/hello.kc" --max-context 50 --no-save
+# --resume with saving off (--no-save, or a sessions folder that cannot be made) reads the
+# newest session and writes nothing; with none there it is a usage error, not a crash.
+rm -rf "$tmp/data"
+expect 2 "^kimi-chat: --resume: no saved session in $tmp/data/kimi-chat/sessions" -- --resume --no-save --prompt hi
+touch "$tmp/a-file"
+XDG_DATA_HOME=$tmp/a-file expect 2 "^kimi-chat: $tmp/a-file/kimi-chat/sessions: cannot list the sessions" -- --resume --prompt hi
+rm -rf "$tmp/data"
+"$kimi_chat" --prompt "Hello! Who are you?" --temperature 0 > /dev/null 2>&1 < /dev/null
+before=$(cat "$tmp/data/kimi-chat/sessions/"*.json | md5sum)
+expect 0 "^resumed $tmp/data/kimi-chat/sessions/.*\(2 messages\)" -- --resume --no-save --prompt "What time is it?" --temperature 0
+[[ $(ls "$tmp/data/kimi-chat/sessions" | wc -l) -eq 1 && $(cat "$tmp/data/kimi-chat/sessions/"*.json | md5sum) == "$before" ]] ||
+    { echo "FAIL: --resume --no-save wrote to the sessions folder"; ls -l "$tmp/data/kimi-chat/sessions"; failed=$((failed + 1)); }
 echo '{"meta": {"format": "kimi-chat-session", "version": 99}, "messages": []}' > "$tmp/newer.json"
 expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.json" --prompt hi
 
