@@ -221,14 +221,20 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
 {
     double d;
     switch (id) {
-    case OPT_MODEL: return set_path(&o->model_dir, v, ps, what, err);
+    case OPT_MODEL:
+        if (!*v)
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: needs a folder name", what);
+        return set_path(&o->model_dir, v, ps, what, err);
     case OPT_SERVER:
         if (strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
             return kimi_fail(err, KIMI_ERR_USAGE, "%s: must start with http:// or https://", what);
         return set_string(&o->server_url, v, what, err);
     case OPT_SERVER_MODEL: return set_string(&o->server_model, v, what, err);
     case OPT_API_KEY_ENV: return set_string(&o->api_key_env, v, what, err);
-    case OPT_API_KEY_FILE: return set_path(&o->api_key_file, v, ps, what, err);
+    case OPT_API_KEY_FILE:
+        if (!*v)
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: needs a file name", what);
+        return set_path(&o->api_key_file, v, ps, what, err);
     case OPT_BACKEND:
         if (!strcmp(v, "cpu"))
             o->backend = BACKEND_CPU;
@@ -242,8 +248,10 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
     case OPT_MEM_GIB:
         if (parse_double(v, &d, ">= 0", what, err))
             return KIMI_ERR_USAGE;
-        if (d < 0)
-            return kimi_fail(err, KIMI_ERR_USAGE, "%s: must be >= 0", what);
+        /* the budget is a byte count (size_t): under one byte it would round to 0 (the
+           engine's default), far past any machine it would overflow the conversion */
+        if (d < 0 || (d > 0 && d < 1e-9) || d > 1e9)
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: must be 0 (the engine picks) or 1e-9..1e9 GiB", what);
         o->mem_gib = d;
         return 0;
     case OPT_THREADS: return parse_int(v, 0, 4096, &o->threads, "0..4096", what, err);
@@ -415,6 +423,8 @@ static int load_config(app_options *o, parse_state *ps, const char *required, ki
 {
     char *path;
     if (required) {
+        if (!*required)
+            return kimi_fail(err, KIMI_ERR_USAGE, "--config '': needs a file name");
         if (!(path = paths_expand_home(required, err)))
             return kimi_err_prefix(err, KIMI_ERR_USAGE, "--config");
         if (access(path, F_OK) != 0) {

@@ -241,7 +241,9 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--backend gpu: must be cpu or cuda", "--backend", "gpu");
     EXPECT_ERROR("--max-context -1: must be 0 or more", "--max-context", "-1");
     EXPECT_ERROR("--max-context 4k: not an integer (must be 0 or more)", "--max-context", "4k");
-    EXPECT_ERROR("--mem-gib -2: must be >= 0", "--mem-gib", "-2");
+    EXPECT_ERROR("--mem-gib -2: must be 0 (the engine picks) or 1e-9..1e9 GiB", "--mem-gib", "-2");
+    EXPECT_ERROR("--mem-gib 1e300: must be 0 (the engine picks) or 1e-9..1e9 GiB", "--mem-gib", "1e300");
+    EXPECT_ERROR("--mem-gib 1e-12: must be 0 (the engine picks) or 1e-9..1e9 GiB", "--mem-gib", "1e-12");
     EXPECT_ERROR("--mem-gib inf: must be a finite number, >= 0", "--mem-gib", "inf");
     EXPECT_ERROR("--threads 5000: must be 0..4096", "--threads", "5000");
     EXPECT_ERROR("--think maybe: must be on or off", "--think", "maybe");
@@ -273,6 +275,9 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--script '': needs a file name (- for stdin)", "--script", "");
     EXPECT_ERROR("--load '': needs a file name", "--load=");
     EXPECT_ERROR("--tools '': needs a file name", "--tools", "");
+    EXPECT_ERROR("--model '': needs a folder name", "--model", "");
+    EXPECT_ERROR("--api-key-file '': needs a file name", "--api-key-file=");
+    EXPECT_ERROR("--config '': needs a file name", "--config", "");
     EXPECT_ERROR("--script and --prompt: use one or the other", "--script", "a.kc", "-p", "hi");
     EXPECT_ERROR("--resume and --load: use one or the other", "--load", "s.json", "--resume");
     EXPECT_ERROR("--model and --server: use one or the other", "--server", "http://127.0.0.1:8000", "--model", "m");
