@@ -248,6 +248,14 @@ int main(int argc, char **argv)
         err = (kimi_err){0};
         if (app_save(a, &err))
             fprintf(stderr, "kimi-chat: %s\n", err.msg);
+        /* an answer that did not reach stdout (a full disk, a closed descriptor) is not a
+           success; a reader that left early (`| head`) is its own choice */
+        int out_errno = ui ? plain_ui_stdout_errno(ui) : 0;
+        if (out_errno && out_errno != EPIPE && code == EXIT_OK) {
+            char message[200];
+            snprintf(message, sizeof message, "standard output: cannot write the answer: %s", strerror(out_errno));
+            code = fail(EXIT_USAGE, message);
+        }
     }
     app_close(a);
     tui_free(view);

@@ -37,6 +37,7 @@ struct plain_ui {
     app_turn_outcome outcome;
     int turn_over;
     app *a;                     /* set while waiting */
+    int stdout_errno;           /* the first failed write of the answer to stdout, else 0 */
 };
 
 /* ---- printing ---- */
@@ -66,11 +67,18 @@ static void close_reasoning(plain_ui *ui)
     }
 }
 
+/* The answer is flushed as it streams; the first failure is kept for the exit code. */
+static void flush_stdout(plain_ui *ui)
+{
+    if (fflush(stdout) == EOF && !ui->stdout_errno)
+        ui->stdout_errno = errno;
+}
+
 static void close_content(plain_ui *ui)
 {
     if (ui->content_open) {
         fputc('\n', stdout);
-        fflush(stdout);
+        flush_stdout(ui);
         ui->content_open = 0;
     }
 }
@@ -90,7 +98,7 @@ static void on_stream(void *user, const parse_event *ev)
     case PARSE_CONTENT_TEXT:
         close_reasoning(ui);
         fwrite(ev->text, 1, ev->len, stdout);
-        fflush(stdout);
+        flush_stdout(ui);
         if (ev->len)
             ui->content_open = ev->text[ev->len - 1] != '\n';
         break;
@@ -276,12 +284,13 @@ app_frontend plain_ui_frontend(plain_ui *ui)
 
 void plain_ui_echo_turn(plain_ui *ui, const char *text, size_t len)
 {
-    (void)ui;
     fputs("you> ", stdout);
     fwrite(text, 1, len, stdout);
     fputc('\n', stdout);
-    fflush(stdout);
+    flush_stdout(ui);
 }
+
+int plain_ui_stdout_errno(const plain_ui *ui) { return ui->stdout_errno; }
 
 /* y/a/n on the terminal; anything else asks again, end of input or a signal denies. */
 static tool_approval ask_approval(plain_ui *ui, int *signalled)

@@ -35,4 +35,8 @@ int plain_ui_repl(plain_ui *ui, app *a);
 /* Print "you> text" as scripts echo their turns. */
 void plain_ui_echo_turn(plain_ui *ui, const char *text, size_t len);
 
+/* The errno of the first write to stdout that failed (a full disk, a closed descriptor, a
+ * reader gone: EPIPE), else 0. */
+int plain_ui_stdout_errno(const plain_ui *ui);
+
 #endif

@@ -79,6 +79,22 @@ printf 'Hello! Who are you?\n/stats\n' | "$kimi_chat" --plain --temperature 0 > 
 [[ $? -eq 0 ]] && grep -q "demo model" "$tmp/out" && grep -q "last answer: prompt" "$tmp/err" ||
     { echo "FAIL: plain REPL on a pipe"; cat "$tmp/out" "$tmp/err"; failed=$((failed + 1)); }
 
+# An answer that cannot be written (a full disk, a closed stdout) is not a success; the session
+# is saved all the same. A reader that stops early (| head) is no failure.
+rm -rf "$tmp/data"
+"$kimi_chat" --prompt "Hello! Who are you?" --temperature 0 < /dev/null > /dev/full 2> "$tmp/err"
+code=$?
+[[ $code -eq 2 ]] && grep -q "^kimi-chat: standard output: cannot write the answer: No space left on device" "$tmp/err" &&
+    [[ -n $(ls "$tmp/data/kimi-chat/sessions/"*.json 2>/dev/null) ]] ||
+    { echo "FAIL: --prompt > /dev/full: exit $code"; cat "$tmp/err"; failed=$((failed + 1)); }
+"$kimi_chat" --script "$tmp/hello.kc" --temperature 0 --no-save < /dev/null >&- 2> "$tmp/err"
+code=$?
+[[ $code -eq 2 ]] && grep -q "^kimi-chat: standard output: cannot write the answer: Bad file descriptor" "$tmp/err" ||
+    { echo "FAIL: --script with stdout closed: exit $code"; cat "$tmp/err"; failed=$((failed + 1)); }
+"$kimi_chat" --prompt "Hello! Who are you?" --temperature 0 --no-save < /dev/null 2> "$tmp/err" | head -c 1 > /dev/null
+code=${PIPESTATUS[0]}
+[[ $code -eq 0 ]] || { echo "FAIL: --prompt | head: exit $code"; cat "$tmp/err"; failed=$((failed + 1)); }
+
 # The REPL on a pipe asks before a tool and reads the answer from the same input: "y" runs the
 # tool and is not sent to the model as a message.
 rm -rf "$tmp/data"
