@@ -970,11 +970,13 @@ static int atomic_write(const char *path, const char *data, size_t len, kimi_err
     int rc = 0;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
+        /* ENOENT from a folder that exists (/proc refuses new files so) is not a missing folder */
+        int e = errno;
         struct stat st;
-        if (errno == ENOENT || (errno == ENOTDIR && stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)))
+        if ((e == ENOENT || e == ENOTDIR) && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
             rc = kimi_fail(err, KIMI_ERR_IO, "%s: cannot save: the folder %s does not exist", path, dir);
         else
-            rc = kimi_fail(err, KIMI_ERR_IO, "%s: cannot save: cannot create %s: %s", path, tmp, strerror(errno));
+            rc = kimi_fail(err, KIMI_ERR_IO, "%s: cannot save: cannot create %s: %s", path, tmp, strerror(e));
         goto done;
     }
     if (write_all(fd, data, len) || fsync(fd)) {

@@ -533,6 +533,10 @@ static void test_save_load(void)
     snprintf(want, sizeof want, "%s: cannot save: the folder %s/missing does not exist", nodir, tmpdir);
     CHECK_STR(err.msg, want);
     free(nodir);
+    /* A folder that exists but takes no new files is not called missing. */
+    CHECK(session_save(&s, "/proc/chat.json", &err) == KIMI_ERR_IO);
+    CHECK_MSG(strstr(err.msg, "/proc/chat.json: cannot save: cannot create /proc/.chat.json.") == err.msg,
+              "%s", err.msg);
 
     /* A failed rename (the target is a folder) removes the temp file and leaves the target. */
     char *isdir = path_in("folder.json");
