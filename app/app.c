@@ -1095,7 +1095,8 @@ static int run_command(app *a, command *c, kimi_err *err)
             return err->code;
         int u = last_user_index(a);
         if (u < 0)
-            return kimi_fail(err, KIMI_ERR_STATE, "/%s: there is no exchange to drop", c->name);
+            return kimi_fail(err, KIMI_ERR_STATE, "/%s: there is no exchange to %s", c->name,
+                             c->id == CMD_EDIT ? "edit" : "drop");
         const chat_text *t = &a->sess.conv.messages[u].content;
         if (c->id == CMD_EDIT) {
             /* the front end takes the text first: one that has no input to put it in (a

@@ -297,7 +297,8 @@ static void test_answer_and_commands(void)
     CHECK(app_command(a, "/think off", &err) == 0 && app_session(a)->settings.thinking == 0);
     CHECK(app_command(a, "/stats", &err) == 0 && strstr(rec.info, "temperature 0"));
     CHECK(app_command(a, "/bogus", &err) != 0 && strstr(err.msg, "/bogus"));
-    CHECK(app_command(a, "/undo", &err) != 0 && strstr(err.msg, "no exchange"));
+    CHECK(app_command(a, "/undo", &err) != 0 && strstr(err.msg, "no exchange to drop"));
+    CHECK(app_command(a, "/edit", &err) != 0 && strstr(err.msg, "/edit: there is no exchange to edit"));
 
     /* NUL bytes in what the user sends are kept with their length */
     CHECK(app_send(a, "a\0b", 3, &err) == 0);
