@@ -1029,15 +1029,16 @@ static void submit(tui *t)
 {
     size_t len;
     const char *text = input_text(t->in, &len);
-    if (len && text[len - 1] == '\\') {
-        input_edit_apply(t->in, INPUT_LINE_END);
-        input_set_text(t->in, text, len - 1);
-        input_insert(t->in, "\n", 1);
-        return;
-    }
+    /* a copy: input_set_text must not be given the input's own text */
     char *copy = strndup(text, len);
     if (!copy)
         return;
+    if (len && copy[len - 1] == '\\') {
+        input_set_text(t->in, copy, len - 1);
+        input_insert(t->in, "\n", 1);
+        free(copy);
+        return;
+    }
     input_history_add(t->in, copy, len);
     kimi_err err = {0};
     if (app_submit_line(t->a, copy, len, &err) == 0) {
