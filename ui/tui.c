@@ -1051,10 +1051,11 @@ static void submit(tui *t)
 static void stop(tui *t)
 {
     if (app_busy(t->a)) {
-        app_stop(t->a);
+        /* before app_stop: stopping at the approval prompt ends the turn at once (turn_done) */
         t->state = GEN_STOPPING;
         t->approval = -1;
         t->dirty = 1;
+        app_stop(t->a);
     }
 }
 
