@@ -754,18 +754,21 @@ static void status_text(tui *t, char *buf, size_t cap)
     if (tps > 0)
         snprintf(speed, sizeof speed, tps < 100 ? " · %.1f tok/s" : " · %.0f tok/s", tps);
     /* the full line, then shorter ones until it fits (room for "↓ new" kept): "thinking" as
-       "think", then without the backend, then without the temperature */
+       "think", then without the backend, then without the temperature, then without thinking
+       and the save state, then without the speed: a narrow terminal loses whole fields, not
+       the end of one */
     int room = t->cols - (t->new_below ? 8 : 0);
-    for (int level = 0; level < 4; level++) {
+    for (int level = 0; level < 6; level++) {
         buf[0] = 0;
         append(buf, cap, " %s │ %s", state_word(t), g->model);
         if (level < 2)
             append(buf, cap, " · %s", g->backend);
-        append(buf, cap, " · ctx %s/%s%s · %s %s", u, l, speed, level ? "think" : "thinking",
-               s->settings.thinking ? "on" : "off");
+        append(buf, cap, " · ctx %s/%s%s", u, l, level < 5 ? speed : "");
+        if (level < 4)
+            append(buf, cap, " · %s %s", level ? "think" : "thinking", s->settings.thinking ? "on" : "off");
         if (level < 3)
             append(buf, cap, " · T %g", (double)s->settings.temperature);
-        if (t->save_state[0])
+        if (t->save_state[0] && level < 4)
             append(buf, cap, " · %s", t->save_state);
         if (text_width(buf, strlen(buf)) <= room)
             break;
