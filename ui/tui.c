@@ -1044,10 +1044,12 @@ static void submit(tui *t)
     }
     input_history_add(t->in, copy, len);
     kimi_err err = {0};
-    if (app_submit_line(t->a, copy, len, &err) == 0) {
-        input_clear(t->in);
+    /* cleared first: /edit fills the input while the line runs; a line that fails comes back */
+    input_clear(t->in);
+    if (app_submit_line(t->a, copy, len, &err) == 0)
         render_model_scroll_to_bottom(t->rm);
-    }
+    else
+        input_set_text(t->in, copy, len);
     free(copy);
 }
 
