@@ -754,18 +754,21 @@ static void status_text(tui *t, char *buf, size_t cap)
     if (tps > 0)
         snprintf(speed, sizeof speed, tps < 100 ? " · %.1f tok/s" : " · %.0f tok/s", tps);
     /* the full line, then shorter ones until it fits (room for "↓ new" kept): "thinking" as
-       "think", then without the backend, then without the temperature */
+       "think", then without the backend, then without the temperature, then without thinking
+       and the save state, then without the speed: a narrow terminal loses whole fields, not
+       the end of one */
     int room = t->cols - (t->new_below ? 8 : 0);
-    for (int level = 0; level < 4; level++) {
+    for (int level = 0; level < 6; level++) {
         buf[0] = 0;
         append(buf, cap, " %s │ %s", state_word(t), g->model);
         if (level < 2)
             append(buf, cap, " · %s", g->backend);
-        append(buf, cap, " · ctx %s/%s%s · %s %s", u, l, speed, level ? "think" : "thinking",
-               s->settings.thinking ? "on" : "off");
+        append(buf, cap, " · ctx %s/%s%s", u, l, level < 5 ? speed : "");
+        if (level < 4)
+            append(buf, cap, " · %s %s", level ? "think" : "thinking", s->settings.thinking ? "on" : "off");
         if (level < 3)
             append(buf, cap, " · T %g", (double)s->settings.temperature);
-        if (t->save_state[0])
+        if (t->save_state[0] && level < 4)
             append(buf, cap, " · %s", t->save_state);
         if (text_width(buf, strlen(buf)) <= room)
             break;
@@ -1029,31 +1032,35 @@ static void submit(tui *t)
 {
     size_t len;
     const char *text = input_text(t->in, &len);
-    if (len && text[len - 1] == '\\') {
-        input_edit_apply(t->in, INPUT_LINE_END);
-        input_set_text(t->in, text, len - 1);
-        input_insert(t->in, "\n", 1);
-        return;
-    }
+    /* a copy: input_set_text must not be given the input's own text */
     char *copy = strndup(text, len);
     if (!copy)
         return;
+    if (len && copy[len - 1] == '\\') {
+        input_set_text(t->in, copy, len - 1);
+        input_insert(t->in, "\n", 1);
+        free(copy);
+        return;
+    }
     input_history_add(t->in, copy, len);
     kimi_err err = {0};
-    if (app_submit_line(t->a, copy, len, &err) == 0) {
-        input_clear(t->in);
+    /* cleared first: /edit fills the input while the line runs; a line that fails comes back */
+    input_clear(t->in);
+    if (app_submit_line(t->a, copy, len, &err) == 0)
         render_model_scroll_to_bottom(t->rm);
-    }
+    else
+        input_set_text(t->in, copy, len);
     free(copy);
 }
 
 static void stop(tui *t)
 {
     if (app_busy(t->a)) {
-        app_stop(t->a);
+        /* before app_stop: stopping at the approval prompt ends the turn at once (turn_done) */
         t->state = GEN_STOPPING;
         t->approval = -1;
         t->dirty = 1;
+        app_stop(t->a);
     }
 }
 

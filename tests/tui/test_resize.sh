@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Resizing to 60x20 and to 200x50 while an answer streams leaves no garbage: the screen after the
-# resize equals a full redraw of the same state (Ctrl-L), and every row fits the width.
+# resize equals a full redraw of the same state (Ctrl-L), and every row fits the width. At 40
+# and 50 columns the status bar drops whole fields, never cutting one.
 . "$(dirname "$0")/lib.sh"
 
 # same_after_redraw: capture, Ctrl-L, and wait until the redrawn screen equals the capture.
@@ -59,4 +60,11 @@ tm send-keys -t "$PANE" Space
 wait_gone 'kimi-chat keys'
 same_after_redraw "the help overlay"
 fits 80
+
+for w in 40 50; do
+  tm resize-window -t "$PANE" -x $w -y 12
+  wait_for "^─{$w}\$"
+  screen | tail -n 1 | grep -Eq '^ ready │ demo model · ctx [0-9.k]+/[0-9.k]+( · [0-9.]+ tok/s)?$' ||
+    fail "at $w columns the status bar cuts a field"
+done
 echo PASS

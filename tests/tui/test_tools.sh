@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A time question shows the tool-call box and the approval prompt; y runs the tool and its
 # result and the final answer appear; n on a second call shows it denied. Tab focus, fold and
-# OSC 52 copy; the input history across runs, Up and Ctrl-R.
+# OSC 52 copy; the input history across runs, Up and Ctrl-R; Esc at the approval prompt cancels
+# the call and the status bar is ready again.
 . "$(dirname "$0")/lib.sh"
 mkdir -p /tmp/x/docs
 start main 80 30
@@ -55,4 +56,8 @@ tm send-keys -t "$PANE" Enter
 wait_gone 'reverse history search'
 tm send-keys -t "$PANE" Enter
 wait_for '^  you  What time is it\?'
+wait_for '^─ run now\? \[y\] once'
+tm send-keys -t "$PANE" Escape
+wait_for '┌ now +functions\.now:0 ─ cancelled'
+wait_ready 5
 echo PASS
