@@ -149,6 +149,10 @@ static int parse_export(command *c, char *args, kimi_err *err)
         memmove(c->arg, rest, strlen(rest) + 1);
     } else if (*rest) {
         return kimi_fail(err, KIMI_ERR_INPUT, "/export %s: the format is md or json (/export [md|json] [PATH])", word);
+    } else if (*word && !strchr(word, '.') && !strchr(word, '/')) {
+        /* a bare word like "html" is a format asked for, not a file name */
+        return kimi_fail(err, KIMI_ERR_INPUT, "/export %s: the format is md or json (a file of that name: ./%s)", word,
+                         word);
     } else {
         /* a lone word is the path; its extension picks the format */
         size_t n = strlen(word);
@@ -191,8 +195,11 @@ int command_parse(const char *line, size_t len, command *out, kimi_err *err)
         out->name = table[i].name;
         if (table[i].arg == ARG_NONE && *args)
             return kimi_fail(err, KIMI_ERR_INPUT, "/%s takes no argument ('%s')", name, args);
-        if (table[i].arg == ARG_REQUIRED && !*args)
-            return kimi_fail(err, KIMI_ERR_INPUT, "/%s needs an argument: %s", name, table[i].usage);
+        if (table[i].arg == ARG_REQUIRED && !*args) {
+            const char *gap = strstr(table[i].usage, "  ");     /* the syntax, without its description */
+            return kimi_fail(err, KIMI_ERR_INPUT, "/%s needs an argument: %.*s", name,
+                             (int)(gap ? gap - table[i].usage : (long)strlen(table[i].usage)), table[i].usage);
+        }
         switch (out->id) {
         case CMD_THINK:
             if (!strcmp(args, "on") || !strcmp(args, "off")) {

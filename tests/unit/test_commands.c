@@ -91,6 +91,14 @@ int main(void)
     parse_fails("/export pdf out.pdf", "/export pdf: the format is md or json");
     parse_fails("/reasoning loud", "/reasoning loud");
     parse_fails("/load", "/load needs an argument");
+    /* the syntax alone, not the help line's padding and description */
+    kimi_err e = {0};
+    CHECK(command_parse("/theme", 6, &c, &e) != 0 && !strcmp(e.msg, "/theme needs an argument: /theme NAME"));
+    /* a bare word is a format asked for, not a file name; a file takes a dot or a slash */
+    parse_fails("/export html", "/export html: the format is md or json");
+    c = parse_ok("/export ./html");
+    CHECK(!strcmp(c.arg, "./html") && c.format == EXPORT_MARKDOWN);
+    CHECK(parse_ok("/export t.json").format == EXPORT_JSON);
     char nul_line[] = "/system a\0b";
     command n;
     kimi_err err = {0};
