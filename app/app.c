@@ -801,9 +801,10 @@ static int set_system(app *a, const char *text, size_t len, kimi_err *err)
     return rc ? err->code : 0;
 }
 
-/* The conversation was replaced or cut: the context it fills is what its last answer filled
- * (unknown, 0, when no answer has stats), and no tool counts as called in the current turn. */
-static void session_changed(app *a)
+/* The conversation was replaced or cut from message kept on: the context it fills is what its
+ * last answer filled (unknown, 0, when no answer has stats), and no tool counts as called in the
+ * current turn. */
+static void session_changed(app *a, int kept)
 {
     a->context_used = 0;
     for (int i = a->sess.conv.n_messages - 1; i >= 0 && !a->context_used; i--)
@@ -812,7 +813,7 @@ static void session_changed(app *a)
     free(a->called.data);
     a->called = (strbuf){0};
     if (a->fe.session_reset)
-        a->fe.session_reset(a->fe.user);
+        a->fe.session_reset(a->fe.user, kept);
 }
 
 /* Where /load NAME reads: a session of that name in the sessions folder (what /save NAME
@@ -901,7 +902,7 @@ static int load_session(app *a, const char *path, kimi_err *err)
        never written: autosave goes to a new file. */
     a->sess.path = inside_dir(path, a->sessions_dir) ? strdup(path) : NULL;
     a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
-    session_changed(a);
+    session_changed(a, 0);
     return 0;
 }
 
@@ -1029,13 +1030,13 @@ static int run_command(app *a, command *c, kimi_err *err)
         free(a->sess.path);
         a->sess.path = NULL;
         a->sess.created = 0;
-        session_changed(a);
+        session_changed(a, a->sess.conv.n_messages);
         say_info(a, "new conversation");
         return 0;
     case CMD_SYSTEM:
         if (require_idle(a, c, err) || set_system(a, c->text, c->text_len, err))
             return err->code;
-        session_changed(a);
+        session_changed(a, 0);
         say_info(a, c->text_len ? "system prompt set" : "system prompt removed");
         return 0;
     case CMD_THINK:
@@ -1084,7 +1085,7 @@ static int run_command(app *a, command *c, kimi_err *err)
                 if (session_append(&a->sess, &kept.conv.messages[i], &kept.meta[i], &restore))
                     break;
             }
-            session_changed(a);
+            session_changed(a, u + 1);
         }
         session_free(&kept);
         return rc;
@@ -1108,7 +1109,7 @@ static int run_command(app *a, command *c, kimi_err *err)
                 return rc;
         }
         session_truncate(&a->sess, u);
-        session_changed(a);
+        session_changed(a, u);
         autosave(a);
         if (c->id == CMD_UNDO)
             say_info(a, "dropped the last exchange");

@@ -68,8 +68,9 @@ typedef struct {
     /* command output and messages: info is one or more lines for the user; error one line */
     void (*info)(void *user, const char *text);
     void (*error)(void *user, const char *line);
-    /* the session was replaced or cut (/new, /undo, /load, /retry): redraw it from app_session */
-    void (*session_reset)(void *user);
+    /* the session was replaced or cut (/new, /undo, /edit, /retry, /system, /load): messages
+       [0, kept) are as they were, the rest is to be redrawn from app_session */
+    void (*session_reset)(void *user, int kept);
     /* the save state changed (after an autosave, or a failed one) */
     void (*saved)(void *user, const char *path, int ok);
     /* view commands the core does not own (/theme, /reasoning, /tools expanded|folded, /edit,

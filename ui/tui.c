@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <langinfo.h>
+#include <limits.h>
 #include <locale.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -77,6 +78,10 @@ struct tui {
     double first_token;             /* when this generation's first token came */
     double tok_s;                   /* the last answer's decode speed, or live */
     int shown_messages;             /* session messages mirrored into the render model */
+    int *block_message;             /* [n_block_message] the session message each block shows,
+                                       -1 for a note (info, error); see tag_blocks */
+    int n_block_message, block_message_cap;
+    int streamed_message;           /* the message the streamed blocks will be (the answer to come) */
     int pending_rebuild;            /* session_reset came during app_open */
     strbuf startup_notes;           /* notes said during app_open ("\0"-separated) */
     typed_key *typed_ahead;         /* [n_typed_ahead] keys that came while the model loaded,
@@ -197,11 +202,35 @@ static void hint(tui *t, const char *text)
     t->dirty = 1;
 }
 
+/* Blocks from..(the last) show session message `message` (-1: they are notes). A block never
+ * tagged (out of memory) counts as a message that a reset drops, so a note may go but no message
+ * is ever shown twice. */
+static void tag_blocks(tui *t, int from, int message)
+{
+    int n = render_model_block_count(t->rm);
+    if (from < 0 || from >= n)
+        return;
+    if (n > t->block_message_cap) {
+        int cap = n > 2 * t->block_message_cap ? n : 2 * t->block_message_cap;
+        int *grown = realloc(t->block_message, sizeof *grown * (size_t)cap);
+        if (!grown)
+            return;
+        t->block_message = grown;
+        t->block_message_cap = cap;
+    }
+    for (int b = t->n_block_message; b < from; b++)
+        t->block_message[b] = INT_MAX;
+    for (int b = from; b < n; b++)
+        t->block_message[b] = message;
+    t->n_block_message = n;
+}
+
 static void add_block(tui *t, rm_block_kind kind, const char *text)
 {
     int b = render_model_append(t->rm, kind, text, strlen(text), NULL);
     if (b >= 0)
         render_model_finish(t->rm, b);
+    tag_blocks(t, b, -1);
     t->dirty = 1;
 }
 
@@ -350,24 +379,59 @@ static void mirror_message(tui *t, const session *s, int i, int *call_blocks, in
     }
 }
 
-/* Mirror session messages from..n into blocks (from is 0, or a user message: tool messages
+/* Mirror session messages from..n into blocks (from is not a tool message: tool messages
  * always follow their assistant message within the range). */
 static void mirror_from(tui *t, int from)
 {
     const session *s = app_session(t->a);
     int call_blocks[64], n_calls = 0;
-    for (int i = from; i < s->conv.n_messages; i++)
+    for (int i = from; i < s->conv.n_messages; i++) {
+        int first = render_model_block_count(t->rm);
         mirror_message(t, s, i, call_blocks, &n_calls);
+        tag_blocks(t, first, i);
+    }
     t->shown_messages = s->conv.n_messages;
     t->dirty = 1;
 }
 
-static void rebuild(tui *t)
+/* Session messages kept.. were cut or replaced: the view drops their blocks and shows the session
+ * again from there. The notes among the dropped blocks (command output, errors) come back after
+ * it, in their order, so none moves above the messages it followed: the user asked to drop
+ * messages, not what was said. The blocks before the cut (the startup notes) stay as they are. */
+static void show_session_from(tui *t, int kept)
 {
-    render_model_truncate(t->rm, 0);
+    const session *s = app_session(t->a);
+    if (kept > t->shown_messages)
+        kept = t->shown_messages;
+    if (kept > s->conv.n_messages)
+        kept = s->conv.n_messages;
+    while (kept > 0 && kept < s->conv.n_messages && s->conv.messages[kept].role == CHAT_ROLE_TOOL)
+        kept--;
+    int n = render_model_block_count(t->rm);
+    int cut = t->n_block_message < n ? t->n_block_message : n;
+    for (int b = 0; b < cut; b++)
+        if (t->block_message[b] >= kept) {
+            cut = b;
+            break;
+        }
+    strbuf notes = {0}; /* the kept notes: kind byte, text, NUL; one after the other */
+    for (int b = cut; b < t->n_block_message && b < n; b++)
+        if (t->block_message[b] < 0) {
+            size_t len;
+            const char *text = render_model_block_text(t->rm, b, &len);
+            char kind = (char)render_model_block_kind(t->rm, b);
+            strbuf_add(&notes, &kind, 1);
+            strbuf_add(&notes, text, len);
+            strbuf_add(&notes, "", 1);
+        }
+    render_model_truncate(t->rm, cut);
+    t->n_block_message = cut;
     t->live_answer = t->live_reasoning = t->last_reasoning = -1;
     t->n_call_block = 0;
-    mirror_from(t, 0);
+    mirror_from(t, kept);
+    for (size_t off = 0; !notes.failed && off < notes.len; off += strlen(notes.data + off + 1) + 2)
+        add_block(t, (rm_block_kind)notes.data[off], notes.data + off + 1);
+    free(notes.data);
     render_model_scroll_to_bottom(t->rm);
 }
 
@@ -396,6 +460,7 @@ static void on_generation_begin(void *user, int round)
     tui *t = user;
     if (round == 0 && t->a)
         mirror_from(t, t->shown_messages);
+    t->streamed_message = t->a ? app_session(t->a)->conv.n_messages : t->shown_messages;
     t->live_answer = t->live_reasoning = t->last_reasoning = -1;
     t->n_call_block = 0;
     t->gen_tokens = 0;
@@ -419,6 +484,7 @@ static int call_box(tui *t, int call, const char *name, const char *id)
     }
     if (t->call_block[call] < 0) {
         t->call_block[call] = render_model_append_tool(t->rm, name ? name : "", id ? id : "", NULL);
+        tag_blocks(t, t->call_block[call], t->streamed_message);
         /* a new box would say "waiting for approval": it is still being written */
         if (t->call_block[call] >= 0)
             render_model_set_tool_state(t->rm, t->call_block[call], RM_TOOL_RUNNING, "writing", -1, NULL);
@@ -441,6 +507,7 @@ static void on_stream(void *user, const parse_event *ev)
     case PARSE_REASONING_TEXT:
         if (t->live_reasoning < 0) {
             t->live_reasoning = t->last_reasoning = render_model_append(t->rm, RM_REASONING, "", 0, NULL);
+            tag_blocks(t, t->live_reasoning, t->streamed_message);
             t->reasoning_pieces = 0;
             t->reasoning_start = now;
         }
@@ -451,8 +518,10 @@ static void on_stream(void *user, const parse_event *ev)
         break;
     case PARSE_CONTENT_TEXT:
         end_reasoning(t);
-        if (t->live_answer < 0)
+        if (t->live_answer < 0) {
             t->live_answer = render_model_append(t->rm, RM_ANSWER, "", 0, NULL);
+            tag_blocks(t, t->live_answer, t->streamed_message);
+        }
         render_model_append_text(t->rm, t->live_answer, ev->text, ev->len, NULL);
         t->state = GEN_ANSWERING;
         break;
@@ -583,11 +652,11 @@ static void on_error(void *user, const char *line)
     add_block(t, RM_ERROR, line);
 }
 
-static void on_session_reset(void *user)
+static void on_session_reset(void *user, int kept)
 {
     tui *t = user;
     if (t->a)
-        rebuild(t);
+        show_session_from(t, kept);
     else
         t->pending_rebuild = 1;
 }
@@ -1527,7 +1596,12 @@ int tui_run(tui *t, app *a)
 {
     t->a = a;
     if (t->pending_rebuild) {
-        rebuild(t);
+        /* a session loaded with the model: its messages first, then what loading said */
+        render_model_truncate(t->rm, 0);
+        t->n_block_message = 0;
+        t->live_answer = t->live_reasoning = t->last_reasoning = -1;
+        mirror_from(t, 0);
+        render_model_scroll_to_bottom(t->rm);
         for (size_t off = 0; t->startup_notes.data && off < t->startup_notes.len;
              off += strlen(t->startup_notes.data + off) + 1)
             add_block(t, RM_NOTE, t->startup_notes.data + off);
@@ -1607,6 +1681,7 @@ void tui_free(tui *t)
     free(t->row_block);
     free(t->call_block);
     free(t->startup_notes.data);
+    free(t->block_message);
     free(t->typed_ahead);
     free(t->paste_buf.data);
     free(t->fatal.data);

@@ -139,6 +139,7 @@ typedef struct {
     app_turn_outcome outcome;
     char message[256];
     int approvals, updates, resets, errors;
+    int reset_kept;             /* the last reset's count of messages kept as they were */
     int saved_ok;               /* the last save's outcome */
     int refuse_edit;            /* the front end has no input for /edit */
     int refuse_after_tool;      /* the generator refuses to start once a tool is done */
@@ -175,7 +176,11 @@ static void on_update(void *user, const app_tool_call *c)
     if (r->refuse_after_tool && !strcmp(c->state, "done"))
         fake.refuse = "server down";
 }
-static void on_reset(void *user) { ((recorder *)user)->resets++; }
+static void on_reset(void *user, int kept)
+{
+    ((recorder *)user)->resets++;
+    ((recorder *)user)->reset_kept = kept;
+}
 static void on_saved(void *user, const char *path, int ok) { (void)path; ((recorder *)user)->saved_ok = ok; }
 static void on_error(void *user, const char *line) { (void)line; ((recorder *)user)->errors++; }
 
@@ -262,11 +267,14 @@ static void test_answer_and_commands(void)
     kimi_err err = {0};
     CHECK(app_command(a, "/system Be terse.", &err) == 0);
     CHECK(msg(a, 0)->role == CHAT_ROLE_SYSTEM && n_msgs(a) == 3);
+    CHECK_INT(rec.reset_kept, 0);                   /* every message moved down one */
     send(a, "again?");
     CHECK_STR(fake.last_request_system, "Be terse.");
     CHECK_INT(n_msgs(a), 5);
     CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 3);
+    CHECK_INT(rec.reset_kept, 3);                   /* the view keeps all before the question */
     CHECK(app_command(a, "/retry", &err) == 0);
+    CHECK_INT(rec.reset_kept, 2);                   /* ... all before the answer */
     wait_idle(a, 10);
     CHECK_INT(n_msgs(a), 3);                        /* the answer replaced */
     /* /retry that cannot start keeps the answer it was to replace */
@@ -279,6 +287,7 @@ static void test_answer_and_commands(void)
     CHECK(app_command(a, "/edit", &err) != 0 && n_msgs(a) == 3);
     rec.refuse_edit = 0;
     CHECK(app_command(a, "/edit", &err) == 0 && n_msgs(a) == 1);
+    CHECK_INT(rec.reset_kept, 1);
     CHECK_STR(rec.edit, "2+2?");
     CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
     /* a 100 KB system prompt, typed as a command */
@@ -291,8 +300,11 @@ static void test_answer_and_commands(void)
     CHECK(n_msgs(a) == 1 && msg(a, 0)->role == CHAT_ROLE_SYSTEM && msg(a, 0)->content.len == big);
     free(line);
     CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
+    CHECK(app_command(a, "/system Be brief.", &err) == 0);
     send(a, "q");
-    CHECK(app_command(a, "/new", &err) == 0 && n_msgs(a) == 0);
+    CHECK(app_command(a, "/new", &err) == 0 && n_msgs(a) == 1);
+    CHECK_INT(rec.reset_kept, 1);                   /* the system prompt stays */
+    CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
     CHECK(app_command(a, "/set temperature 0", &err) == 0 && app_session(a)->settings.temperature == 0);
     CHECK(app_command(a, "/think off", &err) == 0 && app_session(a)->settings.thinking == 0);
     CHECK(app_command(a, "/stats", &err) == 0 && strstr(rec.info, "temperature 0"));
