@@ -7,16 +7,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "app/app.h"
-#include "app/generator_local.h"
-#include "app/generator_remote.h"
-#include "app/options.h"
-#include "app/paths.h"
-#include "app/self_check.h"
-#include "app/script.h"
+#include "app/chat/app.h"
+#include "app/chat/generator_local.h"
+#include "app/chat/generator_remote.h"
+#include "app/chat/options.h"
+#include "app/chat/paths.h"
+#include "app/chat/self_check.h"
+#include "app/chat/script.h"
 #include "app/script_run.h"
-#include "engine/device_plan.h"
-#include "engine/file_io.h"
+#include "engine/backend/device_plan.h"
+#include "engine/base/file_io.h"
 #include "ui/plain.h"
 #include "ui/tui.h"
 

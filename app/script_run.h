@@ -4,8 +4,8 @@
 #ifndef KIMI_APP_SCRIPT_RUN_H
 #define KIMI_APP_SCRIPT_RUN_H
 
-#include "app/app.h"
-#include "app/script.h"
+#include "app/chat/app.h"
+#include "app/chat/script.h"
 #include "ui/plain.h"
 
 /* Check every command line (before the model loads): 0, or 1 with "file:line: why" printed. */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/array.h"
+#include "engine/base/array.h"
 #include "ui/text_width.h"
 
 typedef struct {

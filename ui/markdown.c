@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/array.h"
+#include "engine/base/array.h"
 #include "ui/text_width.h"
 #include "ui/theme.h"
 #include "ui/wrap.h"

@@ -12,10 +12,10 @@
 #include <readline/history.h>
 #include <readline/readline.h>
 
-#include "app/paths.h"
+#include "app/chat/paths.h"
 #include "ui/progress_text.h"
 #include "ui/signal_pipe.h"
-#include "engine/array.h"
+#include "engine/base/array.h"
 
 #define DIM "\033[2m"
 #define BOLD "\033[1m"

@@ -5,8 +5,8 @@
 #ifndef KIMI_UI_PLAIN_H
 #define KIMI_UI_PLAIN_H
 
-#include "app/app.h"
-#include "app/options.h"
+#include "app/chat/app.h"
+#include "app/chat/options.h"
 
 typedef struct plain_ui plain_ui;
 

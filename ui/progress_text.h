@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "app/generator.h"
+#include "app/chat/generator.h"
 
 /* "loading 123.4/590.0 GB · 6.8 GB/s · ETA 1m12s" (MB below a gigabyte; no ETA while it is
  * unknown), "reading the prompt: 512 of 8000 tokens · 420 tok/s · ETA 18s", "waiting for the

@@ -8,7 +8,7 @@
 
 #include <jansson.h>
 
-#include "engine/array.h"
+#include "engine/base/array.h"
 #include "ui/markdown.h"
 #include "ui/styled_lines.h"
 #include "ui/text_width.h"

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 typedef enum {
     RM_USER,      /* the user's message: plain text, "you" in the gutter */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/array.h"
+#include "engine/base/array.h"
 
 void styled_lines_init(styled_lines *l)
 {

@@ -6,7 +6,7 @@
 
 #include <utf8proc.h>
 
-#include "engine/utf8.h"
+#include "engine/text/utf8.h"
 
 /* Decode the code point at s[p] of valid UTF-8 text, never reading past n. */
 static int32_t decode(const char *s, size_t n, size_t p, size_t *next)

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "engine/array.h"
+#include "engine/base/array.h"
 
 enum { TEXT_TAB_STOP = 8 };
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/file_io.h"
+#include "engine/base/file_io.h"
 
 static const char *const element_names[THEME_N_ELEMENTS] = {
     [THEME_TEXT] = "text",

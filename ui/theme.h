@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 /* What the view paints; every styled run of the render model names one. The names in
  * theme files are these without the prefix, in lower case (themes/README.md). */

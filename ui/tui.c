@@ -18,8 +18,8 @@
 #include <curses.h>
 #include <term.h>
 
-#include "app/paths.h"
-#include "engine/array.h"
+#include "app/chat/paths.h"
+#include "engine/base/array.h"
 #include "ui/input.h"
 #include "ui/paint.h"
 #include "ui/progress_text.h"

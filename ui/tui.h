@@ -3,12 +3,12 @@
  * the help overlay; the keys; the poll loop over the terminal, the app's fds and a signal
  * self-pipe, with frames paced to at most ~60 per second; and the terminal's restoration on
  * every way out (quit, error, SIGTERM/SIGHUP, a crash signal). It knows the app only through
- * app/app.h. */
+ * app/chat/app.h. */
 #ifndef KIMI_UI_TUI_H
 #define KIMI_UI_TUI_H
 
-#include "app/app.h"
-#include "app/options.h"
+#include "app/chat/app.h"
+#include "app/chat/options.h"
 
 typedef struct tui tui;
 

@@ -1,7 +1,7 @@
 /* forward (CUDA): the kernels of one step of the forward pass (one token when decoding, up to
  * FORWARD_MAX_TOKENS of a prefill), as extern "C" launchers on device memory. Weights are
  * weight_matrix views whose data/scale point into device memory in the packed layout of
- * engine/device_plan.h (dense rows, row pitch a multiple of 16 bytes, zero padding). Activations are float32. Every launcher enqueues on `stream` (a cudaStream_t,
+ * engine/backend/device_plan.h (dense rows, row pitch a multiple of 16 bytes, zero padding). Activations are float32. Every launcher enqueues on `stream` (a cudaStream_t,
  * NULL = default) and returns 0 or a cudaError_t code; none synchronises, none allocates, so a
  * whole step can be captured in a CUDA graph. Positions are read from device memory (`pos`), so
  * one captured graph serves every step. Per-element math comes from kernels/forward_math.h,

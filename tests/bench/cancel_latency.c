@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 
 static double now_seconds(void)
 {

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "app/probe_args.h"
-#include "engine/error.h"
+#include "app/probe/probe_args.h"
+#include "engine/base/error.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/tensor.h"
 #include "tests/bench/nvfp4_encode.h"

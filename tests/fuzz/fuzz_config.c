@@ -3,7 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/config.h"
+#include "engine/model/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

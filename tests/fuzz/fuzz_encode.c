@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 #include "tests/fuzz/fuzz_support.h"
 
 static void fail(const char *what)

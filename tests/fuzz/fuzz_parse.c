@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/parse.h"
-#include "engine/tokenizer.h"
+#include "engine/text/parse.h"
+#include "engine/text/tokenizer.h"
 #include "tests/fuzz/fuzz_support.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,13 +1,13 @@
 /* fuzz_sampler: a row of logits and sampling parameters straight from the bytes (raw float
  * bits, so NaN, infinities, subnormals and the range's ends come up): every parameter set
- * sampler_params_check accepts must give draws the rule of engine/sampler.h allows
+ * sampler_params_check accepts must give draws the rule of engine/runtime/sampler.h allows
  * (tests/unit/sampler_rule.h). Layout: temperature, top_p (float bits), top_k (int32), seed
  * (u64), then the logits, 4 bytes each (at most 512). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 #include "tests/unit/sampler_rule.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/script.h"
+#include "app/chat/script.h"
 
 /* A failed expectation crashes the target, which is how libFuzzer learns of it (as in
  * fuzz_support.h, whose tokenizer this target does not need). */

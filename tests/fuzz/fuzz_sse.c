@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/openai_stream.h"
-#include "app/sse.h"
-#include "engine/array.h"
-#include "engine/utf8.h"
+#include "app/chat/openai_stream.h"
+#include "app/chat/sse.h"
+#include "engine/base/array.h"
+#include "engine/text/utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/config.h"
-#include "engine/tokenizer.h"
+#include "engine/model/config.h"
+#include "engine/text/tokenizer.h"
 
 /* A failed expectation crashes the target, which is how libFuzzer learns of it. */
 #define REQUIRE(cond)              \

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/file_io.h"
+#include "engine/base/file_io.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

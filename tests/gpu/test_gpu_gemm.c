@@ -15,7 +15,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/device_plan.h"
+#include "engine/backend/device_plan.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/numeric.h"
@@ -209,7 +209,7 @@ static void check_gemm(const gemm_context *ctx, void *scratch, int m, int n, int
     free(c);
 }
 
-/* The backend's projection as it runs it (engine/backend_cuda.c project()): plan, convert,
+/* The backend's projection as it runs it (engine/backend/backend_cuda.c project()): plan, convert,
  * dequantise tile by tile, GEMM into y; against the CPU's fp32 linear. */
 static void check_projection(const gemm_context *ctx, void *scratch, weight_format format, int rows, int cols,
                              int tokens, size_t tile_elems)

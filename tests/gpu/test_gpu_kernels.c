@@ -5,13 +5,13 @@
  *   GEMV / MLP / absorption: |gpu - cpu| <= 2e-5 * sum_k |w_k x_k| (+1e-30) per output;
  *   RMSNorm, routing weights: relative 2e-6;  attention (the decode and the prefill kernels): 2e-5
  *   of the output's largest value.
- * Weights are packed with engine/device_plan.h (the layout the backend uploads), so the test
+ * Weights are packed with engine/backend/device_plan.h (the layout the backend uploads), so the test
  * also covers that the kernels read that layout, and that the packed copy on the device
  * dequantizes bit for bit to the CPU decoder's values. Exits 77 (skipped) without a device. */
 #include <math.h>
 #include <string.h>
 
-#include "engine/device_plan.h"
+#include "engine/backend/device_plan.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/linear.h"

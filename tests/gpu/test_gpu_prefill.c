@@ -18,9 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/backend.h"
-#include "engine/device_plan.h"
-#include "engine/weights.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/device_plan.h"
+#include "engine/model/weights.h"
 #include "kernels/half_math.h"
 #include "tests/gpu/gpu_test.h"
 

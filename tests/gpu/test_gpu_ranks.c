@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
-#include "engine/weights.h"
+#include "engine/backend/backend.h"
+#include "engine/model/weights.h"
 #include "tests/gpu/gpu_test.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"

@@ -1,7 +1,7 @@
 # Unit tests: the app modules (paths, options, script).
 kimi_unit_test(test_paths SOURCES test_paths.c DEPS kimi_paths)
 # paths.c again, with an install prefix and a source tree the test creates and removes.
-kimi_unit_test(test_paths_lookup SOURCES test_paths_lookup.c ${CMAKE_SOURCE_DIR}/app/paths.c DEPS kimi_error)
+kimi_unit_test(test_paths_lookup SOURCES test_paths_lookup.c ${CMAKE_SOURCE_DIR}/app/chat/paths.c DEPS kimi_error)
 target_compile_definitions(test_paths_lookup PRIVATE
   TEST_ROOT="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d"
   KIMI_INSTALL_DATADIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/install"

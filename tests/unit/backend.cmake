@@ -7,7 +7,7 @@ if(KIMI_HAVE_CUDA)
     target_compile_definitions(test_cuda_comm PRIVATE KIMI_TEST_NO_NCCL=1)
   endif()
   # The same checks against a communicator compiled without NCCL, whatever this build links.
-  kimi_unit_test(test_cuda_comm_no_nccl SOURCES test_cuda_comm.c ${CMAKE_SOURCE_DIR}/engine/cuda_comm.c
+  kimi_unit_test(test_cuda_comm_no_nccl SOURCES test_cuda_comm.c ${CMAKE_SOURCE_DIR}/engine/backend/cuda_comm.c
     DEPS kimi_error kimi_kernels_cuda CUDA::cudart Threads::Threads)
   target_compile_definitions(test_cuda_comm_no_nccl PRIVATE KIMI_TEST_NO_NCCL=1)
 endif()

@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/array.h"
-#include "engine/parse.h"
-#include "engine/utf8.h"
+#include "engine/base/array.h"
+#include "engine/text/parse.h"
+#include "engine/text/utf8.h"
 
 typedef struct {
     strbuf text;

@@ -1,4 +1,4 @@
-/* sampler_rule: the sampling rule of engine/sampler.h restated independently, as a check of
+/* sampler_rule: the sampling rule of engine/runtime/sampler.h restated independently, as a check of
  * one draw (shared by test_sampler and the fuzz_sampler target): whether an id the sampler
  * returned is one the rule gives a nonzero probability. */
 #ifndef KIMI_TEST_SAMPLER_RULE_H
@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 
 /* z of sampler.h step 1: (logit - max logit) / temperature in double, then as a float (below
  * the float range: -inf). */

@@ -1,4 +1,4 @@
-# Unit tests: session (app/session.c).
+# Unit tests: session (app/chat/session.c).
 kimi_unit_test(test_session SOURCES test_session.c DEPS kimi_session kimi_config kimi_tokenizer kimi_file_io)
 # The exported messages rendered by the checkpoint's chat_template.jinja (python3-jinja2) give
 # chat_render's text.

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/session.h"
+#include "app/chat/session.h"
 
 enum { DURABILITY_CYCLE = 48 };
 

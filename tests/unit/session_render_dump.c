@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "app/session.h"
-#include "engine/chat.h"
+#include "app/chat/session.h"
+#include "engine/text/chat.h"
 #include "tests/unit/session_samples.h"
 
 static int dump(const session *s, const char *dir, const char *name)

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/session.h"
+#include "app/chat/session.h"
 
 static inline chat_message *add(session *s, chat_role role, const char *content, size_t len)
 {

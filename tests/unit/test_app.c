@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "app/app.h"
+#include "app/chat/app.h"
 #include "tests/unit/check.h"
 
 /* ---- a generator that plays scripted answers ---- */

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/array.h"
+#include "engine/base/array.h"
 #include "tests/unit/check.h"
 
 int main(void)

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
-#include "engine/tp_comm.h"
-#include "engine/weights.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/tp_comm.h"
+#include "engine/model/weights.h"
 #include "tests/unit/check.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"

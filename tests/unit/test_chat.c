@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/chat.h"
-#include "engine/tool_declaration.h"
-#include "engine/config.h"
-#include "engine/tokenizer.h"
+#include "engine/text/chat.h"
+#include "engine/text/tool_declaration.h"
+#include "engine/model/config.h"
+#include "engine/text/tokenizer.h"
 #include "tests/unit/check.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"

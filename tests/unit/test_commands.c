@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "app/commands.h"
+#include "app/chat/commands.h"
 #include "tests/unit/check.h"
 
 static command parse_ok(const char *line)

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config.h"
-#include "engine/weights.h"
+#include "engine/model/config.h"
+#include "engine/model/weights.h"
 #include "tests/unit/check.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda_comm.h"
+#include "engine/backend/cuda_comm.h"
 #include "tests/unit/check.h"
 
 enum { RANKS = 4, N = 1000 };

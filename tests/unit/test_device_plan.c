@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
-#include "engine/device_plan.h"
-#include "engine/weights.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/device_plan.h"
+#include "engine/model/weights.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/half_math.h"
@@ -74,7 +74,7 @@ static int check_one(void *arg, const device_weight *w)
     return 0;
 }
 
-/* The weights a prefill step runs as GEMMs (engine/backend_cuda.c project(), mlp_gemm(),
+/* The weights a prefill step runs as GEMMs (engine/backend/backend_cuda.c project(), mlp_gemm(),
  * experts_split_step()). */
 static int is_projection(device_weight_role role)
 {

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "tests/unit/check.h"
 
 #define MODEL "tests/golden/fixtures/tiny-k25"

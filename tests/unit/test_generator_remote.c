@@ -16,8 +16,8 @@
 
 #include <jansson.h>
 
-#include "app/generator_remote.h"
-#include "engine/file_io.h"
+#include "app/chat/generator_remote.h"
+#include "engine/base/file_io.h"
 #include "tests/unit/check.h"
 #include "tests/unit/event_log.h"
 

@@ -3,7 +3,7 @@
  * position for Kimi-K2.5). */
 #include <stdlib.h>
 
-#include "engine/kv_cache.h"
+#include "engine/runtime/kv_cache.h"
 #include "tests/unit/check.h"
 
 static void test_prefix(void)

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/weights.h"
+#include "engine/model/weights.h"
 #include "tests/unit/check.h"
 
 typedef struct {

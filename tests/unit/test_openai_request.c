@@ -6,7 +6,7 @@
 
 #include <jansson.h>
 
-#include "app/openai_request.h"
+#include "app/chat/openai_request.h"
 #include "tests/unit/check.h"
 
 static void test_urls(void)

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/openai_stream.h"
-#include "app/sse.h"
-#include "engine/file_io.h"
+#include "app/chat/openai_stream.h"
+#include "app/chat/sse.h"
+#include "engine/base/file_io.h"
 #include "tests/unit/check.h"
 #include "tests/unit/event_log.h"
 

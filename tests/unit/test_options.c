@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "app/options.h"
-#include "engine/backend.h"
-#include "engine/file_io.h"
+#include "app/chat/options.h"
+#include "engine/backend/backend.h"
+#include "engine/base/file_io.h"
 #include "tests/unit/check.h"
 
 static char tmp[PATH_MAX], home[PATH_MAX + 16];

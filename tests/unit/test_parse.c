@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config.h"
-#include "engine/parse.h"
-#include "engine/tokenizer.h"
+#include "engine/model/config.h"
+#include "engine/text/parse.h"
+#include "engine/text/tokenizer.h"
 #include "tests/unit/check.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "app/paths.h"
+#include "app/chat/paths.h"
 #include "tests/unit/check.h"
 
 static char tmp[PATH_MAX];

@@ -1,5 +1,5 @@
 /* test_paths_lookup: the order in which the bundled resources are looked up (variable, next to
- * the executable, install prefix, source tree) and the error that lists every place. app/paths.c
+ * the executable, install prefix, source tree) and the error that lists every place. app/chat/paths.c
  * is compiled in here with an install prefix and a source tree under TEST_ROOT, and the test
  * runs a copy of itself from TEST_ROOT/bin so that "next to the executable" is under its control. */
 #include <limits.h>
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "app/paths.h"
+#include "app/chat/paths.h"
 #include "tests/unit/check.h"
 
 #ifndef TEST_ROOT

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 #include "tests/unit/check.h"
 #include "tests/unit/sampler_rule.h"
 

@@ -1,11 +1,11 @@
-/* test_script: the script-file format (docs/UI.md "Script files", app/script.h): every kind of
+/* test_script: the script-file format (docs/UI.md "Script files", app/chat/script.h): every kind of
  * line, every error with its file:line, CRLF files, a missing final newline, NUL bytes, invalid
  * UTF-8, a 1 MB turn, and script_expect_holds. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/script.h"
+#include "app/chat/script.h"
 #include "tests/unit/check.h"
 
 static int parse_n(script *s, const char *text, size_t len, kimi_err *err)

@@ -13,10 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "app/session.h"
-#include "engine/config.h"
-#include "engine/file_io.h"
-#include "engine/tokenizer.h"
+#include "app/chat/session.h"
+#include "engine/model/config.h"
+#include "engine/base/file_io.h"
+#include "engine/text/tokenizer.h"
 #include "tests/unit/check.h"
 #include "tests/unit/session_samples.h"
 

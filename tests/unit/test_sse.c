@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/sse.h"
-#include "engine/array.h"
-#include "engine/file_io.h"
+#include "app/chat/sse.h"
+#include "engine/base/array.h"
+#include "engine/base/file_io.h"
 #include "tests/unit/check.h"
 
 typedef struct {

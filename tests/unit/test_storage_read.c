@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "app/storage_read.h"
+#include "app/probe/storage_read.h"
 #include "tests/unit/check.h"
 
 static char dir[] = "/tmp/test_storage_read.XXXXXX";

@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/config.h"
-#include "engine/tokenizer.h"
+#include "engine/model/config.h"
+#include "engine/text/tokenizer.h"
 #include "tests/unit/check.h"
 #include "tests/unit/utf8_encode.h"
 

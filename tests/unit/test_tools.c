@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "app/tools.h"
+#include "app/chat/tools.h"
 #include "tests/unit/check.h"
 
 #define DEMO_TOOLS "app/demo/kimi-demo/tools.json"

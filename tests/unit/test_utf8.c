@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/utf8.h"
+#include "engine/text/utf8.h"
 #include "tests/unit/check.h"
 #include "tests/unit/utf8_encode.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/verify.h"
+#include "engine/runtime/verify.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/check.h"
 

@@ -6,8 +6,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "engine/safetensors.h"
-#include "engine/weights.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/weights.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/check.h"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Print the Unicode tables engine/pretokenizer.c embeds (Han script ranges, White_Space ranges),
+"""Print the Unicode tables engine/text/pretokenizer.c embeds (Han script ranges, White_Space ranges),
 from the Unicode Character Database of the version utf8proc uses (15.0: Debian's unicode-data
-package puts it in /usr/share/unicode). Paste the output over the tables in engine/pretokenizer.c.
+package puts it in /usr/share/unicode). Paste the output over the tables in engine/text/pretokenizer.c.
 
 usage: tests/unit/tokenizer_unicode_tables.py [UCD_DIR]"""
 import re

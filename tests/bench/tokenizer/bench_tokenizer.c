@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "engine/config.h"
-#include "engine/tokenizer.h"
+#include "engine/model/config.h"
+#include "engine/text/tokenizer.h"
 
 static double seconds_now(void)
 {

@@ -1,0 +1,1300 @@
+/* app: the chat core: session, turn loop with tool rounds, slash commands, autosave. */
+#include "app/chat/app.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app/chat/commands.h"
+#include "app/chat/paths.h"
+#include "engine/base/array.h"
+
+typedef enum { TURN_IDLE, TURN_GENERATING, TURN_APPROVAL, TURN_TOOL_RUNNING } turn_state;
+
+/* One tool call of the answer being generated, as it streams. */
+typedef struct {
+    strbuf id, name, args;
+    int valid;                      /* the parser judged the arguments one JSON object */
+    char problem[300];              /* why not, when !valid */
+    /* the run */
+    char state[32];
+    int exit_status;
+    double seconds;
+    char *result;                   /* [result_len] the tool message's content */
+    size_t result_len;
+} pending_call;
+
+struct app {
+    const app_options *opt;
+    app_frontend fe;
+    generator *gen;
+    tool_set tools;
+    int have_tools;
+    int *always_allowed;            /* [tools.n_tools] "a" answered for that tool */
+    session sess;
+    char *sessions_dir;             /* NULL: autosave off */
+    int temperature_follows_thinking;   /* the user never chose a temperature */
+    int top_p_follows_thinking;
+    int quit;
+
+    /* the running turn */
+    turn_state state;
+    int tool_rounds;                /* tool rounds done in this turn */
+    int stop_requested;
+    int turn_start_message;         /* the user's message that began the turn */
+    strbuf called;                  /* "\nname\n..." tools called this turn (for /expect tool) */
+    strbuf reasoning, content;      /* the answer being generated */
+    pending_call *calls;            /* [n_calls] */
+    int n_calls, cap_calls;
+    int next_call;                  /* the call the tool phase handles next */
+    double generation_started, reasoning_started, reasoning_ended;
+    int reasoning_tokens, tokens;
+    int answer_open_reasoning;      /* reasoning text came and the answer has not begun */
+    parse_stop_reason stop_reason;  /* of the answer that just ended */
+    long context_used;
+
+    /* the tool thread */
+    int tool_pipe[2];               /* the thread writes one byte when the run ends */
+    pthread_t tool_thread;
+    atomic_int tool_cancel;
+    tool_result tool_out;
+    kimi_err tool_err;
+    int tool_rc;
+    const tool_def *tool_running;
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void say_info(app *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say_info(app *a, const char *fmt, ...)
+{
+    if (!a->fe.info)
+        return;
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    a->fe.info(a->fe.user, line);
+}
+
+static int report(app *a, kimi_err *err)
+{
+    if (a->fe.error)
+        a->fe.error(a->fe.user, err->msg);
+    return err->code;
+}
+
+/* ---- settings ---- */
+
+static void apply_thinking_defaults(app *a)
+{
+    /* Moonshot's published settings for K2.5 (docs/CHAT_FORMAT.md) */
+    if (a->temperature_follows_thinking)
+        a->sess.settings.temperature = a->sess.settings.thinking ? 1.0f : 0.6f;
+    if (a->top_p_follows_thinking)
+        a->sess.settings.top_p = 0.95f;
+}
+
+static void settings_from_options(app *a)
+{
+    const app_options *o = a->opt;
+    session_settings *s = &a->sess.settings;
+    s->thinking = o->thinking;
+    s->temperature = o->temperature;
+    s->top_p = o->top_p;
+    s->top_k = o->top_k;
+    s->max_tokens = o->max_tokens;
+    s->seed = o->has_seed ? o->seed : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull;
+    a->temperature_follows_thinking = !o->has_temperature;
+    a->top_p_follows_thinking = !o->has_top_p;
+    apply_thinking_defaults(a);
+}
+
+/* ---- saving ---- */
+
+static int conversation_is_empty(const session *s)
+{
+    for (int i = 0; i < s->conv.n_messages; i++)
+        if (s->conv.messages[i].role != CHAT_ROLE_SYSTEM)
+            return 0;
+    return 1;
+}
+
+int app_save(app *a, kimi_err *err)
+{
+    if (!a->sessions_dir || conversation_is_empty(&a->sess))
+        return 0;
+    int reserved = 0;
+    if (!a->sess.path) {
+        if (!a->sess.created)
+            a->sess.created = time(NULL);
+        if (!(a->sess.path = session_new_path(a->sessions_dir, a->sess.created)))
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        reserved = 1;
+    }
+    int rc = session_save(&a->sess, a->sess.path, err);
+    if (a->fe.saved)
+        a->fe.saved(a->fe.user, a->sess.path, rc == 0);
+    if (rc && reserved) {
+        /* no empty reserved file left behind; the next save picks a name again */
+        struct stat st;
+        if (stat(a->sess.path, &st) == 0 && st.st_size == 0)
+            unlink(a->sess.path);
+        free(a->sess.path);
+        a->sess.path = NULL;
+    }
+    return rc;
+}
+
+static void autosave(app *a)
+{
+    kimi_err err = {0};
+    if (app_save(a, &err))
+        report(a, &err);
+}
+
+/* ---- the answer as it streams ---- */
+
+static void calls_clear(app *a)
+{
+    for (int i = 0; i < a->n_calls; i++) {
+        pending_call *c = &a->calls[i];
+        free(c->id.data);
+        free(c->name.data);
+        free(c->args.data);
+        free(c->result);
+    }
+    a->n_calls = 0;
+}
+
+static void answer_reset(app *a)
+{
+    free(a->reasoning.data);
+    free(a->content.data);
+    a->reasoning = a->content = (strbuf){0};
+    calls_clear(a);
+    a->reasoning_started = a->reasoning_ended = 0;
+    a->reasoning_tokens = a->tokens = 0;
+    a->answer_open_reasoning = 0;
+    a->stop_reason = PARSE_STOP_END_OF_TURN;
+}
+
+static void end_reasoning(app *a, int tokens)
+{
+    if (a->answer_open_reasoning) {
+        a->answer_open_reasoning = 0;
+        a->reasoning_ended = now_seconds();
+        a->reasoning_tokens = tokens;
+    }
+}
+
+static pending_call *current_call(app *a, int index)
+{
+    return index >= 0 && index < a->n_calls ? &a->calls[index] : NULL;
+}
+
+static void on_generator_event(void *user, const generator_event *ev)
+{
+    app *a = user;
+    if (ev->kind == GENERATOR_EVENT_PROGRESS) {
+        if (a->fe.progress)
+            a->fe.progress(a->fe.user, &ev->progress);
+        return;
+    }
+    const parse_event *pe = &ev->parse;
+    a->tokens = ev->tokens;
+    pending_call *c;
+    switch (pe->kind) {
+    case PARSE_REASONING_TEXT:
+        if (!a->answer_open_reasoning && !a->reasoning_started) {
+            a->reasoning_started = now_seconds();
+            a->answer_open_reasoning = 1;
+        }
+        strbuf_add(&a->reasoning, pe->text, pe->len);
+        break;
+    case PARSE_CONTENT_TEXT:
+        end_reasoning(a, ev->tokens - 1);
+        strbuf_add(&a->content, pe->text, pe->len);
+        break;
+    case PARSE_TOOL_CALL_BEGIN:
+        end_reasoning(a, ev->tokens - 1);
+        if (a->n_calls == a->cap_calls) {
+            int cap = a->cap_calls ? a->cap_calls * 2 : 4;
+            pending_call *grown = realloc(a->calls, (size_t)cap * sizeof *grown);
+            if (!grown)
+                break;
+            a->calls = grown;
+            a->cap_calls = cap;
+        }
+        a->calls[a->n_calls++] = (pending_call){.valid = 0};
+        break;
+    case PARSE_TOOL_CALL_ID:
+        if ((c = current_call(a, pe->call))) {
+            strbuf_add(&c->id, pe->text, pe->len);
+            strbuf_str(&c->name, pe->name ? pe->name : "");
+        }
+        break;
+    case PARSE_TOOL_CALL_ARGS:
+        if ((c = current_call(a, pe->call)))
+            strbuf_add(&c->args, pe->text, pe->len);
+        break;
+    case PARSE_TOOL_CALL_END:
+        if ((c = current_call(a, pe->call))) {
+            c->valid = pe->valid;
+            snprintf(c->problem, sizeof c->problem, "%s", pe->valid ? "" : pe->text);
+        }
+        break;
+    case PARSE_STOP:
+        end_reasoning(a, ev->tokens);
+        a->stop_reason = pe->stop;
+        break;
+    case PARSE_NOTE:
+        break;
+    }
+    if (a->fe.stream)
+        a->fe.stream(a->fe.user, pe);
+}
+
+/* ---- the turn ---- */
+
+static int start_generation(app *a, kimi_err *err)
+{
+    answer_reset(a);
+    json_t *declaration = a->have_tools && !a->opt->no_tools ? tools_declaration(&a->tools) : NULL;
+    const session_settings *s = &a->sess.settings;
+    generator_request req = {
+        .conv = &a->sess.conv, .tools = declaration, .thinking = s->thinking,
+        .temperature = s->temperature, .top_p = s->top_p, .top_k = s->top_k,
+        .max_tokens = s->max_tokens, .seed = s->seed + (uint64_t)a->sess.conv.n_messages,
+    };
+    int rc = a->gen->ops->start(a->gen, &req, err);
+    json_decref(declaration);
+    if (rc)
+        return rc;
+    a->state = TURN_GENERATING;
+    a->generation_started = now_seconds();
+    if (a->fe.generation_begin)
+        a->fe.generation_begin(a->fe.user, a->tool_rounds);
+    return 0;
+}
+
+static void end_turn(app *a, app_turn_outcome outcome, const char *message)
+{
+    a->state = TURN_IDLE;
+    a->stop_requested = 0;
+    autosave(a);
+    if (a->fe.turn_done)
+        a->fe.turn_done(a->fe.user, outcome, message);
+}
+
+/* The answer is complete: make it a message of the session. */
+static int append_answer(app *a, const generator_result *res, parse_stop_reason stop, kimi_err *err)
+{
+    chat_message m = {.role = CHAT_ROLE_ASSISTANT};
+    int rc = chat_text_set(&m.content, a->content.data ? a->content.data : NULL, a->content.len, err) ||
+             chat_text_set(&m.reasoning, a->reasoning.data ? a->reasoning.data : NULL, a->reasoning.len, err);
+    for (int i = 0; !rc && i < a->n_calls; i++) {
+        pending_call *c = &a->calls[i];
+        rc = chat_add_tool_call(&m, c->id.data ? c->id.data : "", c->name.data ? c->name.data : "",
+                                c->args.data ? c->args.data : "", c->args.len, err);
+    }
+    if (a->content.failed || a->reasoning.failed)
+        rc = kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the answer");
+    session_message_meta meta = {
+        .has_stats = 1, .prompt_tokens = res->prompt_tokens, .reused_tokens = res->reused_tokens,
+        .generated_tokens = res->generated_tokens, .ttft_seconds = res->ttft_seconds,
+        .prefill_tok_s = res->prefill_tok_s, .decode_tok_s = res->decode_tok_s,
+        .reasoning_seconds = a->reasoning_started ? a->reasoning_ended - a->reasoning_started : 0,
+        .reasoning_tokens = a->reasoning_tokens, .stop_reason = (char *)parse_stop_text(stop),
+        .ids = (int32_t *)res->ids, .n_ids = res->n_ids,
+    };
+    if (!rc)
+        rc = session_append(&a->sess, &m, &meta, err);
+    chat_message_free(&m);
+    if (rc)
+        return rc;
+    a->context_used = res->prompt_tokens + res->generated_tokens;
+    if (a->fe.answer_done)
+        a->fe.answer_done(a->fe.user, &a->sess.conv.messages[a->sess.conv.n_messages - 1],
+                          &a->sess.meta[a->sess.conv.n_messages - 1]);
+    return 0;
+}
+
+static void advance_tools(app *a);
+
+static app_tool_call view_of(const app *a, int i)
+{
+    const pending_call *c = &a->calls[i];
+    return (app_tool_call){
+        .index = i, .id = c->id.data ? c->id.data : "", .name = c->name.data ? c->name.data : "",
+        .arguments = c->args.data ? c->args.data : "", .arguments_len = c->args.len,
+        .state = c->state, .exit_status = c->exit_status, .seconds = c->seconds,
+        .result = c->result ? c->result : "", .result_len = c->result_len,
+    };
+}
+
+/* The call's result is known: tell the front end and add the tool message. */
+static void finish_call(app *a, int i, const char *state, char *result, size_t result_len)
+{
+    pending_call *c = &a->calls[i];
+    snprintf(c->state, sizeof c->state, "%s", state);
+    c->result = result;
+    c->result_len = result ? result_len : 0;
+    kimi_err err = {0};
+    chat_message m = {.role = CHAT_ROLE_TOOL};
+    session_message_meta meta = {.tool_state = c->state, .exit_status = c->exit_status,
+                                 .tool_seconds = c->seconds};
+    if (!result || chat_text_set(&m.content, result, result_len, &err) ||
+        chat_set_text(&m.tool_call_id, c->id.data ? c->id.data : "", &err) ||
+        chat_set_text(&m.name, c->name.data && *c->name.data ? c->name.data : "tool", &err) ||
+        session_append(&a->sess, &m, &meta, &err)) {
+        if (!err.code)
+            kimi_fail(&err, KIMI_ERR_NOMEM, "out of memory for a tool result");
+        report(a, &err);
+    }
+    chat_message_free(&m);
+    if (a->fe.tool_update) {
+        app_tool_call v = view_of(a, i);
+        a->fe.tool_update(a->fe.user, &v);
+    }
+    a->next_call = i + 1;
+}
+
+static char *text_copy(const char *s, size_t *len)
+{
+    *len = strlen(s);
+    char *d = malloc(*len + 1);
+    if (d)
+        memcpy(d, s, *len + 1);
+    return d;
+}
+
+static void finish_call_text(app *a, int i, const char *state, const char *text)
+{
+    size_t len = 0;
+    char *copy = text_copy(text, &len);
+    finish_call(a, i, state, copy, len);
+}
+
+static void *tool_thread_main(void *arg)
+{
+    app *a = arg;
+    pending_call *c = &a->calls[a->next_call];
+    a->tool_rc = tools_run(a->tool_running, c->args.data ? c->args.data : "", c->args.len,
+                           &a->tool_cancel, &a->tool_out, &a->tool_err);
+    char byte = 1;
+    while (write(a->tool_pipe[1], &byte, 1) < 0 && errno == EINTR)
+        ;
+    return NULL;
+}
+
+static void run_call(app *a, int i, const tool_def *t)
+{
+    pending_call *c = &a->calls[i];
+    snprintf(c->state, sizeof c->state, "running");
+    strbuf_printf(&a->called, "%s\n", t->name);
+    if (a->fe.tool_update) {
+        app_tool_call v = view_of(a, i);
+        a->fe.tool_update(a->fe.user, &v);
+    }
+    a->tool_running = t;
+    a->tool_out = (tool_result){0};
+    a->tool_err = (kimi_err){0};
+    atomic_store(&a->tool_cancel, 0);
+    a->state = TURN_TOOL_RUNNING;
+    if (pthread_create(&a->tool_thread, NULL, tool_thread_main, a)) {
+        finish_call_text(a, i, "failed", "[not run: kimi-chat could not start a thread]");
+        a->state = TURN_GENERATING;  /* not waiting on anything: advance */
+        advance_tools(a);
+    }
+}
+
+static const char *state_of_result(const tool_result *r)
+{
+    switch (r->status) {
+    case TOOL_RUN_DONE: return "done";
+    case TOOL_RUN_FAILED_START: return "failed";
+    case TOOL_RUN_TIMEOUT: return "timeout";
+    case TOOL_RUN_CANCELLED: return "cancelled";
+    case TOOL_RUN_BAD_ARGUMENTS: return "bad arguments";
+    }
+    return "failed";
+}
+
+static void tool_run_finished(app *a)
+{
+    pthread_join(a->tool_thread, NULL);
+    int i = a->next_call;
+    pending_call *c = &a->calls[i];
+    size_t len = 0;
+    char *text;
+    const char *state;
+    if (a->tool_rc) {
+        text = text_copy(a->tool_err.msg, &len);
+        state = "failed";
+    } else {
+        c->exit_status = a->tool_out.exit_status;
+        c->seconds = a->tool_out.seconds;
+        text = tool_result_message(&a->tool_out, &len);
+        state = state_of_result(&a->tool_out);
+    }
+    tool_result_free(&a->tool_out);
+    a->state = TURN_GENERATING;
+    finish_call(a, i, state, text, len);
+    advance_tools(a);
+}
+
+static int allowed_by_policy(const app *a, const tool_def *t)
+{
+    const char *allow = a->opt->allow_tools;
+    if (a->always_allowed[t - a->tools.tools])
+        return 1;
+    if (!allow)
+        return 0;
+    if (!strcmp(allow, "all"))
+        return 1;
+    size_t n = strlen(t->name);
+    for (const char *p = allow; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !memcmp(p, t->name, n))
+            return 1;
+        p += len + (end != NULL);
+    }
+    return 0;
+}
+
+/* Handle the calls from next_call on until one has to wait (approval or a run), then, when all
+ * are answered, generate again or end the turn. */
+static void advance_tools(app *a)
+{
+    while (a->next_call < a->n_calls) {
+        int i = a->next_call;
+        pending_call *c = &a->calls[i];
+        const char *name = c->name.data ? c->name.data : "";
+        tool_def *t = a->have_tools ? tools_find(&a->tools, name) : NULL;
+        if (a->stop_requested) {
+            finish_call_text(a, i, "cancelled", "[not run: the user stopped the turn]");
+        } else if (a->tool_rounds >= APP_MAX_TOOL_ROUNDS) {
+            char note[128];
+            snprintf(note, sizeof note, "[not run: %d rounds of tool calls in one turn is the limit]", APP_MAX_TOOL_ROUNDS);
+            finish_call_text(a, i, "cancelled", note);
+        } else if (!c->valid) {
+            char note[400];
+            snprintf(note, sizeof note, "[not run: %s]", c->problem[0] ? c->problem : "invalid arguments");
+            finish_call_text(a, i, "bad arguments", note);
+        } else if (!t || !t->enabled || a->opt->no_tools) {
+            char *text = tools_message_unknown(&a->tools, name);
+            finish_call(a, i, "unknown tool", text, text ? strlen(text) : 0);
+        } else if (allowed_by_policy(a, t)) {
+            run_call(a, i, t);
+            return;
+        } else if (a->fe.tool_approval) {
+            a->state = TURN_APPROVAL;
+            snprintf(c->state, sizeof c->state, "waiting for approval");
+            app_tool_call v = view_of(a, i);
+            a->fe.tool_approval(a->fe.user, &v);
+            return;
+        } else {
+            char *text = tool_message_denied(name);
+            finish_call(a, i, "denied", text, text ? strlen(text) : 0);
+        }
+    }
+    /* every call has its result */
+    if (a->stop_requested) {
+        end_turn(a, APP_TURN_STOPPED, "stopped");
+        return;
+    }
+    if (a->tool_rounds >= APP_MAX_TOOL_ROUNDS) {
+        char message[128];
+        snprintf(message, sizeof message, "stopped after %d rounds of tool calls in one turn", APP_MAX_TOOL_ROUNDS);
+        end_turn(a, APP_TURN_TOOL_LIMIT, message);
+        return;
+    }
+    a->tool_rounds++;
+    kimi_err err = {0};
+    if (start_generation(a, &err))
+        end_turn(a, APP_TURN_FAILED, err.msg);     /* said once, as the turn's outcome */
+}
+
+void app_approve(app *a, int call_index, tool_approval decision)
+{
+    if (a->state != TURN_APPROVAL || call_index != a->next_call)
+        return;
+    pending_call *c = &a->calls[call_index];
+    tool_def *t = tools_find(&a->tools, c->name.data ? c->name.data : "");
+    if (!t || !t->enabled || a->opt->no_tools) {
+        /* disabled while the question was open (/tools disable): reported, never run */
+        a->state = TURN_GENERATING;
+        advance_tools(a);
+        return;
+    }
+    if (decision == TOOL_DENY) {
+        char *text = tool_message_denied(t->name);
+        a->state = TURN_GENERATING;
+        finish_call(a, call_index, "denied", text, text ? strlen(text) : 0);
+        advance_tools(a);
+        return;
+    }
+    if (decision == TOOL_APPROVE_ALWAYS)
+        a->always_allowed[t - a->tools.tools] = 1;
+    run_call(a, call_index, t);
+}
+
+static void generation_finished(app *a)
+{
+    const generator_result *res = a->gen->ops->result(a->gen);
+    kimi_err err = {0};
+    int nothing = !a->content.len && !a->reasoning.len && !a->n_calls && !res->generated_tokens;
+    if (!nothing && append_answer(a, res, a->stop_reason, &err))
+        report(a, &err);
+    if (res->error[0]) {
+        end_turn(a, APP_TURN_FAILED, res->error);
+        return;
+    }
+    if (a->stop_requested) {
+        end_turn(a, APP_TURN_STOPPED, "stopped; the answer so far is kept");
+        return;
+    }
+    if (a->stop_reason == PARSE_STOP_CONTEXT_FULL) {
+        char message[160];
+        snprintf(message, sizeof message, "the context is full (%ld tokens): /new starts afresh, /undo drops the last exchange",
+                 a->gen->context_limit);
+        end_turn(a, APP_TURN_FAILED, message);
+        return;
+    }
+    /* calls run only when the model finished its turn (not when cut off mid-section) */
+    if (a->n_calls && (a->stop_reason == PARSE_STOP_END_OF_TURN || a->stop_reason == PARSE_STOP_EOS)) {
+        a->next_call = 0;
+        advance_tools(a);
+        return;
+    }
+    end_turn(a, APP_TURN_DONE, NULL);
+}
+
+int app_dispatch(app *a, kimi_err *err)
+{
+    if (a->state == TURN_GENERATING) {
+        int rc = a->gen->ops->pump(a->gen, on_generator_event, a, err);
+        if (rc < 0 || (rc > 1))
+            return err->code;
+        if (rc == 1)
+            generation_finished(a);
+        else if (err->code)
+            return err->code;
+    }
+    if (a->state == TURN_TOOL_RUNNING) {
+        char byte;
+        if (read(a->tool_pipe[0], &byte, 1) == 1)
+            tool_run_finished(a);
+    }
+    return 0;
+}
+
+int app_poll_fds(const app *a, struct pollfd *fds)
+{
+    int n = 0;
+    if (a->state == TURN_GENERATING)
+        fds[n++] = (struct pollfd){.fd = a->gen->ops->event_fd(a->gen), .events = POLLIN};
+    if (a->state == TURN_TOOL_RUNNING)
+        fds[n++] = (struct pollfd){.fd = a->tool_pipe[0], .events = POLLIN};
+    return n;
+}
+
+void app_stop(app *a)
+{
+    if (a->state == TURN_IDLE)
+        return;
+    a->stop_requested = 1;
+    if (a->state == TURN_GENERATING)
+        a->gen->ops->cancel(a->gen);
+    else if (a->state == TURN_TOOL_RUNNING)
+        atomic_store(&a->tool_cancel, 1);
+    else if (a->state == TURN_APPROVAL) {
+        a->state = TURN_GENERATING;
+        advance_tools(a);
+    }
+}
+
+int app_wind_down(app *a, double seconds, kimi_err *err)
+{
+    if (a->state == TURN_IDLE)
+        return 0;
+    app_stop(a);
+    double deadline = now_seconds() + seconds;
+    while (a->state != TURN_IDLE && now_seconds() < deadline) {
+        struct pollfd fds[APP_MAX_POLL_FDS];
+        int n = app_poll_fds(a, fds);
+        if (n && poll(fds, (nfds_t)n, 100) < 0 && errno != EINTR)
+            return kimi_fail(err, KIMI_ERR_IO, "poll: %s", strerror(errno));
+        if (app_dispatch(a, err))
+            return err->code;
+    }
+    if (a->state != TURN_IDLE)
+        return kimi_fail(err, KIMI_ERR_STATE, "the stopped turn did not end within %g s", seconds);
+    return 0;
+}
+
+int app_busy(const app *a) { return a->state != TURN_IDLE; }
+int app_quit_requested(const app *a) { return a->quit; }
+const session *app_session(const app *a) { return &a->sess; }
+const generator *app_generator(const app *a) { return a->gen; }
+long app_context_used(const app *a) { return a->context_used; }
+
+const chat_message *app_last_answer(const app *a)
+{
+    for (int i = a->sess.conv.n_messages - 1; i >= 0; i--)
+        if (a->sess.conv.messages[i].role == CHAT_ROLE_ASSISTANT)
+            return &a->sess.conv.messages[i];
+    return NULL;
+}
+
+int app_last_turn_called(const app *a, const char *tool_name)
+{
+    if (!a->called.data)
+        return 0;
+    size_t n = strlen(tool_name);
+    for (const char *p = a->called.data; (p = strstr(p, tool_name)); p++)
+        if ((p == a->called.data || p[-1] == '\n') && p[n] == '\n')
+            return 1;
+    return 0;
+}
+
+static int last_user_index(const app *a)
+{
+    for (int i = a->sess.conv.n_messages - 1; i >= 0; i--)
+        if (a->sess.conv.messages[i].role == CHAT_ROLE_USER)
+            return i;
+    return -1;
+}
+
+const char *app_last_user_text(const app *a, size_t *len)
+{
+    int i = last_user_index(a);
+    if (i < 0)
+        return NULL;
+    *len = a->sess.conv.messages[i].content.len;
+    return a->sess.conv.messages[i].content.s ? a->sess.conv.messages[i].content.s : "";
+}
+
+static int begin_turn(app *a, kimi_err *err)
+{
+    a->tool_rounds = 0;
+    a->stop_requested = 0;
+    free(a->called.data);
+    a->called = (strbuf){0};
+    a->turn_start_message = a->sess.conv.n_messages - 1;
+    return start_generation(a, err);
+}
+
+int app_send(app *a, const char *text, size_t len, kimi_err *err)
+{
+    if (a->state != TURN_IDLE)
+        return kimi_fail(err, KIMI_ERR_STATE, "an answer is still coming: wait, or stop it (Esc / Ctrl-C)");
+    chat_message m = {.role = CHAT_ROLE_USER};
+    int rc = chat_text_set(&m.content, text, len, err) || session_append(&a->sess, &m, NULL, err);
+    chat_message_free(&m);
+    if (rc)
+        return err->code;
+    if (begin_turn(a, err)) {
+        session_truncate(&a->sess, a->sess.conv.n_messages - 1);
+        return err->code;
+    }
+    return 0;
+}
+
+static int submit_line(app *a, const char *text, size_t len, kimi_err *err)
+{
+    if (len >= 2 && text[0] == '/' && text[1] == '/')
+        return app_send(a, text + 1, len - 1, err);
+    if (len && text[0] == '/') {
+        if (memchr(text, 0, len))
+            return kimi_fail(err, KIMI_ERR_INPUT, "a command is one line of text");
+        char *line = strndup(text, len);    /* any length: /system takes long text */
+        if (!line)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        int rc = app_command(a, line, err);
+        free(line);
+        return rc;
+    }
+    int blank = 1;
+    for (size_t i = 0; i < len && blank; i++)
+        blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
+    if (blank)
+        return 0;
+    return app_send(a, text, len, err);
+}
+
+int app_submit_line(app *a, const char *text, size_t len, kimi_err *err)
+{
+    return submit_line(a, text, len, err) ? report(a, err) : 0;
+}
+
+/* ---- commands ---- */
+
+int app_command_check(const char *line, kimi_err *err)
+{
+    command c;
+    return command_parse(line, strlen(line), &c, err);
+}
+
+static int require_idle(app *a, const command *c, kimi_err *err)
+{
+    if (a->state != TURN_IDLE)
+        return kimi_fail(err, KIMI_ERR_STATE, "/%s: an answer is still coming: wait, or stop it first", c->name);
+    return 0;
+}
+
+static int set_system(app *a, const char *text, size_t len, kimi_err *err)
+{
+    chat_conversation *conv = &a->sess.conv;
+    if (conv->n_messages && conv->messages[0].role == CHAT_ROLE_SYSTEM) {
+        if (len)
+            return chat_text_set(&conv->messages[0].content, text, len, err);
+        session s2;
+        session_init(&s2);
+        for (int i = 1; i < conv->n_messages; i++)
+            if (session_append(&s2, &conv->messages[i], &a->sess.meta[i], err)) {
+                session_free(&s2);
+                return err->code;
+            }
+        session_truncate(&a->sess, 0);
+        int rc = 0;
+        for (int i = 0; !rc && i < s2.conv.n_messages; i++)
+            rc = session_append(&a->sess, &s2.conv.messages[i], &s2.meta[i], err);
+        session_free(&s2);
+        return rc ? err->code : 0;     /* not err->code alone: it may hold a caller's old error */
+    }
+    if (!len)
+        return 0;
+    /* insert the system prompt in front */
+    session s2;
+    session_init(&s2);
+    chat_message sys = {.role = CHAT_ROLE_SYSTEM};
+    int rc = chat_text_set(&sys.content, text, len, err) || session_append(&s2, &sys, NULL, err);
+    chat_message_free(&sys);
+    for (int i = 0; !rc && i < conv->n_messages; i++)
+        rc = session_append(&s2, &conv->messages[i], &a->sess.meta[i], err);
+    if (rc) {
+        session_free(&s2);
+        return err->code;
+    }
+    session_truncate(&a->sess, 0);
+    for (int i = 0; !rc && i < s2.conv.n_messages; i++)
+        rc = session_append(&a->sess, &s2.conv.messages[i], &s2.meta[i], err);
+    session_free(&s2);
+    return rc ? err->code : 0;
+}
+
+/* The conversation was replaced or cut from message kept on: the context it fills is what its
+ * last answer filled (unknown, 0, when no answer has stats), and no tool counts as called in the
+ * current turn. */
+static void session_changed(app *a, int kept)
+{
+    a->context_used = 0;
+    for (int i = a->sess.conv.n_messages - 1; i >= 0 && !a->context_used; i--)
+        if (a->sess.meta[i].has_stats)
+            a->context_used = a->sess.meta[i].prompt_tokens + a->sess.meta[i].generated_tokens;
+    free(a->called.data);
+    a->called = (strbuf){0};
+    if (a->fe.session_reset)
+        a->fe.session_reset(a->fe.user, kept);
+}
+
+/* Where /load NAME reads: a session of that name in the sessions folder (what /save NAME
+ * wrote), else the file NAME as given. */
+static char *resolve_session_name(const app *a, const char *name)
+{
+    if (strchr(name, '/') || !a->sessions_dir)
+        return strdup(name);
+    size_t len = strlen(name);
+    char *path;
+    if (asprintf(&path, "%s/%s%s", a->sessions_dir, name,
+                 len > 5 && !strcmp(name + len - 5, ".json") ? "" : ".json") < 0)
+        return NULL;
+    struct stat st;
+    if (stat(path, &st) == 0 || stat(name, &st) != 0)
+        return path;
+    free(path);
+    return strdup(name);
+}
+
+/* Where /save NAME writes: a bare NAME is always a file of the sessions folder (never a file
+ * of the current folder that happens to have that name); a path with '/' is taken as given. A
+ * target that exists and is not a session (someone's notes, a folder) is never replaced. */
+static char *save_target(const app *a, const char *name, kimi_err *err)
+{
+    if (!strchr(name, '/') && name[0] == '.') {
+        kimi_fail(err, KIMI_ERR_INPUT, "/save %s: a session name cannot start with '.'", name);
+        return NULL;
+    }
+    char *path;
+    if (strchr(name, '/') || !a->sessions_dir) {
+        path = strdup(name);
+    } else {
+        size_t len = strlen(name);
+        const char *ext = len > 5 && !strcmp(name + len - 5, ".json") ? "" : ".json";
+        if (asprintf(&path, "%s/%s%s", a->sessions_dir, name, ext) < 0)
+            path = NULL;
+    }
+    if (!path) {
+        kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        session existing;
+        session_init(&existing);
+        kimi_err why = {0};
+        int is_session = S_ISREG(st.st_mode) && session_load(&existing, path, &why) == 0;
+        session_free(&existing);
+        if (!is_session) {
+            kimi_fail(err, KIMI_ERR_INPUT, "/save %s: %s exists and is not a kimi-chat session; not replaced",
+                      name, path);
+            free(path);
+            return NULL;
+        }
+    }
+    return path;
+}
+
+static int inside_dir(const char *path, const char *dir)
+{
+    if (!dir)
+        return 0;
+    char *real_path = realpath(path, NULL), *real_dir = realpath(dir, NULL);
+    size_t n = real_dir ? strlen(real_dir) : 0;
+    int inside = real_path && real_dir && !strncmp(real_path, real_dir, n) && real_path[n] == '/' &&
+                 !strchr(real_path + n + 1, '/');
+    free(real_path);
+    free(real_dir);
+    return inside;
+}
+
+/* Replace the session with the file at path; on failure the current one stays. */
+static int load_session(app *a, const char *path, kimi_err *err)
+{
+    session loaded;
+    session_init(&loaded);
+    if (session_load(&loaded, path, err)) {
+        session_free(&loaded);
+        return err->code;
+    }
+    session_free(&a->sess);
+    a->sess = loaded;
+    free(a->sess.path);
+    /* A file of the sessions folder is continued; any other file (an export someone sent) is
+       never written: autosave goes to a new file. */
+    a->sess.path = inside_dir(path, a->sessions_dir) ? strdup(path) : NULL;
+    a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
+    session_changed(a, 0);
+    return 0;
+}
+
+static void list_tools(app *a)
+{
+    if (!a->have_tools || !a->tools.n_tools) {
+        say_info(a, "no tools (--tools FILE declares them)");
+        return;
+    }
+    strbuf b = {0};
+    strbuf_printf(&b, "tools from %s%s:\n", a->tools.path, a->opt->no_tools ? " (all off: --no-tools)" : "");
+    for (int i = 0; i < a->tools.n_tools; i++) {
+        const tool_def *t = &a->tools.tools[i];
+        const char *description = json_string_value(
+            json_object_get(json_object_get(t->definition, "function"), "description"));
+        strbuf_printf(&b, "  %-14s %-8s %s%s\n", t->name, t->enabled ? "on" : "off",
+                      description ? description : "", allowed_by_policy(a, t) ? " (runs without asking)" : "");
+    }
+    if (b.data)
+        say_info(a, "%.*s", (int)b.len - 1, b.data);
+    free(b.data);
+}
+
+static void show_stats(app *a)
+{
+    const session *s = &a->sess;
+    int answers = 0, generated = 0;
+    const session_message_meta *last = NULL;
+    for (int i = 0; i < s->conv.n_messages; i++)
+        if (s->meta[i].has_stats) {
+            answers++;
+            generated += s->meta[i].generated_tokens;
+            last = &s->meta[i];
+        }
+    strbuf b = {0};
+    strbuf_printf(&b, "model %s · %s · context %ld of %ld tokens\n", a->gen->model, a->gen->backend,
+                  a->context_used, a->gen->context_limit);
+    if (last)
+        strbuf_printf(&b, "last answer: prompt %d tokens (%d reused from the cache, %d prefilled) · "
+                          "%d generated · first token after %.2f s · prefill %.1f tok/s · decode %.1f tok/s · %s\n",
+                      last->prompt_tokens, last->reused_tokens, last->prompt_tokens - last->reused_tokens,
+                      last->generated_tokens, last->ttft_seconds, last->prefill_tok_s, last->decode_tok_s,
+                      last->stop_reason ? last->stop_reason : "");
+    strbuf_printf(&b, "session: %d messages, %d answers, %d tokens generated · temperature %g · top_p %g · "
+                      "top_k %d · max_tokens %d · seed %llu · thinking %s",
+                  s->conv.n_messages, answers, generated, (double)s->settings.temperature,
+                  (double)s->settings.top_p, s->settings.top_k, s->settings.max_tokens,
+                  (unsigned long long)s->settings.seed, s->settings.thinking ? "on" : "off");
+    if (b.data)
+        say_info(a, "%s", b.data);
+    free(b.data);
+}
+
+static int list_sessions(app *a, kimi_err *err)
+{
+    if (!a->sessions_dir)
+        return kimi_fail(err, KIMI_ERR_STATE, "/sessions: no sessions folder (saving is off)");
+    session_entry *entries;
+    int n;
+    if (session_list(a->sessions_dir, &entries, &n, err))
+        return err->code;
+    strbuf b = {0};
+    if (!n)
+        strbuf_printf(&b, "no saved sessions in %s", a->sessions_dir);
+    else
+        strbuf_printf(&b, "%d saved sessions in %s (newest first; /load NAME):", n, a->sessions_dir);
+    for (int i = 0; i < n; i++) {
+        const char *base = strrchr(entries[i].path, '/');
+        base = base ? base + 1 : entries[i].path;
+        char when[32];
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M", localtime(&entries[i].modified));
+        strbuf_printf(&b, "\n  %-28s %s  %3d messages  %s", base, when, entries[i].n_messages,
+                      entries[i].title ? entries[i].title : "");
+    }
+    if (b.data)
+        say_info(a, "%s", b.data);
+    free(b.data);
+    session_list_free(entries, n);
+    return 0;
+}
+
+static int export_session(app *a, const command *c, kimi_err *err)
+{
+    char path[4096];
+    if (c->arg[0]) {
+        snprintf(path, sizeof path, "%s", c->arg);
+    } else {
+        char stamp[32];
+        time_t t = time(NULL);
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
+        /* a second export in the same second gets its own file, not the first one's */
+        const char *ext = c->format == EXPORT_JSON ? "json" : "md";
+        struct stat st;
+        snprintf(path, sizeof path, "kimi-chat-%s.%s", stamp, ext);
+        for (int k = 2; stat(path, &st) == 0; k++)
+            snprintf(path, sizeof path, "kimi-chat-%s-%d.%s", stamp, k, ext);
+    }
+    int rc = c->format == EXPORT_JSON ? session_save(&a->sess, path, err)
+                                      : session_export_markdown(&a->sess, path, err);
+    if (!rc)
+        say_info(a, "exported %d messages to %s", a->sess.conv.n_messages, path);
+    return rc;
+}
+
+static int view_command(app *a, const command *c, const char *arg, kimi_err *err)
+{
+    if (a->fe.view_command)
+        return a->fe.view_command(a->fe.user, c->name, arg, err);
+    return 0;
+}
+
+static int run_command(app *a, command *c, kimi_err *err)
+{
+    switch (c->id) {
+    case CMD_HELP:
+        say_info(a, "%s", commands_help());
+        return view_command(a, c, "", err);
+    case CMD_QUIT:
+        a->quit = 1;
+        return view_command(a, c, "", err);
+    case CMD_NEW:
+        if (require_idle(a, c, err))
+            return err->code;
+        session_truncate(&a->sess, a->sess.conv.n_messages && a->sess.conv.messages[0].role == CHAT_ROLE_SYSTEM);
+        free(a->sess.path);
+        a->sess.path = NULL;
+        a->sess.created = 0;
+        session_changed(a, a->sess.conv.n_messages);
+        say_info(a, "new conversation");
+        return 0;
+    case CMD_SYSTEM:
+        if (require_idle(a, c, err) || set_system(a, c->text, c->text_len, err))
+            return err->code;
+        session_changed(a, 0);
+        say_info(a, c->text_len ? "system prompt set" : "system prompt removed");
+        return 0;
+    case CMD_THINK:
+        a->sess.settings.thinking = c->on;
+        apply_thinking_defaults(a);
+        say_info(a, "thinking %s (temperature %g, top_p %g)", c->on ? "on" : "off",
+                 (double)a->sess.settings.temperature, (double)a->sess.settings.top_p);
+        return 0;
+    case CMD_SET:
+        switch (c->setting) {
+        case SET_TEMPERATURE:
+            a->sess.settings.temperature = (float)c->number;
+            a->temperature_follows_thinking = 0;
+            break;
+        case SET_TOP_P:
+            a->sess.settings.top_p = (float)c->number;
+            a->top_p_follows_thinking = 0;
+            break;
+        case SET_TOP_K: a->sess.settings.top_k = (int)c->integer; break;
+        case SET_MAX_TOKENS: a->sess.settings.max_tokens = (int)c->integer; break;
+        case SET_SEED: a->sess.settings.seed = c->integer; break;
+        }
+        say_info(a, "temperature %g · top_p %g · top_k %d · max_tokens %d · seed %llu",
+                 (double)a->sess.settings.temperature, (double)a->sess.settings.top_p,
+                 a->sess.settings.top_k, a->sess.settings.max_tokens,
+                 (unsigned long long)a->sess.settings.seed);
+        return 0;
+    case CMD_RETRY: {
+        if (require_idle(a, c, err))
+            return err->code;
+        int u = last_user_index(a);
+        if (u < 0)
+            return kimi_fail(err, KIMI_ERR_STATE, "/retry: there is no question to answer again");
+        /* the answer is dropped only once the new one is on its way: when the generation
+           cannot start (a server down, the context), the old answer stays */
+        session kept;
+        session_init(&kept);
+        int rc = 0;
+        for (int i = u + 1; !rc && i < a->sess.conv.n_messages; i++)
+            rc = session_append(&kept, &a->sess.conv.messages[i], &a->sess.meta[i], err);
+        if (!rc) {
+            session_truncate(&a->sess, u + 1);
+            rc = begin_turn(a, err);
+            for (int i = 0; rc && i < kept.conv.n_messages; i++) {
+                kimi_err restore = {0};
+                if (session_append(&a->sess, &kept.conv.messages[i], &kept.meta[i], &restore))
+                    break;
+            }
+            session_changed(a, u + 1);
+        }
+        session_free(&kept);
+        return rc;
+    }
+    case CMD_UNDO:
+    case CMD_EDIT: {
+        if (require_idle(a, c, err))
+            return err->code;
+        int u = last_user_index(a);
+        if (u < 0)
+            return kimi_fail(err, KIMI_ERR_STATE, "/%s: there is no exchange to %s", c->name,
+                             c->id == CMD_EDIT ? "edit" : "drop");
+        const chat_text *t = &a->sess.conv.messages[u].content;
+        if (c->id == CMD_EDIT) {
+            /* the front end takes the text first: one that has no input to put it in (a
+               script, a pipe) refuses, and the exchange stays rather than vanish */
+            char *text = strndup(t->s ? t->s : "", t->len);
+            int rc = text ? view_command(a, c, text, err) : kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+            free(text);
+            if (rc)
+                return rc;
+        }
+        session_truncate(&a->sess, u);
+        session_changed(a, u);
+        autosave(a);
+        if (c->id == CMD_UNDO)
+            say_info(a, "dropped the last exchange");
+        return 0;
+    }
+    case CMD_TOOLS:
+        if (c->tools == TOOLS_LIST) {
+            list_tools(a);
+            return 0;
+        }
+        if (c->tools == TOOLS_EXPANDED || c->tools == TOOLS_FOLDED)
+            return view_command(a, c, c->tools == TOOLS_EXPANDED ? "expanded" : "folded", err);
+        {
+            tool_def *t = a->have_tools ? tools_find(&a->tools, c->arg) : NULL;
+            if (!t)
+                return kimi_fail(err, KIMI_ERR_INPUT, "/tools: no tool named '%s' (/tools lists them)", c->arg);
+            t->enabled = c->tools == TOOLS_ENABLE;
+            say_info(a, "%s %s", t->name, t->enabled ? "enabled" : "disabled");
+        }
+        return 0;
+    case CMD_SAVE:
+        if (c->arg[0]) {
+            char *path = save_target(a, c->arg, err);
+            int rc = path ? session_save(&a->sess, path, err) : err->code;
+            if (!rc)
+                say_info(a, "saved to %s", path);
+            free(path);
+            return rc;
+        }
+        if (!a->sessions_dir)
+            return kimi_fail(err, KIMI_ERR_STATE, "/save: saving is off (--no-save); /save NAME writes a file");
+        if (app_save(a, err))
+            return err->code;
+        say_info(a, "saved to %s", a->sess.path ? a->sess.path : "(nothing to save yet)");
+        return 0;
+    case CMD_LOAD: {
+        if (require_idle(a, c, err))
+            return err->code;
+        char *path = resolve_session_name(a, c->arg);
+        int rc = path ? load_session(a, path, err) : kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        if (!rc)
+            say_info(a, "loaded %s (%d messages)", path, a->sess.conv.n_messages);
+        free(path);
+        return rc;
+    }
+    case CMD_SESSIONS: return list_sessions(a, err);
+    case CMD_EXPORT: return export_session(a, c, err);
+    case CMD_STATS: show_stats(a); return 0;
+    case CMD_THEME:
+    case CMD_REASONING: return view_command(a, c, c->arg, err);
+    }
+    return 0;
+}
+
+int app_command(app *a, const char *line, kimi_err *err)
+{
+    command c;
+    if (command_parse(line, strlen(line), &c, err) || run_command(a, &c, err))
+        return err->code;
+    return 0;
+}
+
+/* ---- open and close ---- */
+
+static int open_tools(app *a, kimi_err *err)
+{
+    if (!a->opt->tools_path)
+        return 0;
+    if (tools_load(&a->tools, a->opt->tools_path, err))
+        return err->code;
+    a->have_tools = 1;
+    if (!(a->always_allowed = calloc((size_t)a->tools.n_tools + 1, sizeof *a->always_allowed)))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    return 0;
+}
+
+int app_open(app **out, const app_options *opt, const app_frontend *fe, generator *gen, kimi_err *err)
+{
+    *out = NULL;
+    app *a = calloc(1, sizeof *a);
+    if (!a) {
+        gen->ops->close(gen);
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    }
+    a->opt = opt;
+    a->fe = *fe;
+    a->gen = gen;
+    a->tool_pipe[0] = a->tool_pipe[1] = -1;
+    session_init(&a->sess);
+    if (pipe2(a->tool_pipe, O_CLOEXEC | O_NONBLOCK)) {
+        kimi_fail(err, KIMI_ERR_IO, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    if (opt->model_is_demo)
+        say_info(a, "demo model: a 3.6 M-parameter toy; use --model DIR for Kimi-K2.5");
+    if (a->gen->summary[0])
+        say_info(a, "%s", a->gen->summary);
+    if (open_tools(a, err))
+        goto fail;
+    if (!opt->no_save) {
+        a->sessions_dir = paths_sessions_dir(err);
+        if (!a->sessions_dir || paths_mkdir_p(a->sessions_dir, err)) {
+            say_info(a, "sessions are not saved: %s", err->msg);
+            free(a->sessions_dir);
+            a->sessions_dir = NULL;
+            *err = (kimi_err){0};
+        }
+    }
+    settings_from_options(a);
+    if (opt->load_path) {
+        if (load_session(a, opt->load_path, err))
+            goto fail;
+    } else if (opt->resume) {
+        /* with saving off (--no-save, or a folder that cannot be made) the newest session is
+           still read, and never written */
+        char *dir = a->sessions_dir ? strdup(a->sessions_dir) : paths_sessions_dir(err);
+        if (!dir) {
+            if (a->sessions_dir)
+                kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        session_entry *entries = NULL;
+        int n = 0;
+        if (session_list(dir, &entries, &n, err)) {
+            if (err->code == KIMI_ERR_IO)   /* the user's folder, not the engine: exit code 2 */
+                err->code = KIMI_ERR_USAGE;
+            free(dir);
+            goto fail;
+        }
+        int found = -1;
+        for (int i = 0; i < n && found < 0; i++) {
+            if (entries[i].n_messages > 0)
+                found = i;
+            else if (entries[i].unreadable)     /* said, skipped, and never written */
+                say_info(a, "--resume: skipped %s: %s", entries[i].path, entries[i].title);
+        }
+        if (found < 0) {
+            session_list_free(entries, n);
+            kimi_fail(err, KIMI_ERR_USAGE, "--resume: no saved session in %s", dir);
+            free(dir);
+            goto fail;
+        }
+        int rc = load_session(a, entries[found].path, err);
+        if (!rc)
+            say_info(a, "resumed %s (%d messages)", entries[found].path, a->sess.conv.n_messages);
+        session_list_free(entries, n);
+        free(dir);
+        if (rc)
+            goto fail;
+    }
+    if (opt->system_prompt && set_system(a, opt->system_prompt, strlen(opt->system_prompt), err))
+        goto fail;
+    free(a->sess.model);
+    free(a->sess.backend);
+    a->sess.model = strdup(a->gen->model);
+    a->sess.backend = strdup(a->gen->backend);
+    *out = a;
+    return 0;
+fail:
+    app_close(a);
+    return err->code;
+}
+
+void app_close(app *a)
+{
+    if (!a)
+        return;
+    if (a->state == TURN_TOOL_RUNNING) {
+        atomic_store(&a->tool_cancel, 1);
+        pthread_join(a->tool_thread, NULL);
+        tool_result_free(&a->tool_out);
+    }
+    if (a->gen)
+        a->gen->ops->close(a->gen);
+    answer_reset(a);
+    free(a->calls);
+    free(a->called.data);
+    if (a->have_tools)
+        tools_free(&a->tools);
+    free(a->always_allowed);
+    session_free(&a->sess);
+    free(a->sessions_dir);
+    if (a->tool_pipe[0] >= 0) {
+        close(a->tool_pipe[0]);
+        close(a->tool_pipe[1]);
+    }
+    free(a);
+}

@@ -1,0 +1,34 @@
+/* golden: kimi-probe golden, conformance of every layer against reference data; each
+ * section reports one "PASS|FAIL <case> <detail>" line per case. */
+#ifndef KIMI_GOLDEN_H
+#define KIMI_GOLDEN_H
+
+#include <stdio.h>
+
+#include "engine/base/error.h"
+
+typedef struct {
+    const char *model_dir;
+    const char *reference_dir;
+    const char *backend;        /* "cpu" or "cuda" */
+    int tp;
+    int devices[8], n_devices;  /* --devices (the CUDA backend's; 0: its default) */
+    int passed, failed;
+} golden_run;
+
+/* Record one case: prints "PASS <name> <detail>" or "FAIL <name> <detail>". */
+void golden_case(golden_run *g, int ok, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Read a whole reference file (reference_dir/name) into memory; *bytes its size. */
+int golden_read_file(const golden_run *g, const char *name, void **data, size_t *bytes, kimi_err *err);
+
+/* Sections. Each returns 0 when it could run its cases (pass or fail recorded through
+ * golden_case), non-zero with err filled when it could not run at all. */
+int golden_weights(golden_run *g, kimi_err *err);    /* app/probe/golden_weights.c */
+int golden_tokenizer(golden_run *g, kimi_err *err);  /* app/probe/golden_tokenizer.c */
+int golden_chat(golden_run *g, kimi_err *err);       /* app/probe/golden_chat.c */
+int golden_kv(golden_run *g, kimi_err *err);         /* app/probe/golden_model.c */
+int golden_model(golden_run *g, kimi_err *err);      /* app/probe/golden_model.c */
+
+#endif

@@ -1,0 +1,380 @@
+/* probe_bench: `kimi-probe generate` (greedy ids and text through the engine) and
+ * `kimi-probe bench` (load, prefill and decode speed, weight bytes per token against this
+ * machine's measured streaming-read bandwidth, as one JSON object). */
+#include "app/probe/probe.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "app/probe/probe_args.h"
+#include "engine/runtime/engine.h"
+#include "engine/text/tokenizer.h"
+
+int probe_engine_options(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err)
+{
+    static int devices[8];      /* opt->devices points here (one engine per kimi-probe run) */
+    long tp, threads, ctx;
+    memset(opt, 0, sizeof *opt);
+    if (probe_arg_required(a, "model", &opt->model_dir, err) || probe_arg_backend(a, &opt->backend, err) ||
+        probe_arg_int(a, "tp", 1, 8, 1, &tp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
+        probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err) ||
+        probe_arg_devices(a, devices, &opt->n_devices, err))
+        return err->code;
+    opt->devices = opt->n_devices ? devices : NULL;
+    opt->tp = (int)tp;
+    opt->threads_per_rank = (int)threads;
+    opt->max_context = ctx;
+    return 0;
+}
+
+/* Run one request to its end; ids [cap] receive the generated ids. */
+static int run_to_done(engine *e, const engine_request *req, int32_t *ids, int cap, int *n_ids,
+                       engine_stats *stats, kimi_err *err)
+{
+    uint64_t id;
+    if (engine_submit(e, req, &id, err))
+        return err->code;
+    *n_ids = 0;
+    engine_event ev;
+    int failed = 0;
+    for (;;) {
+        engine_next_event(e, &ev, -1);
+        if (ev.kind == ENGINE_EVENT_TOKEN && *n_ids < cap)
+            ids[(*n_ids)++] = ev.token;
+        else if (ev.kind == ENGINE_EVENT_ERROR)
+            failed = kimi_fail(err, KIMI_ERR_STATE, "%s", ev.message);
+        else if (ev.kind == ENGINE_EVENT_DONE)
+            break;
+    }
+    *stats = ev.stats;
+    return failed;
+}
+
+/* The text of ids [n] as the app would show it: through the streaming decoder, so bytes that
+ * never form a character become U+FFFD and the result is valid UTF-8 (JSON needs that). */
+static int decode_valid_utf8(const tokenizer *tok, const int32_t *ids, int n, char **text, size_t *len,
+                             kimi_err *err)
+{
+    size_t piece = token_stream_min_cap(tok), cap = piece * ((size_t)n + 1) + 1;
+    char *buf = malloc(cap);
+    if (!buf)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the decoded text");
+    token_stream ts;
+    token_stream_init(&ts, tok);
+    size_t used = 0;
+    for (int i = 0; i < n; i++)
+        used += token_stream_push(&ts, ids[i], buf + used, cap - used);
+    used += token_stream_flush(&ts, buf + used, cap - used);
+    buf[used] = 0;
+    *text = buf;
+    *len = used;
+    return 0;
+}
+
+int probe_generate(int argc, char **argv)
+{
+    kimi_err err = {0};
+    probe_args a;
+    engine_options opt;
+    long n_new;
+    int *stop = NULL, n_stop = 0;
+    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,devices,threads,ctx", &err) ||
+        probe_engine_options(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
+        return probe_report(&err);
+    const char *tokens_text = probe_arg(&a, "tokens"), *prompt_text = probe_arg(&a, "prompt");
+    const char *stop_text = probe_arg(&a, "stop");
+    if (!tokens_text == !prompt_text) {
+        kimi_fail(&err, KIMI_ERR_USAGE, "give exactly one of --tokens 1,2,3 and --prompt TEXT");
+        return probe_report(&err);
+    }
+    if (stop_text && probe_parse_int_list("stop", stop_text, &stop, &n_stop, &err))
+        return probe_report(&err);
+    if (opt.max_context == 0)
+        opt.max_context = 4096;
+
+    engine *e = NULL;
+    tokenizer *tok = NULL;
+    int32_t *prompt = NULL, *out = NULL;
+    size_t n_prompt = 0;
+    char *text = NULL;
+    size_t text_len = 0;
+    int rc = engine_open(&e, &opt, &err);
+    if (!rc) {
+        fprintf(stderr, "kimi-probe: %s\n", engine_get_info(e)->summary);
+        rc = tokenizer_load(&tok, opt.model_dir, engine_model_config(e), &err);
+    }
+    if (!rc && prompt_text) {
+        /* A probe: special-token text in the prompt becomes the special ids, so a rendered
+         * conversation can be pasted as it is. */
+        rc = tokenizer_encode(tok, prompt_text, strlen(prompt_text), 1, &prompt, &n_prompt, &err);
+    } else if (!rc) {
+        int *list = NULL, n = 0;
+        rc = probe_parse_int_list("tokens", tokens_text, &list, &n, &err);
+        if (!rc && !(prompt = malloc((size_t)n * sizeof *prompt)))
+            rc = kimi_fail(&err, KIMI_ERR_NOMEM, "out of memory");
+        for (int i = 0; !rc && i < n; i++)
+            prompt[i] = list[i];
+        n_prompt = (size_t)n;
+        free(list);
+    }
+    int32_t *stop_ids = NULL;
+    if (!rc && n_stop > 0) {
+        if (!(stop_ids = malloc((size_t)n_stop * sizeof *stop_ids)))
+            rc = kimi_fail(&err, KIMI_ERR_NOMEM, "out of memory");
+        for (int i = 0; !rc && i < n_stop; i++)
+            stop_ids[i] = stop[i];
+    }
+    engine_stats st = {0};
+    int n_out = 0;
+    if (!rc && !(out = malloc((size_t)n_new * sizeof *out)))
+        rc = kimi_fail(&err, KIMI_ERR_NOMEM, "out of memory");
+    if (!rc) {
+        engine_request req = {.tokens = prompt, .n_tokens = (int)n_prompt, .sampling = {0, 0, 1, 0},
+                              .max_new_tokens = (int)n_new, .stop_ids = stop_ids, .n_stop_ids = n_stop};
+        rc = run_to_done(e, &req, out, (int)n_new, &n_out, &st, &err);
+    }
+    if (!rc)
+        rc = decode_valid_utf8(tok, out, n_out, &text, &text_len, &err);
+    if (!rc) {
+        json_t *ids = json_array();
+        for (int i = 0; i < n_out; i++)
+            json_array_append_new(ids, json_integer(out[i]));
+        json_t *o = json_pack("{s:i, s:o, s:s%, s:s, s:i, s:f, s:f}", "prompt_tokens", (int)n_prompt, "ids", ids,
+                              "text", text, text_len, "stop_reason", engine_stop_reason_name(st.stop_reason),
+                              "generated_tokens", st.generated_tokens, "prefill_tok_s", st.prefill_tok_s,
+                              "decode_tok_s", st.decode_tok_s);
+        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        if (line)
+            printf("%s\n", line);
+        else
+            rc = kimi_fail(&err, KIMI_ERR_NOMEM, "out of memory for the output");
+        free(line);
+        json_decref(o);
+    }
+    free(text);
+    free(out);
+    free(stop_ids);
+    free(stop);
+    free(prompt);
+    tokenizer_free(tok);
+    engine_close(e);
+    return rc ? probe_report(&err) : 0;
+}
+
+/* ---- bench ---- */
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static size_t matrix_bytes(const weight_matrix *w)
+{
+    size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
+    switch (w->format) {
+    case WEIGHT_NVFP4: return rows * (cols / 2) + rows * (cols / 16) + sizeof(float);
+    case WEIGHT_BF16:
+    case WEIGHT_F16: return rows * cols * 2;
+    case WEIGHT_F32: return rows * cols * 4;
+    }
+    return 0;
+}
+
+/* Weight bytes one decode step reads, from the architecture: every rank's shard (its
+ * replicated tensors included, so they count tp times), less the embedding table of which a
+ * step reads one row per rank, less the routed experts the router did not pick (it picks
+ * experts_per_token of them in every MoE layer). */
+static int decode_bytes_per_token(const model_weights *mw, int tp, double *bytes, kimi_err *err)
+{
+    const model_config *c = &mw->cfg;
+    double total = 0;
+    for (int r = 0; r < tp; r++) {
+        tp_shard shard;
+        if (tp_shard_plan(mw, tp, r, &shard, err))
+            return err->code;
+        total += (double)shard.weight_bytes;
+    }
+    size_t embed = matrix_bytes(&mw->embed.w);
+    total -= (double)tp * (double)(embed - embed / (size_t)mw->embed.w.rows);
+    for (int i = 0; i < c->layers; i++) {
+        const layer_weights *lw = &mw->layers[i];
+        if (!lw->is_moe)
+            continue;
+        const mlp_weights *x = &lw->experts[0];
+        double expert = (double)(matrix_bytes(&x->gate.w) + matrix_bytes(&x->up.w) + matrix_bytes(&x->down.w));
+        total -= (double)(c->experts - c->experts_per_token) * expert;
+    }
+    *bytes = total;
+    return 0;
+}
+
+typedef struct {
+    const uint64_t *words;      /* [n] this thread's slice */
+    size_t n;
+    uint64_t sum;
+} read_slice;
+
+static void *read_slice_main(void *arg)
+{
+    read_slice *s = arg;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    size_t i = 0;
+    for (; i + 4 <= s->n; i += 4) {
+        a += s->words[i];
+        b += s->words[i + 1];
+        c += s->words[i + 2];
+        d += s->words[i + 3];
+    }
+    for (; i < s->n; i++)
+        a += s->words[i];
+    s->sum = a + b + c + d;
+    return NULL;
+}
+
+/* Streaming-read bandwidth: threads sum disjoint slices of a buffer far larger than the last
+ * level cache; the best of a few passes, in GB/s (1e9 B). */
+static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *err)
+{
+    size_t n = bytes / sizeof(uint64_t);
+    uint64_t *buf = malloc(n * sizeof *buf);
+    read_slice *slices = calloc((size_t)threads, sizeof *slices);
+    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
+    if (!buf || !slices || !ids) {
+        free(buf);
+        free(slices);
+        free(ids);
+        return kimi_fail(err, KIMI_ERR_NOMEM, "bench: out of memory for a %zu-byte read buffer", bytes);
+    }
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i;
+    double best = 0;
+    uint64_t check = 0;
+    for (int pass = 0; pass < 4; pass++) {
+        double t0 = now_seconds();
+        for (int t = 0; t < threads; t++) {
+            size_t begin = n * (size_t)t / (size_t)threads, end = n * (size_t)(t + 1) / (size_t)threads;
+            slices[t] = (read_slice){buf + begin, end - begin, 0};
+            pthread_create(&ids[t], NULL, read_slice_main, &slices[t]);
+        }
+        for (int t = 0; t < threads; t++) {
+            pthread_join(ids[t], NULL);
+            check += slices[t].sum;
+        }
+        double rate = (double)(n * sizeof *buf) / (now_seconds() - t0) / 1e9;
+        best = rate > best ? rate : best;
+    }
+    /* The sum of 0..n-1, four times: a wrong value would mean the reads were skipped. */
+    int ok = check == (uint64_t)4 * ((uint64_t)n * (n - 1) / 2);
+    free(buf);
+    free(slices);
+    free(ids);
+    if (!ok)
+        return kimi_fail(err, KIMI_ERR_STATE, "bench: the streaming-read check sum is wrong");
+    *gb_s = best;
+    return 0;
+}
+
+int probe_bench(int argc, char **argv)
+{
+    kimi_err err = {0};
+    probe_args a;
+    engine_options opt;
+    long n_prompt, n_gen, read_mib;
+    if (probe_args_parse(&a, argc, argv, "model,backend,tp,devices,threads,prompt,gen,ctx,read-mib", &err) ||
+        probe_arg_int(&a, "prompt", 1, 1 << 20, 128, &n_prompt, &err) ||
+        probe_arg_int(&a, "gen", 2, 1 << 20, 32, &n_gen, &err) ||
+        probe_arg_int(&a, "read-mib", 64, 1 << 20, 1024, &read_mib, &err) ||
+        probe_engine_options(&a, n_prompt + n_gen < 16 ? 16 : n_prompt + n_gen, &opt, &err))
+        return probe_report(&err);
+
+    double t0 = now_seconds();
+    engine *e = NULL;
+    if (engine_open(&e, &opt, &err))
+        return probe_report(&err);
+    double load_s = now_seconds() - t0;
+    const engine_info *info = engine_get_info(e);
+    fprintf(stderr, "kimi-probe: %s\n", info->summary);
+
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt), *out = malloc((size_t)n_gen * sizeof *out);
+    int rc = prompt && out ? 0 : kimi_fail(&err, KIMI_ERR_NOMEM, "out of memory");
+    /* Deterministic ids spread over the vocabulary; the warm-up's first id differs so the
+     * measured request reuses nothing from the cache. */
+    uint64_t x = 88172645463325252ull;
+    for (long i = 0; !rc && i < n_prompt; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        prompt[i] = (int32_t)(x % (uint64_t)info->vocab);
+    }
+    engine_stats warm = {0}, st = {0};
+    int n_out = 0;
+    if (!rc) {
+        /* Warm-up: page the shared weights in and let the backend set up, off the clock. */
+        int32_t warm_prompt[8];
+        for (int i = 0; i < 8; i++)
+            warm_prompt[i] = (prompt[i % n_prompt] + 1 + i) % info->vocab;
+        warm_prompt[0] = (prompt[0] + 1) % info->vocab;
+        engine_request req = {.tokens = warm_prompt, .n_tokens = 8, .sampling = {0, 0, 1, 0}, .max_new_tokens = 4};
+        rc = run_to_done(e, &req, out, (int)n_gen, &n_out, &warm, &err);
+    }
+    if (!rc) {
+        engine_request req = {.tokens = prompt, .n_tokens = (int)n_prompt, .sampling = {0, 0, 1, 0},
+                              .max_new_tokens = (int)n_gen};
+        rc = run_to_done(e, &req, out, (int)n_gen, &n_out, &st, &err);
+    }
+    double bytes_per_token = 0, read_gb_s = 0;
+    int threads = info->tp * (info->threads_per_rank > 0 ? info->threads_per_rank : 1);
+    /* Peak memory of the model's run, before the bandwidth test's buffer adds to it. */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (!rc)
+        rc = decode_bytes_per_token(engine_weights(e), info->tp, &bytes_per_token, &err);
+    if (!rc)
+        rc = stream_read_gb_s((size_t)read_mib << 20, threads, &read_gb_s, &err);
+    if (!rc) {
+        double effective = bytes_per_token * st.decode_tok_s / 1e9;
+        json_t *o = json_object();
+        json_object_set_new(o, "model", json_string(opt.model_dir));
+        json_object_set_new(o, "backend", json_string(opt.backend == BACKEND_CUDA ? "cuda" : "cpu"));
+        json_object_set_new(o, "tp", json_integer(info->tp));
+        json_object_set_new(o, "threads_per_rank", json_integer(info->threads_per_rank));
+        json_object_set_new(o, "threads", json_integer(threads));
+        json_object_set_new(o, "ctx", json_integer(info->max_context));
+        json_object_set_new(o, "prompt_tokens", json_integer(st.prompt_tokens));
+        json_object_set_new(o, "reused_tokens", json_integer(st.reused_tokens));
+        json_object_set_new(o, "generated_tokens", json_integer(st.generated_tokens));
+        json_object_set_new(o, "stop_reason", json_string(engine_stop_reason_name(st.stop_reason)));
+        json_object_set_new(o, "load_s", json_real(load_s));
+        json_object_set_new(o, "prefill_s", json_real(st.prefill_seconds));
+        json_object_set_new(o, "prefill_tok_s", json_real(st.prefill_tok_s));
+        json_object_set_new(o, "decode_steps", json_integer(st.decode_steps));
+        json_object_set_new(o, "decode_tok_s", json_real(st.decode_tok_s));
+        json_object_set_new(o, "weight_bytes", json_integer((json_int_t)info->weight_bytes));
+        json_object_set_new(o, "bytes_per_token", json_real(bytes_per_token));
+        json_object_set_new(o, "bytes_per_token_method",
+                            json_string("architecture: every rank's shard (replicated tensors once per rank), "
+                                        "one embedding row per rank, experts_per_token routed experts per MoE layer"));
+        json_object_set_new(o, "effective_gb_s", json_real(effective));
+        json_object_set_new(o, "stream_read_gb_s", json_real(read_gb_s));
+        json_object_set_new(o, "stream_read_mib", json_integer(read_mib));
+        /* The read is measured on the host: a ratio only means something for the CPU backend. */
+        json_object_set_new(o, "bandwidth_ratio",
+                            opt.backend == BACKEND_CPU && read_gb_s > 0 ? json_real(effective / read_gb_s) : json_null());
+        json_object_set_new(o, "peak_rss_mb", json_real((double)ru.ru_maxrss / 1024.0));
+        char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+        printf("%s\n", line);
+        free(line);
+        json_decref(o);
+    }
+    free(prompt);
+    free(out);
+    engine_close(e);
+    return rc ? probe_report(&err) : 0;
+}

@@ -1,0 +1,83 @@
+/* backend: the one interface the engine drives a model through (CPU reference or CUDA):
+ * N tensor-parallel ranks that each hold a shard, run forward steps over a token range
+ * writing the fp16 latent KV cache, and return logits. */
+#ifndef KIMI_BACKEND_H
+#define KIMI_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/base/error.h"
+#include "engine/model/weights.h"
+
+typedef enum { BACKEND_CPU, BACKEND_CUDA } backend_kind;
+
+typedef struct {
+    backend_kind kind;
+    int tp;                     /* ranks, 1..8, divides the head count */
+    int threads_per_rank;       /* CPU workers per rank; 0 = all cores / tp */
+    long max_context;           /* KV cache positions to reserve */
+    /* Optional (NULL = none): called during a prefill (a backend_forward of n > 1 tokens) on
+     * the thread that called backend_forward, after every layer, with how many of the call's
+     * tokens are done (fractional: a chunk part-way through its layers counts in proportion;
+     * n after the last layer). A non-zero return stops the call there: backend_forward then
+     * returns BACKEND_STOPPED, and the cache entries of the call's positions are undefined.
+     * This is how a cancel takes effect within one layer instead of a whole chunk. The CUDA
+     * backend, whose device runs a step's layers on its own, calls it after every step instead
+     * (up to DEVICE_PREFILL_TOKENS tokens, engine/backend/device_plan.h). */
+    int (*on_layer)(void *user, double tokens_done);
+    void *on_layer_user;
+    /* CUDA: the device of each rank, devices[r] for r < tp (n_devices == tp, each rank its own
+     * device: NCCL), or one device that every rank shares (n_devices == 1: the local
+     * communicator); NULL / 0 = the first tp visible devices. Ignored by the CPU backend. */
+    const int *devices;
+    int n_devices;
+    /* Optional (NULL = none): a device backend's load progress, bytes of the packed shards
+     * uploaded so far of bytes_total (every rank together), called on the thread that called
+     * backend_open about ten times a second and once at the end. A non-zero return stops the
+     * load: backend_open then returns BACKEND_STOPPED and leaves nothing allocated. */
+    int (*on_load)(void *user, size_t bytes_done, size_t bytes_total);
+    void *on_load_user;
+} backend_options;
+
+/* backend_forward's result when on_layer stopped it, backend_open's when on_load did (not an
+ * error: err is left alone). */
+#define BACKEND_STOPPED (-1)
+
+typedef struct backend backend;
+
+/* A device backend (CUDA) places each rank on device memory: rank_budget_bytes is its share of
+ * what the device has free now (the local communicator puts every rank on one device), and
+ * rank_fixed_bytes what a rank needs besides its cache (packed weights, workspace, a reserve
+ * for the runtime). The engine's memory plan turns them into the largest context that fits.
+ * KIMI_ERR_USAGE for the CPU backend, or when CUDA is not built or no device exists. */
+int backend_memory(const model_weights *mw, const backend_options *opt, size_t *rank_budget_bytes,
+                   size_t *rank_fixed_bytes, kimi_err *err);
+
+/* Opening BACKEND_CUDA fails with a message naming the cause when this build has no CUDA
+ * backend or no device is present. Environment: KIMI_CUDA_GRAPHS=0 runs each decode step as
+ * plain launches instead of one captured CUDA graph (debugging; results are bit-identical);
+ * KIMI_CUDA_PREFILL=steps runs prefill steps on the decode kernels instead of the BF16 GEMMs
+ * (=gemm, the default; any other value is an error); KIMI_CUDA_PREFILL_TRACE=1 prints a line per
+ * prefill step on stderr (its tokens, the experts it ran as GEMMs); KIMI_CUDA_COMM=nccl|local
+ * insists on a communicator (NCCL with one rank per device, e.g. TP 1 for tests; local when all
+ * ranks share a device), an error where the devices do not allow it. */
+int backend_open(backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err);
+void backend_close(backend *be);
+
+/* Positions the cache holds. */
+long backend_capacity(const backend *be);
+
+/* Run tokens[0..n) at positions start_pos..start_pos+n-1, writing their cache entries
+ * (entries at >= start_pos are overwritten; earlier ones are reused as they are). logits is
+ * [n_logit_rows][vocab]: row j receives the logits of token logit_rows[j] (an index into
+ * tokens; each index at most once). n == 1 is a decode step (absorbed attention), n > 1 a
+ * prefill; start_pos + n must not exceed backend_capacity (else KIMI_ERR_STATE). Returns 0,
+ * an error code, or BACKEND_STOPPED (see backend_options.on_layer). */
+int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
+                    const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err);
+
+/* Copy the fp16 cache of positions [0, n_pos) as [layer][position][kv_lora | rope] (rank 0). */
+int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err);
+
+#endif

@@ -1,0 +1,218 @@
+/* backend_cpu: the CPU reference backend (engine/backend/backend_impl.h): one thread per tensor-parallel
+ * rank, each with its worker pool and its shard (engine/backend/forward.h), stepped together by the
+ * thread that calls backend_forward; a long prefill runs as consecutive chunks. */
+#include "engine/backend/backend_impl.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/backend/forward.h"
+#include "engine/backend/spin_barrier.h"
+#include "engine/backend/tp_comm.h"
+#include "engine/backend/worker_pool.h"
+
+enum { MAX_RANKS = 8, CHUNK_TOKENS = 128 };
+
+typedef struct {
+    struct cpu_backend *be;
+    int rank;
+    pthread_t thread;
+    int started;
+    worker_pool *pool;
+    rank_model *model;
+    kimi_err err;               /* why opening this rank failed */
+} rank_slot;
+
+struct cpu_backend {
+    const model_weights *mw;
+    int tp, threads_per_rank, spin;
+    long capacity;
+    int (*on_layer)(void *user, double tokens_done);
+    void *on_layer_user;
+    tp_comm *comm;
+    spin_barrier step_start, step_done;   /* the ranks and the calling thread */
+    rank_slot ranks[MAX_RANKS];
+
+    /* The step the ranks run next (written by the caller before step_start). */
+    int quit;
+    const int32_t *tokens;
+    int n;
+    long start_pos;
+    int layer_begin, layer_end;
+    const int *logit_rows;
+    int n_logit_rows;
+    float *const *logit_out;
+};
+
+static void *rank_main(void *arg)
+{
+    rank_slot *slot = arg;
+    struct cpu_backend *be = slot->be;
+    /* Opened on the rank's own thread, so its cache and activations are first touched there. */
+    rank_setup setup = {be->mw, be->tp, slot->rank, be->capacity, CHUNK_TOKENS, NULL, be->comm};
+    if (!worker_pool_open(&slot->pool, be->threads_per_rank, be->spin, &slot->err)) {
+        setup.pool = slot->pool;
+        rank_model_open(&slot->model, &setup, &slot->err);
+    }
+    spin_barrier_wait(&be->step_done);
+    for (;;) {
+        spin_barrier_wait(&be->step_start);
+        if (be->quit)
+            break;
+        rank_forward(slot->model, be->tokens, be->n, be->start_pos, be->layer_begin, be->layer_end, be->logit_rows,
+                     be->n_logit_rows, slot->rank == 0 ? be->logit_out : NULL);
+        spin_barrier_wait(&be->step_done);
+    }
+    rank_model_close(slot->model);
+    worker_pool_close(slot->pool);
+    return NULL;
+}
+
+/* Stop and join the rank threads, free everything. */
+static void backend_free(struct cpu_backend *be)
+{
+    be->quit = 1;
+    spin_barrier_wait(&be->step_start);
+    for (int r = 0; r < be->tp; r++)
+        if (be->ranks[r].started)
+            pthread_join(be->ranks[r].thread, NULL);
+    spin_barrier_destroy(&be->step_start);
+    spin_barrier_destroy(&be->step_done);
+    tp_comm_close(be->comm);
+    free(be);
+}
+
+int cpu_backend_open(cpu_backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err)
+{
+    *out = NULL;
+    const model_config *c = &mw->cfg;
+    if (opt->tp < 1 || opt->tp > MAX_RANKS)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and %d", opt->tp, MAX_RANKS);
+    int rc = config_check_tp(c, opt->tp, err);
+    if (rc)
+        return rc;
+    if (opt->max_context < 1)
+        return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: the KV cache needs at least one position",
+                         opt->max_context);
+    if (opt->threads_per_rank < 0)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--threads %d: must be 0 (all cores) or positive", opt->threads_per_rank);
+
+    struct cpu_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the CPU backend");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cores = cores > 0 ? cores : 1;
+    be->mw = mw;
+    be->tp = opt->tp;
+    be->capacity = opt->max_context;
+    be->on_layer = opt->on_layer;
+    be->on_layer_user = opt->on_layer_user;
+    be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank
+                                                 : (cores / opt->tp > 1 ? (int)(cores / opt->tp) : 1);
+    /* Spinning only pays when every worker has a core of its own (the calling thread mostly
+     * sleeps in the step barrier while the ranks work). */
+    be->spin = (long)be->tp * be->threads_per_rank <= cores;
+    spin_barrier_init(&be->step_start, be->tp + 1, be->spin);
+    spin_barrier_init(&be->step_done, be->tp + 1, be->spin);
+    if ((rc = tp_comm_open(&be->comm, be->tp, (size_t)CHUNK_TOKENS * (size_t)c->hidden, be->spin, err))) {
+        free(be);
+        return rc;
+    }
+    int started = 0;
+    for (int r = 0; r < be->tp; r++) {
+        be->ranks[r] = (rank_slot){.be = be, .rank = r};
+        if (pthread_create(&be->ranks[r].thread, NULL, rank_main, &be->ranks[r]))
+            break;
+        be->ranks[r].started = 1;
+        started++;
+    }
+    if (started < be->tp) {
+        /* The started ranks wait for all tp to report; stand in for the missing ones. */
+        spin_barrier_resize(&be->step_done, started + 1);
+        spin_barrier_resize(&be->step_start, started + 1);
+        spin_barrier_wait(&be->step_done);
+        backend_free(be);
+        return kimi_fail(err, KIMI_ERR_NOMEM, "cannot start the thread of rank %d", started);
+    }
+    spin_barrier_wait(&be->step_done);
+    for (int r = 0; r < be->tp; r++) {
+        if (be->ranks[r].err.code) {
+            rc = be->ranks[r].err.code;
+            if (err)
+                *err = be->ranks[r].err;
+            backend_free(be);
+            return kimi_err_prefix(err, rc, "rank %d of %d", r, opt->tp);
+        }
+    }
+    *out = be;
+    return 0;
+}
+
+void cpu_backend_close(cpu_backend *be)
+{
+    if (be)
+        backend_free(be);
+}
+
+long cpu_backend_capacity(const cpu_backend *be)
+{
+    return be->capacity;
+}
+
+/* Layers [layer_begin, layer_end) of one chunk on every rank. */
+static void run_step(struct cpu_backend *be, const int32_t *tokens, int n, long start_pos, int layer_begin,
+                     int layer_end, const int *rows, int n_rows, float *const *out)
+{
+    be->tokens = tokens;
+    be->n = n;
+    be->start_pos = start_pos;
+    be->layer_begin = layer_begin;
+    be->layer_end = layer_end;
+    be->logit_rows = rows;
+    be->n_logit_rows = n_rows;
+    be->logit_out = out;
+    spin_barrier_wait(&be->step_start);
+    spin_barrier_wait(&be->step_done);
+}
+
+int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long start_pos,
+                    const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err)
+{
+    (void)err;  /* the request was checked by backend_forward; a step cannot fail */
+    const model_config *c = &be->mw->cfg;
+    int chunk_rows[CHUNK_TOKENS];
+    float *chunk_out[CHUNK_TOKENS];
+    for (int first = 0; first < n; first += CHUNK_TOKENS) {
+        int count = n - first < CHUNK_TOKENS ? n - first : CHUNK_TOKENS, n_rows = 0;
+        for (int j = 0; j < n_logit_rows; j++) {
+            if (logit_rows[j] < first || logit_rows[j] >= first + count)
+                continue;
+            chunk_rows[n_rows] = logit_rows[j] - first;
+            chunk_out[n_rows++] = logits + (size_t)j * (size_t)c->vocab;
+        }
+        /* A prefill with a watcher goes one layer per step (two barrier rounds each: small
+         * next to a layer over a chunk of tokens); a decode step runs whole. */
+        int layers = c->layers, per_step = be->on_layer && n > 1 ? 1 : layers;
+        for (int layer = 0; layer < layers; layer += per_step) {
+            int end = layer + per_step < layers ? layer + per_step : layers;
+            run_step(be, tokens + first, count, start_pos + first, layer, end, chunk_rows, n_rows, chunk_out);
+            if (per_step < layers && be->on_layer(be->on_layer_user, first + (double)count * end / layers))
+                return BACKEND_STOPPED;
+        }
+    }
+    return 0;
+}
+
+int cpu_backend_read_kv(cpu_backend *be, long n_pos, uint16_t *out, kimi_err *err)
+{
+    const model_config *c = &be->mw->cfg;
+    if (n_pos < 0 || n_pos > be->capacity)
+        return kimi_fail(err, KIMI_ERR_STATE, "read_kv: %ld positions, the cache holds %ld", n_pos, be->capacity);
+    size_t row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
+    for (int layer = 0; layer < c->layers; layer++)
+        memcpy(out + (size_t)layer * (size_t)n_pos * row, rank_model_cache(be->ranks[0].model, layer),
+               (size_t)n_pos * row * sizeof *out);
+    return 0;
+}

@@ -1,0 +1,281 @@
+/* cuda_comm: the local communicator (rank threads meeting on the host, one device, one
+ * stream) and the NCCL one (built when CMake finds NCCL: KIMI_HAVE_NCCL). */
+#include "engine/backend/cuda_comm.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef KIMI_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include "kernels/cuda/forward.h"
+
+enum { MAX_RANKS = 8 };
+
+struct cuda_comm {
+    int ranks;
+    int nccl;
+    atomic_int failed;          /* a rank called cuda_comm_fail */
+
+    /* local: the meeting of the rank threads */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int arrived;                /* ranks waiting in this round */
+    unsigned round;             /* bumped when the last rank arrives */
+    rank_buffers bufs;          /* the collective's buffers, by rank */
+    size_t n[MAX_RANKS];        /* the element count each rank passed */
+    int status;                 /* rank 0's launch status (cudaError_t), read after the meeting */
+
+#ifdef KIMI_HAVE_NCCL
+    ncclComm_t comms[MAX_RANKS];
+    int aborted;
+#endif
+    int devices[MAX_RANKS];
+};
+
+static int comm_alloc(cuda_comm **out, int ranks, kimi_err *err)
+{
+    *out = NULL;
+    if (ranks < 1 || ranks > MAX_RANKS)
+        return kimi_fail(err, KIMI_ERR_USAGE, "tp %d: must be between 1 and %d", ranks, MAX_RANKS);
+    cuda_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the communicator");
+    c->ranks = ranks;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->wake, NULL);
+    *out = c;
+    return 0;
+}
+
+int cuda_comm_open_local(cuda_comm **out, int ranks, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    return comm_alloc(out, ranks, err ? err : &local_err);
+}
+
+static const char *devices_text(const int *devices, int n, char *text, size_t cap)
+{
+    size_t used = 0;
+    text[0] = 0;
+    for (int i = 0; i < n && used < cap; i++)
+        used += (size_t)snprintf(text + used, cap - used, i ? ",%d" : "%d", devices[i]);
+    return text;
+}
+
+int cuda_comm_open_nccl(cuda_comm **out, int ranks, const int *devices, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+    *out = NULL;
+#ifdef KIMI_HAVE_NCCL
+    cuda_comm *c;
+    if (comm_alloc(&c, ranks, err))
+        return err->code;
+    c->nccl = 1;
+    for (int r = 0; r < ranks; r++)
+        c->devices[r] = devices[r];
+    ncclResult_t status = ncclCommInitAll(c->comms, ranks, c->devices);
+    if (status != ncclSuccess) {
+        char list[MAX_RANKS * 6];
+        for (int r = 0; r < ranks; r++)
+            c->comms[r] = NULL;
+        cuda_comm_close(c);
+        return kimi_fail(err, KIMI_ERR_IO, "NCCL: cannot make the communicator of devices %s (%d ranks): %s",
+                         devices_text(devices, ranks, list, sizeof list), ranks, ncclGetErrorString(status));
+    }
+    *out = c;
+    return 0;
+#else
+    (void)ranks, (void)devices, (void)devices_text;
+    return kimi_fail(err, KIMI_ERR_USAGE, "this build has no NCCL; --devices with one device runs all ranks locally");
+#endif
+}
+
+void cuda_comm_close(cuda_comm *c)
+{
+    if (!c)
+        return;
+#ifdef KIMI_HAVE_NCCL
+    for (int r = 0; r < c->ranks; r++)
+        if (c->comms[r])
+            ncclCommDestroy(c->comms[r]);
+#endif
+    pthread_cond_destroy(&c->wake);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+int cuda_comm_is_nccl(const cuda_comm *c)
+{
+    return c->nccl;
+}
+
+void cuda_comm_fail(cuda_comm *c)
+{
+    atomic_store(&c->failed, 1);
+    pthread_mutex_lock(&c->lock);
+    pthread_cond_broadcast(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+}
+
+int cuda_comm_check(cuda_comm *c, int rank, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+#ifdef KIMI_HAVE_NCCL
+    if (c->nccl && !c->aborted && rank >= 0 && rank < c->ranks && c->comms[rank]) {
+        ncclResult_t async = ncclSuccess, got = ncclCommGetAsyncError(c->comms[rank], &async);
+        if (got != ncclSuccess)
+            async = got;
+        if (async != ncclSuccess && async != ncclInProgress)
+            return kimi_fail(err, KIMI_ERR_IO, "NCCL: rank %d (device %d): %s", rank, c->devices[rank],
+                             ncclGetErrorString(async));
+    }
+#endif
+    (void)c, (void)rank;
+    return 0;
+}
+
+int cuda_comm_recover(cuda_comm *c, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+#ifdef KIMI_HAVE_NCCL
+    if (c->nccl) {
+        if (!c->aborted)
+            for (int r = 0; r < c->ranks; r++) {
+                ncclCommAbort(c->comms[r]);
+                c->comms[r] = NULL;
+            }
+        c->aborted = 1;
+        return kimi_fail(err, KIMI_ERR_STATE, "NCCL: the communicators were aborted after a failed step");
+    }
+#endif
+    pthread_mutex_lock(&c->lock);
+    c->arrived = 0;
+    atomic_store(&c->failed, 0);
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+/* Wait until every rank has arrived; -1 when a rank failed first. */
+static int meet(cuda_comm *c)
+{
+    pthread_mutex_lock(&c->lock);
+    unsigned round = c->round;
+    if (!atomic_load(&c->failed)) {
+        if (++c->arrived == c->ranks) {
+            c->arrived = 0;
+            c->round++;
+            pthread_cond_broadcast(&c->wake);
+        } else {
+            while (c->round == round && !atomic_load(&c->failed))
+                pthread_cond_wait(&c->wake, &c->lock);
+        }
+    }
+    int met = c->round != round;
+    pthread_mutex_unlock(&c->lock);
+    return met ? 0 : -1;
+}
+
+static int abandoned(int rank, const char *what, kimi_err *err)
+{
+    return kimi_fail(err, KIMI_ERR_STATE, "rank %d: %s abandoned: another rank failed", rank, what);
+}
+
+int cuda_comm_allreduce_sum(cuda_comm *c, int rank, float *buf, size_t n, void *stream, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+    if (rank < 0 || rank >= c->ranks)
+        return kimi_fail(err, KIMI_ERR_STATE, "all-reduce: rank %d of %d", rank, c->ranks);
+    if (atomic_load(&c->failed))
+        return abandoned(rank, "all-reduce", err);
+#ifdef KIMI_HAVE_NCCL
+    if (c->nccl) {
+        ncclResult_t status = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comms[rank], (cudaStream_t)stream);
+        if (status != ncclSuccess)
+            return kimi_fail(err, KIMI_ERR_IO, "NCCL: all-reduce of %zu floats on rank %d (device %d): %s", n, rank,
+                             c->devices[rank], ncclGetErrorString(status));
+        return 0;
+    }
+#endif
+    c->bufs.bufs[rank] = buf;
+    c->n[rank] = n;
+    if (meet(c))
+        return abandoned(rank, "all-reduce", err);
+    if (rank == 0) {
+        c->status = cudaSuccess;
+        for (int r = 1; r < c->ranks; r++)
+            if (c->n[r] != n)
+                c->status = cudaErrorInvalidValue;
+        if (!c->status)
+            c->status = allreduce_sum_local_cuda(c->bufs, c->ranks, n, stream);
+    }
+    if (meet(c))
+        return abandoned(rank, "all-reduce", err);
+    if (c->status == cudaErrorInvalidValue)
+        return kimi_fail(err, KIMI_ERR_STATE, "all-reduce: the ranks passed different element counts (rank %d: %zu)",
+                         rank, n);
+    if (c->status)
+        return kimi_fail(err, c->status == cudaErrorMemoryAllocation ? KIMI_ERR_NOMEM : KIMI_ERR_IO,
+                         "CUDA: local all-reduce of %zu floats: %s", n, cudaGetErrorString((cudaError_t)c->status));
+    return 0;
+}
+
+int cuda_comm_gather(cuda_comm *c, int rank, const float *part, int rows, const size_t *col_begin, float *root_out,
+                     void *stream, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+    if (rank < 0 || rank >= c->ranks || rows < 0 || col_begin[rank + 1] < col_begin[rank])
+        return kimi_fail(err, KIMI_ERR_STATE, "gather: rank %d of %d, %d rows", rank, c->ranks, rows);
+    if (atomic_load(&c->failed))
+        return abandoned(rank, "gather", err);
+    size_t count = (size_t)rows * (col_begin[rank + 1] - col_begin[rank]);
+    float *block = root_out + (size_t)rows * col_begin[rank];
+#ifdef KIMI_HAVE_NCCL
+    if (c->nccl) {
+        ncclResult_t status = ncclSuccess;
+        cudaError_t copied = cudaSuccess;
+        if (rank > 0) {
+            status = ncclSend(part, count, ncclFloat, 0, c->comms[rank], (cudaStream_t)stream);
+        } else {
+            copied = cudaMemcpyAsync(block, part, count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     (cudaStream_t)stream);
+            status = ncclGroupStart();
+            for (int r = 1; r < c->ranks && status == ncclSuccess; r++)
+                status = ncclRecv(root_out + (size_t)rows * col_begin[r],
+                                  (size_t)rows * (col_begin[r + 1] - col_begin[r]), ncclFloat, r, c->comms[0],
+                                  (cudaStream_t)stream);
+            ncclResult_t ended = ncclGroupEnd();
+            status = status != ncclSuccess ? status : ended;
+        }
+        if (copied != cudaSuccess)
+            return kimi_fail(err, KIMI_ERR_IO, "CUDA: gather on rank 0 (device %d): %s", c->devices[0],
+                             cudaGetErrorString(copied));
+        if (status != ncclSuccess)
+            return kimi_fail(err, KIMI_ERR_IO, "NCCL: gather of %zu floats on rank %d (device %d): %s", count, rank,
+                             c->devices[rank], ncclGetErrorString(status));
+        return 0;
+    }
+#endif
+    cudaError_t copied = count ? cudaMemcpyAsync(block, part, count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                                 (cudaStream_t)stream)
+                               : cudaSuccess;
+    if (copied != cudaSuccess)
+        return kimi_fail(err, KIMI_ERR_IO, "CUDA: gather on rank %d: %s", rank, cudaGetErrorString(copied));
+    if (meet(c))
+        return abandoned(rank, "gather", err);
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* cuda_comm: the tensor-parallel communicator of the CUDA backend: one interface, two
+ * implementations. Each rank's thread calls allreduce_sum / gather with its own device buffer
+ * and stream; every rank makes the same collectives in the same order.
+ *   - local: every rank on one device, sharing one stream (how TP 2/8 run on one GPU). A
+ *     collective is a meeting of the rank threads on the host: once all have arrived, rank 0
+ *     enqueues one kernel that sums the buffers in rank order (the CPU communicator's order)
+ *     into every one of them, and no rank goes on before that launch. The shared stream then
+ *     runs every rank's kernels before the sum and the sum before any rank's next kernel.
+ *   - NCCL: each rank its own device, one clique made in this process (ncclCommInitAll);
+ *     ncclAllReduce in place, the gather as sends to rank 0.
+ * Calls only enqueue device work (plus the local meeting), so a stream capture records them. */
+#ifndef KIMI_CUDA_COMM_H
+#define KIMI_CUDA_COMM_H
+
+#include <stddef.h>
+
+#include "engine/base/error.h"
+
+typedef struct cuda_comm cuda_comm;
+
+/* ranks (1..8) threads on one device. */
+int cuda_comm_open_local(cuda_comm **out, int ranks, kimi_err *err);
+/* Rank r on devices[r] (distinct). A build without NCCL answers KIMI_ERR_USAGE saying so; a
+ * failed initialisation names the devices. */
+int cuda_comm_open_nccl(cuda_comm **out, int ranks, const int *devices, kimi_err *err);
+void cuda_comm_close(cuda_comm *c);
+int cuda_comm_is_nccl(const cuda_comm *c);
+
+/* buf [n] floats on the rank's device; on completion (in stream order) every rank's buf holds
+ * the sum over ranks. Returns 0 or a KIMI_ERR_* with err naming the rank. */
+int cuda_comm_allreduce_sum(cuda_comm *c, int rank, float *buf, size_t n, void *stream, kimi_err *err);
+
+/* part [rows][cols_r] floats of this rank (cols_r = col_begin[rank + 1] - col_begin[rank];
+ * col_begin [ranks + 1], the same on every rank) lands as one block at root_out + rows *
+ * col_begin[rank]: root_out, rank 0's device buffer [rows * col_begin[ranks]], holds the blocks
+ * in rank order (NCCL reads root_out on rank 0 only). Returns once every rank's part is
+ * enqueued ahead of whatever rank 0 enqueues next. */
+int cuda_comm_gather(cuda_comm *c, int rank, const float *part, int rows, const size_t *col_begin, float *root_out,
+                     void *stream, kimi_err *err);
+
+/* A rank that cannot go on says so here, so that the others do not wait for it: from now on
+ * every collective fails at once (nothing more is enqueued). */
+void cuda_comm_fail(cuda_comm *c);
+/* NCCL: 0 while rank's communicator is healthy, else KIMI_ERR_IO with err saying what NCCL
+ * reports (ncclCommGetAsyncError: a peer or a device lost, a transport fault); the local
+ * communicator has nothing to report (0). Made for polling while the rank's collectives run. */
+int cuda_comm_check(cuda_comm *c, int rank, kimi_err *err);
+/* After a failed step, with no rank inside a collective: the local communicator is ready
+ * again (0); NCCL communicators are aborted, which ends collectives already queued on the
+ * devices that wait for the failed rank, and stay unusable (KIMI_ERR_STATE). */
+int cuda_comm_recover(cuda_comm *c, kimi_err *err);
+
+#endif

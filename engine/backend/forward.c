@@ -1,0 +1,588 @@
+/* forward: the pass over a chunk of T tokens at positions p0.. on rank r of N:
+ *   h = embed(tokens)                                                     [T][hidden]
+ *   each layer: h += all_reduce(attention over this rank's heads)
+ *               h += all_reduce(MLP or MoE over this rank's intermediate columns)
+ *   logits = gather(lm_head rows of this rank's vocabulary)(rmsnorm(h[rows]))
+ * Inside a rank, work is split among its workers by output rows (linears, weighted by the
+ * tokens each row serves), by heads (attention) and by hidden rows (the MLP down projections
+ * and their weighted sum). */
+#include "engine/backend/forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/mla_attention.h"
+#include "kernels/cpu/moe_routing.h"
+#include "kernels/cpu/numeric.h"
+#include "kernels/cpu/rope.h"
+
+typedef struct {
+    weight_matrix gate, up;     /* rows [i0, i1) of the intermediate */
+    weight_matrix down;         /* K columns [i0, i1) */
+    int inter;                  /* i1 - i0 */
+} mlp_shard;
+
+typedef struct {
+    weight_matrix q_b;          /* [heads * (nope + rope)][q_lora] of this rank's heads */
+    weight_matrix kv_b;         /* [heads * (nope + v)][kv_lora] */
+    weight_matrix o;            /* [hidden][heads * v] */
+    mlp_shard dense;            /* dense layers */
+    mlp_shard shared;           /* MoE layers; inter 0 without a shared expert */
+    mlp_shard *experts;         /* MoE layers: [experts] */
+    float *router_bias;         /* MoE layers with a correction bias: [experts], else NULL */
+} layer_shard;
+
+/* One MLP on some of the chunk's tokens: partial[token] += weight * mlp(x[token]). */
+typedef struct {
+    const mlp_shard *mlp;
+    int n;                      /* tokens */
+    const int *tokens;          /* [n] indices into the chunk */
+    const float *weights;       /* [n] routing weights; NULL = 1 */
+    const float *x;             /* [n][hidden] its inputs */
+    float *act;                 /* [n][inter] gate, then silu(gate) * up */
+    float *up;                  /* [n][inter] */
+    float *y;                   /* [n][hidden] down projection (this rank's K share) */
+} mlp_job;
+
+typedef struct {
+    const weight_matrix *w;
+    const float *x;             /* [n][x_stride] */
+    size_t x_stride;
+    int n;
+    float *y;                   /* [n][y_stride] */
+    size_t y_stride;
+} linear_task;
+
+struct rank_model {
+    const model_weights *mw;
+    const model_config *cfg;
+    int rank, tp;
+    tp_shard shard;
+    int heads;                  /* heads of this rank */
+    layer_shard *layers;        /* [layers] */
+    weight_matrix lm_head;      /* [vocab of this rank][hidden] */
+    long capacity;
+    int max_tokens;
+    size_t cache_row;           /* kv_lora + rope halves per position */
+    uint16_t *cache;            /* [layers][capacity][kv_lora | rope] fp16 */
+    rope_table rope;
+    mla_shape mla;
+    moe_routing_config routing;
+    worker_pool *pool;
+    tp_comm *comm;
+
+    /* Activations of one chunk, T = max_tokens. */
+    float *h;                   /* [T][hidden] residual stream */
+    float *x;                   /* [T][hidden] normalised input of a block */
+    float *q_a;                 /* [T][q_lora] */
+    float *q;                   /* [T][heads][nope | rope] */
+    float *kv;                  /* [T][kv_lora | rope] */
+    float *attn;                /* [T][heads][v] */
+    float *partial;             /* [T][hidden] this rank's share of a block's output */
+    float *cos_sin;             /* [T][rope]: cos [rope/2] then sin [rope/2] */
+    float *attn_scratch;        /* [workers][attn_scratch_floats] */
+    size_t attn_scratch_floats;
+    float *router_logits;       /* [T][experts] */
+    int *chosen;                /* [T][top_k] */
+    float *chosen_weight;       /* [T][top_k] */
+    float *routing_scratch;
+    mlp_job *jobs;              /* [experts + 1] */
+    int *job_tokens;            /* [T * (top_k + 1)] */
+    float *job_weights;         /* [T * (top_k + 1)] */
+    int *expert_count;          /* [experts] */
+    float *job_x;               /* [T * top_k][hidden] gathered routed inputs */
+    float *job_y;               /* [T * (top_k + 1)][hidden] */
+    float *job_act, *job_up;    /* [job_inter_floats] */
+    size_t job_inter_floats;
+    float *logits_x;            /* [T][hidden] */
+    float *logits_part;         /* [T][vocab of this rank] */
+};
+
+/* ---- parallel building blocks ---- */
+
+/* Rows of a task (starting at `offset` on the combined cost line, `cost` per row) whose
+ * start falls in [c0, c1): every row goes to exactly one worker. */
+static void rows_in_cost_range(long offset, int rows, long cost, long c0, long c1, int *r0, int *r1)
+{
+    long b = c0 - offset, e = c1 - offset;
+    b = b <= 0 ? 0 : (b + cost - 1) / cost;
+    e = e <= 0 ? 0 : (e + cost - 1) / cost;
+    *r0 = (int)(b > rows ? rows : b);
+    *r1 = (int)(e > rows ? rows : e);
+}
+
+typedef struct {
+    const linear_task *tasks;
+    int n_tasks;
+} linear_batch;
+
+static void linear_batch_worker(void *arg, int worker, int n_workers)
+{
+    const linear_batch *b = arg;
+    long total = 0, offset = 0;
+    for (int i = 0; i < b->n_tasks; i++)
+        total += (long)b->tasks[i].w->rows * b->tasks[i].n;
+    long c0 = total * worker / n_workers, c1 = total * (worker + 1) / n_workers;
+    for (int i = 0; i < b->n_tasks; i++) {
+        const linear_task *t = &b->tasks[i];
+        int r0, r1;
+        rows_in_cost_range(offset, t->w->rows, t->n, c0, c1, &r0, &r1);
+        if (r0 < r1)
+            linear_rows(t->w, t->x, t->x_stride, t->n, t->y, t->y_stride, r0, r1);
+        offset += (long)t->w->rows * t->n;
+    }
+}
+
+static void run_linears(rank_model *m, const linear_task *tasks, int n_tasks)
+{
+    linear_batch b = {tasks, n_tasks};
+    worker_pool_run(m->pool, linear_batch_worker, &b);
+}
+
+static void rmsnorm_rows(float *out, const float *in, int n, int width, const weight_vector *w, float eps)
+{
+    for (int t = 0; t < n; t++)
+        rmsnorm(out + (size_t)t * width, in + (size_t)t * width, w, eps);
+}
+
+static void add_rows(float *h, const float *delta, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        h[i] += delta[i];
+}
+
+static uint16_t *cache_entry(const rank_model *m, int layer, long pos)
+{
+    return m->cache + ((size_t)layer * (size_t)m->capacity + (size_t)pos) * m->cache_row;
+}
+
+/* ---- attention ---- */
+
+typedef struct {
+    rank_model *m;
+    int layer, n;
+    long start_pos;
+} attention_job;
+
+static void attention_worker(void *arg, int worker, int n_workers)
+{
+    const attention_job *job = arg;
+    rank_model *m = job->m;
+    int h0, h1;
+    worker_share(m->heads, worker, n_workers, &h0, &h1);
+    if (h0 == h1)
+        return;
+    float *scratch = m->attn_scratch + (size_t)worker * m->attn_scratch_floats;
+    const weight_matrix *kv_b = &m->layers[job->layer].kv_b;
+    const uint16_t *cache = cache_entry(m, job->layer, 0);
+    if (job->n == 1)
+        mla_decode(&m->mla, kv_b, h0, h1, m->q, cache, job->start_pos + 1, scratch, m->attn);
+    else
+        mla_prefill(&m->mla, kv_b, h0, h1, m->q, job->n, job->start_pos, cache, scratch, m->attn);
+}
+
+static void attention_block(rank_model *m, int layer, int n, long start_pos)
+{
+    const model_config *c = m->cfg;
+    const layer_weights *lw = &m->mw->layers[layer];
+    const layer_shard *ls = &m->layers[layer];
+    int hidden = c->hidden, kv_width = c->kv_lora_rank + c->qk_rope_dim;
+    int q_width = c->qk_nope_dim + c->qk_rope_dim, rope = c->qk_rope_dim;
+
+    /* x = rmsnorm(h); q_a = q_a_proj(x); kv = kv_a_proj_with_mqa(x) */
+    rmsnorm_rows(m->x, m->h, n, hidden, &lw->input_norm, c->rms_norm_eps);
+    run_linears(m, (linear_task[]){{&lw->q_a.w, m->x, hidden, n, m->q_a, c->q_lora_rank},
+                                   {&lw->kv_a.w, m->x, hidden, n, m->kv, kv_width}}, 2);
+
+    /* q = q_b_proj(rmsnorm(q_a)) for this rank's heads */
+    rmsnorm_rows(m->q_a, m->q_a, n, c->q_lora_rank, &lw->q_a_norm, c->rms_norm_eps);
+    run_linears(m, (linear_task[]){{&ls->q_b, m->q_a, c->q_lora_rank, n, m->q, (size_t)m->heads * q_width}}, 1);
+
+    /* c = rmsnorm(latent), k_pe = rope(k_pe) -> fp16 cache; q_pe = rope(q_pe) */
+    for (int t = 0; t < n; t++) {
+        const float *cos_t = m->cos_sin + (size_t)t * rope, *sin_t = cos_t + rope / 2;
+        float *kv_t = m->kv + (size_t)t * kv_width;
+        rmsnorm(kv_t, kv_t, &lw->kv_a_norm, c->rms_norm_eps);
+        rope_apply(kv_t + c->kv_lora_rank, cos_t, sin_t, rope);
+        float_row_to_f16(kv_t, (size_t)kv_width, cache_entry(m, layer, start_pos + t));
+        for (int hd = 0; hd < m->heads; hd++)
+            rope_apply(m->q + ((size_t)t * m->heads + hd) * q_width + c->qk_nope_dim, cos_t, sin_t, rope);
+    }
+
+    /* causal attention over the fp16 cache [0, start_pos + t] */
+    attention_job job = {m, layer, n, start_pos};
+    worker_pool_run(m->pool, attention_worker, &job);
+
+    /* h += o_proj(attn), summed over the ranks' heads */
+    run_linears(m, (linear_task[]){{&ls->o, m->attn, (size_t)m->heads * c->v_head_dim, n, m->partial, hidden}}, 1);
+    tp_comm_allreduce_sum(m->comm, m->rank, m->partial, (size_t)n * hidden);
+    add_rows(m->h, m->partial, (size_t)n * hidden);
+}
+
+/* ---- MLP / MoE ---- */
+
+typedef struct {
+    rank_model *m;
+    int n_jobs;
+    int n;                      /* tokens of the chunk */
+} mlp_batch;
+
+/* act = silu(gate(x)) * up(x) on this worker's rows of every job (cost: tokens per row). */
+static void mlp_gate_up_worker(void *arg, int worker, int n_workers)
+{
+    const mlp_batch *b = arg;
+    int hidden = b->m->cfg->hidden;
+    long total = 0, offset = 0;
+    for (int j = 0; j < b->n_jobs; j++)
+        total += (long)b->m->jobs[j].mlp->inter * b->m->jobs[j].n;
+    long c0 = total * worker / n_workers, c1 = total * (worker + 1) / n_workers;
+    for (int j = 0; j < b->n_jobs; j++) {
+        const mlp_job *job = &b->m->jobs[j];
+        int inter = job->mlp->inter, r0, r1;
+        rows_in_cost_range(offset, inter, job->n, c0, c1, &r0, &r1);
+        offset += (long)inter * job->n;
+        if (r0 == r1)
+            continue;
+        linear_rows(&job->mlp->gate, job->x, hidden, job->n, job->act, inter, r0, r1);
+        linear_rows(&job->mlp->up, job->x, hidden, job->n, job->up, inter, r0, r1);
+        for (int t = 0; t < job->n; t++) {
+            float *act = job->act + (size_t)t * inter + r0;
+            silu_gate(act, act, job->up + (size_t)t * inter + r0, r1 - r0);
+        }
+    }
+}
+
+/* partial[token][r] = sum over jobs (in job order) of weight * down(act)[r], for this
+ * worker's hidden rows r. */
+static void mlp_down_worker(void *arg, int worker, int n_workers)
+{
+    const mlp_batch *b = arg;
+    rank_model *m = b->m;
+    int hidden = m->cfg->hidden, r0, r1;
+    worker_share(hidden, worker, n_workers, &r0, &r1);
+    if (r0 == r1)
+        return;
+    for (int t = 0; t < b->n; t++)
+        memset(m->partial + (size_t)t * hidden + r0, 0, (size_t)(r1 - r0) * sizeof(float));
+    for (int j = 0; j < b->n_jobs; j++) {
+        const mlp_job *job = &m->jobs[j];
+        linear_rows(&job->mlp->down, job->act, job->mlp->inter, job->n, job->y, hidden, r0, r1);
+        for (int t = 0; t < job->n; t++)
+            accumulate_scaled(m->partial + (size_t)job->tokens[t] * hidden + r0, job->y + (size_t)t * hidden + r0,
+                              job->weights ? job->weights[t] : 1.0f, r1 - r0);
+    }
+}
+
+/* Jobs for the chunk's tokens: the shared expert on all tokens, then each chosen expert (in
+ * index order) on the tokens that chose it, with their routing weights. */
+static int moe_jobs(rank_model *m, int layer, int n)
+{
+    const model_config *c = m->cfg;
+    const layer_weights *lw = &m->mw->layers[layer];
+    const layer_shard *ls = &m->layers[layer];
+    int hidden = c->hidden, experts = c->experts, k = c->experts_per_token, n_jobs = 0;
+
+    /* s = sigmoid(x . router^T); choose by s + bias, weigh by s */
+    run_linears(m, (linear_task[]){{&lw->router.w, m->x, hidden, n, m->router_logits, experts}}, 1);
+    for (int t = 0; t < n; t++)
+        moe_route(&m->routing, m->router_logits + (size_t)t * experts, ls->router_bias, m->routing_scratch,
+                  m->chosen + (size_t)t * k, m->chosen_weight + (size_t)t * k);
+
+    if (ls->shared.inter > 0)
+        m->jobs[n_jobs++] = (mlp_job){.mlp = &ls->shared, .n = n, .tokens = m->job_tokens, .x = m->x};
+    int *tokens = m->job_tokens + n;
+    float *weights = m->job_weights + n;
+    memset(m->expert_count, 0, (size_t)experts * sizeof *m->expert_count);
+    for (int i = 0; i < n * k; i++)
+        m->expert_count[m->chosen[i]]++;
+    float *x = m->job_x;
+    for (int e = 0; e < experts; e++) {
+        if (!m->expert_count[e])
+            continue;
+        mlp_job *job = &m->jobs[n_jobs++];
+        *job = (mlp_job){.mlp = &ls->experts[e], .tokens = tokens, .weights = weights, .x = x};
+        for (int i = 0; i < n * k; i++) {
+            if (m->chosen[i] != e)
+                continue;
+            int t = i / k;
+            tokens[job->n] = t;
+            weights[job->n] = m->chosen_weight[i];
+            memcpy(x + (size_t)job->n * hidden, m->x + (size_t)t * hidden, (size_t)hidden * sizeof *x);
+            job->n++;
+        }
+        tokens += job->n;
+        weights += job->n;
+        x += (size_t)job->n * hidden;
+    }
+    return n_jobs;
+}
+
+static void mlp_block(rank_model *m, int layer, int n)
+{
+    const model_config *c = m->cfg;
+    const layer_weights *lw = &m->mw->layers[layer];
+    int hidden = c->hidden, n_jobs;
+
+    rmsnorm_rows(m->x, m->h, n, hidden, &lw->post_attn_norm, c->rms_norm_eps);
+    for (int t = 0; t < n; t++)
+        m->job_tokens[t] = t;
+    if (lw->is_moe) {
+        n_jobs = moe_jobs(m, layer, n);
+    } else {
+        m->jobs[0] = (mlp_job){.mlp = &m->layers[layer].dense, .n = n, .tokens = m->job_tokens, .x = m->x};
+        n_jobs = 1;
+    }
+    /* Per-job intermediate and output rows, one after another. */
+    float *act = m->job_act, *up = m->job_up, *y = m->job_y;
+    for (int j = 0; j < n_jobs; j++) {
+        mlp_job *job = &m->jobs[j];
+        job->act = act;
+        job->up = up;
+        job->y = y;
+        act += (size_t)job->n * job->mlp->inter;
+        up += (size_t)job->n * job->mlp->inter;
+        y += (size_t)job->n * hidden;
+    }
+    mlp_batch b = {m, n_jobs, n};
+    worker_pool_run(m->pool, mlp_gate_up_worker, &b);
+    worker_pool_run(m->pool, mlp_down_worker, &b);
+    tp_comm_allreduce_sum(m->comm, m->rank, m->partial, (size_t)n * hidden);
+    add_rows(m->h, m->partial, (size_t)n * hidden);
+}
+
+/* ---- the whole pass ---- */
+
+static void logits_block(rank_model *m, const int *rows, int n_rows, float *const *logit_out)
+{
+    const model_config *c = m->cfg;
+    int vocab_part = m->shard.vocab.end - m->shard.vocab.begin;
+    for (int j = 0; j < n_rows; j++)
+        rmsnorm(m->logits_x + (size_t)j * c->hidden, m->h + (size_t)rows[j] * c->hidden, &m->mw->final_norm,
+                c->rms_norm_eps);
+    run_linears(m, (linear_task[]){{&m->lm_head, m->logits_x, c->hidden, n_rows, m->logits_part, vocab_part}}, 1);
+    tp_comm_gather_columns(m->comm, m->rank, m->logits_part, n_rows, vocab_part, m->shard.vocab.begin, logit_out);
+}
+
+void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, int layer_begin, int layer_end,
+                  const int *logit_rows, int n_logit_rows, float *const *logit_out)
+{
+    const model_config *c = m->cfg;
+    int rope = c->qk_rope_dim;
+    for (int t = 0; layer_begin == 0 && t < n; t++) {
+        weight_matrix_decode_row(&m->mw->embed.w, tokens[t], m->h + (size_t)t * c->hidden);
+        float *cos_t = m->cos_sin + (size_t)t * rope;
+        rope_cos_sin(&m->rope, start_pos + t, cos_t, cos_t + rope / 2);
+    }
+    for (int layer = layer_begin; layer < layer_end; layer++) {
+        attention_block(m, layer, n, start_pos);
+        mlp_block(m, layer, n);
+    }
+    if (layer_end == c->layers && n_logit_rows > 0)
+        logits_block(m, logit_rows, n_logit_rows, logit_out);
+}
+
+const uint16_t *rank_model_cache(const rank_model *m, int layer)
+{
+    return cache_entry(m, layer, 0);
+}
+
+/* ---- setup ---- */
+
+static mlp_shard mlp_view(const mlp_weights *w, index_range inter)
+{
+    return (mlp_shard){weight_rows(&w->gate.w, inter), weight_rows(&w->up.w, inter), weight_cols(&w->down.w, inter),
+                       inter.end - inter.begin};
+}
+
+static index_range times(index_range r, int width)
+{
+    return (index_range){r.begin * width, r.end * width};
+}
+
+/* calloc of count elements of size bytes, failing on overflow. */
+static void *alloc_array(size_t count, size_t size)
+{
+    if (size && count > SIZE_MAX / size)
+        return NULL;
+    return calloc(count ? count : 1, size);
+}
+
+static int config_supported(const model_config *c, kimi_err *err)
+{
+    int groups = c->n_group > 1 ? c->n_group : 1;
+    if (c->experts > 0 && (c->experts % groups || c->topk_group * (c->experts / groups) < c->experts_per_token))
+        return kimi_fail(err, KIMI_ERR_MODEL,
+                         "config.json: %d experts in n_group %d groups, topk_group %d cannot give %d experts per token",
+                         c->experts, c->n_group, c->topk_group, c->experts_per_token);
+    if (c->experts > 0 && (c->experts_per_token < 1 || c->experts_per_token > c->experts))
+        return kimi_fail(err, KIMI_ERR_MODEL, "config.json: num_experts_per_tok %d is outside [1, %d]",
+                         c->experts_per_token, c->experts);
+    return 0;
+}
+
+static int layer_shards_open(rank_model *m, kimi_err *err)
+{
+    const model_config *c = m->cfg;
+    index_range heads = m->shard.heads;
+    m->layers = alloc_array((size_t)c->layers, sizeof *m->layers);
+    if (!m->layers)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the shard views of %d layers", c->layers);
+    for (int i = 0; i < c->layers; i++) {
+        const layer_weights *lw = &m->mw->layers[i];
+        layer_shard *ls = &m->layers[i];
+        ls->q_b = weight_rows(&lw->q_b.w, times(heads, c->qk_nope_dim + c->qk_rope_dim));
+        ls->kv_b = weight_rows(&lw->kv_b.w, times(heads, c->qk_nope_dim + c->v_head_dim));
+        ls->o = weight_cols(&lw->o.w, times(heads, c->v_head_dim));
+        if (!lw->is_moe) {
+            ls->dense = mlp_view(&lw->dense, m->shard.dense_inter);
+            continue;
+        }
+        if (c->shared_experts > 0)
+            ls->shared = mlp_view(&lw->shared, m->shard.shared_inter);
+        ls->experts = alloc_array((size_t)c->experts, sizeof *ls->experts);
+        if (lw->router_bias.n > 0)
+            ls->router_bias = alloc_array((size_t)c->experts, sizeof(float));
+        if (!ls->experts || (lw->router_bias.n > 0 && !ls->router_bias))
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the expert views of layer %d", i);
+        for (int e = 0; e < c->experts; e++)
+            ls->experts[e] = mlp_view(&lw->experts[e], m->shard.moe_inter);
+        if (ls->router_bias)
+            weight_vector_decode(&lw->router_bias, ls->router_bias);
+    }
+    m->lm_head = weight_rows(&m->mw->lm_head.w, m->shard.vocab);
+    return 0;
+}
+
+static int buffers_open(rank_model *m, int n_workers, kimi_err *err)
+{
+    const model_config *c = m->cfg;
+    size_t T = (size_t)m->max_tokens, k = (size_t)c->experts_per_token, hidden = (size_t)c->hidden;
+    size_t experts = (size_t)c->experts, vocab_part = (size_t)(m->shard.vocab.end - m->shard.vocab.begin);
+    size_t dense_inter = (size_t)(m->shard.dense_inter.end - m->shard.dense_inter.begin);
+    size_t moe_inter = (size_t)(m->shard.moe_inter.end - m->shard.moe_inter.begin);
+    size_t shared_inter = (size_t)(m->shard.shared_inter.end - m->shard.shared_inter.begin);
+    size_t routed = T * k * moe_inter + T * shared_inter;
+    m->job_inter_floats = T * dense_inter > routed ? T * dense_inter : routed;
+    size_t decode_scratch = mla_decode_scratch_floats(&m->mla, m->heads);
+    size_t prefill_scratch = mla_prefill_scratch_floats(&m->mla, m->max_tokens);
+    m->attn_scratch_floats = decode_scratch > prefill_scratch ? decode_scratch : prefill_scratch;
+
+    if (m->capacity <= 0 || (size_t)m->capacity > SIZE_MAX / m->cache_row / (size_t)c->layers)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "a KV cache of %ld positions does not fit in memory", m->capacity);
+    m->cache = alloc_array((size_t)c->layers * (size_t)m->capacity * m->cache_row, sizeof *m->cache);
+    m->h = alloc_array(T * hidden, sizeof(float));
+    m->x = alloc_array(T * hidden, sizeof(float));
+    m->q_a = alloc_array(T * (size_t)c->q_lora_rank, sizeof(float));
+    m->q = alloc_array(T * (size_t)m->heads * (size_t)(c->qk_nope_dim + c->qk_rope_dim), sizeof(float));
+    m->kv = alloc_array(T * m->cache_row, sizeof(float));
+    m->attn = alloc_array(T * (size_t)m->heads * (size_t)c->v_head_dim, sizeof(float));
+    m->partial = alloc_array(T * hidden, sizeof(float));
+    m->cos_sin = alloc_array(T * (size_t)c->qk_rope_dim, sizeof(float));
+    m->attn_scratch = alloc_array((size_t)n_workers * m->attn_scratch_floats, sizeof(float));
+    m->router_logits = alloc_array(T * experts, sizeof(float));
+    m->chosen = alloc_array(T * k, sizeof(int));
+    m->chosen_weight = alloc_array(T * k, sizeof(float));
+    m->routing_scratch = alloc_array(moe_route_scratch_floats(&m->routing), sizeof(float));
+    m->jobs = alloc_array(experts + 1, sizeof *m->jobs);
+    m->job_tokens = alloc_array(T * (k + 1), sizeof(int));
+    m->job_weights = alloc_array(T * (k + 1), sizeof(float));
+    m->expert_count = alloc_array(experts, sizeof(int));
+    m->job_x = alloc_array(T * k * hidden, sizeof(float));
+    m->job_y = alloc_array(T * (k + 1) * hidden, sizeof(float));
+    m->job_act = alloc_array(m->job_inter_floats, sizeof(float));
+    m->job_up = alloc_array(m->job_inter_floats, sizeof(float));
+    m->logits_x = alloc_array(T * hidden, sizeof(float));
+    m->logits_part = alloc_array(T * vocab_part, sizeof(float));
+    if (!m->cache)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for a KV cache of %ld positions (%zu B each)",
+                         m->capacity, m->cache_row * 2 * (size_t)c->layers);
+    if (!m->h || !m->x || !m->q_a || !m->q || !m->kv || !m->attn || !m->partial || !m->cos_sin ||
+        !m->attn_scratch || !m->router_logits || !m->chosen || !m->chosen_weight || !m->routing_scratch ||
+        !m->jobs || !m->job_tokens || !m->job_weights || !m->expert_count || !m->job_x || !m->job_y ||
+        !m->job_act || !m->job_up || !m->logits_x || !m->logits_part)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the activations of %d tokens", m->max_tokens);
+    return 0;
+}
+
+int rank_model_open(rank_model **out, const rank_setup *setup, kimi_err *err)
+{
+    *out = NULL;
+    const model_config *c = &setup->mw->cfg;
+    int status = config_supported(c, err);
+    if (status)
+        return status;
+    rank_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for rank %d", setup->rank);
+    m->mw = setup->mw;
+    m->cfg = c;
+    m->rank = setup->rank;
+    m->tp = setup->tp;
+    m->capacity = setup->capacity;
+    m->max_tokens = setup->max_tokens;
+    m->pool = setup->pool;
+    m->comm = setup->comm;
+    m->cache_row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
+    rope_config rc = {c->qk_rope_dim, c->rope_theta, c->rope_yarn, c->rope_factor, c->rope_original_max,
+                      c->rope_beta_fast, c->rope_beta_slow, c->rope_mscale, c->rope_mscale_all_dim};
+    m->mla = (mla_shape){c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim, c->v_head_dim,
+                         rope_softmax_scale(&rc, c->qk_nope_dim + c->qk_rope_dim)};
+    m->routing = (moe_routing_config){c->experts, c->experts_per_token, c->n_group, c->topk_group,
+                                      c->norm_topk_prob, c->routed_scaling_factor};
+    if (rope_table_init(&m->rope, &rc)) {
+        status = kimi_fail(err, KIMI_ERR_MODEL, "config.json: qk_rope_head_dim %d must be even and at most %d",
+                           c->qk_rope_dim, ROPE_MAX_DIM);
+        goto fail;
+    }
+    if ((status = tp_shard_plan(setup->mw, setup->tp, setup->rank, &m->shard, err)))
+        goto fail;
+    m->heads = m->shard.heads.end - m->shard.heads.begin;
+    if ((status = layer_shards_open(m, err)) || (status = buffers_open(m, worker_pool_size(setup->pool), err)))
+        goto fail;
+    *out = m;
+    return 0;
+fail:
+    rank_model_close(m);
+    return status;
+}
+
+void rank_model_close(rank_model *m)
+{
+    if (!m)
+        return;
+    if (m->layers) {
+        for (int i = 0; i < m->cfg->layers; i++) {
+            free(m->layers[i].experts);
+            free(m->layers[i].router_bias);
+        }
+        free(m->layers);
+    }
+    free(m->cache);
+    free(m->h);
+    free(m->x);
+    free(m->q_a);
+    free(m->q);
+    free(m->kv);
+    free(m->attn);
+    free(m->partial);
+    free(m->cos_sin);
+    free(m->attn_scratch);
+    free(m->router_logits);
+    free(m->chosen);
+    free(m->chosen_weight);
+    free(m->routing_scratch);
+    free(m->jobs);
+    free(m->job_tokens);
+    free(m->job_weights);
+    free(m->expert_count);
+    free(m->job_x);
+    free(m->job_y);
+    free(m->job_act);
+    free(m->job_up);
+    free(m->logits_x);
+    free(m->logits_part);
+    free(m);
+}

@@ -1,0 +1,42 @@
+/* forward: one tensor-parallel rank of the CPU backend: views of its shard of every weight (in
+ * place in the mmap'ed checkpoint), its replica of the fp16 latent cache, and the forward pass
+ * over a chunk of tokens, written to read like the math of docs/MODEL_FORMAT.md. */
+#ifndef KIMI_FORWARD_H
+#define KIMI_FORWARD_H
+
+#include <stdint.h>
+
+#include "engine/base/error.h"
+#include "engine/backend/tp_comm.h"
+#include "engine/model/weights.h"
+#include "engine/backend/worker_pool.h"
+
+typedef struct rank_model rank_model;
+
+typedef struct {
+    const model_weights *mw;
+    int tp, rank;
+    long capacity;              /* positions in the cache */
+    int max_tokens;             /* most tokens of one rank_forward call */
+    worker_pool *pool;          /* this rank's workers (borrowed) */
+    tp_comm *comm;              /* shared by the ranks (borrowed) */
+} rank_setup;
+
+int rank_model_open(rank_model **out, const rank_setup *setup, kimi_err *err);
+void rank_model_close(rank_model *m);
+
+/* Layers [layer_begin, layer_end) of the pass over tokens [n] (n <= max_tokens, ids checked
+ * by the caller) at positions start_pos.. (the cache holds [0, start_pos) already;
+ * start_pos + n <= capacity), so a caller can stop between layers. A pass is one or more
+ * calls with consecutive layer ranges and the same tokens: the one from layer 0 embeds the
+ * tokens, the one up to the last layer computes the logits; the hidden state stays in the
+ * rank between calls. Every rank calls it together. For j < n_logit_rows, logit_out[j]
+ * [vocab] receives the logits of token logit_rows[j] (logit_out: rank 0's row pointers; the
+ * other ranks pass NULL). */
+void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, int layer_begin, int layer_end,
+                  const int *logit_rows, int n_logit_rows, float *const *logit_out);
+
+/* This rank's cache of one layer: [capacity][kv_lora_rank | qk_rope_dim] fp16. */
+const uint16_t *rank_model_cache(const rank_model *m, int layer);
+
+#endif

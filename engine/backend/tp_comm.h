@@ -1,0 +1,27 @@
+/* tp_comm: the tensor-parallel communicator of the CPU backend: rank threads of one process
+ * sum partial activations (all-reduce) and collect logit columns on rank 0 (gather) through
+ * shared memory. */
+#ifndef KIMI_TP_COMM_H
+#define KIMI_TP_COMM_H
+
+#include <stddef.h>
+
+#include "engine/base/error.h"
+
+typedef struct tp_comm tp_comm;
+
+/* ranks threads; max_floats: the largest all-reduce; spin: see spin_barrier. */
+int tp_comm_open(tp_comm **out, int ranks, size_t max_floats, int spin, kimi_err *err);
+void tp_comm_close(tp_comm *c);
+
+/* Every rank calls with its partial buf [n] (n <= max_floats); on return every rank's buf
+ * holds the sum over ranks, added in rank order, so all ranks get the same bits. */
+void tp_comm_allreduce_sum(tp_comm *c, int rank, float *buf, size_t n);
+
+/* Every rank calls with its part [rows][part_cols]; row i lands in columns [col_offset,
+ * col_offset + part_cols) of out_rows[i] (out_rows: rank 0's [rows] row pointers; the other
+ * ranks pass NULL). Returns when every part is in place. */
+void tp_comm_gather_columns(tp_comm *c, int rank, const float *part, int rows, int part_cols,
+                            int col_offset, float *const *out_rows);
+
+#endif

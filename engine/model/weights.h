@@ -1,0 +1,119 @@
+/* weights: every tensor the forward pass needs, resolved from the mmap'ed checkpoint into
+ * typed, shape-checked views, plus the tensor-parallel plan and the memory plan. */
+#ifndef KIMI_WEIGHTS_H
+#define KIMI_WEIGHTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model/config.h"
+#include "engine/base/error.h"
+#include "kernels/tensor.h"
+
+/* One linear y = W x, W [out][in]. */
+typedef struct {
+    char name[160];             /* checkpoint name without ".weight" */
+    weight_matrix w;            /* the full matrix */
+} linear;
+
+typedef struct {
+    linear gate;                /* [inter][hidden] */
+    linear up;                  /* [inter][hidden] */
+    linear down;                /* [hidden][inter] */
+    int inter;                  /* intermediate width of this MLP */
+} mlp_weights;
+
+typedef struct {
+    weight_vector input_norm;       /* [hidden] */
+    weight_vector post_attn_norm;   /* [hidden] */
+    linear q_a;                     /* [q_lora_rank][hidden] */
+    weight_vector q_a_norm;         /* [q_lora_rank] */
+    linear q_b;                     /* [heads*(nope+rope)][q_lora_rank] */
+    linear kv_a;                    /* [kv_lora_rank+rope][hidden] (kv_a_proj_with_mqa) */
+    weight_vector kv_a_norm;        /* [kv_lora_rank] */
+    linear kv_b;                    /* [heads*(nope+v)][kv_lora_rank] */
+    linear o;                       /* [hidden][heads*v] */
+
+    int is_moe;
+    mlp_weights dense;              /* !is_moe */
+    linear router;                  /* is_moe: mlp.gate [experts][hidden] */
+    weight_vector router_bias;      /* is_moe: e_score_correction_bias [experts]; n == 0 if absent */
+    mlp_weights *experts;           /* is_moe: [experts] */
+    mlp_weights shared;             /* is_moe && shared_experts > 0: inter = shared x moe_inter */
+} layer_weights;
+
+typedef struct safetensors_set safetensors_set;
+
+/* Bytes of the mmap'ed checkpoint that the model uses. */
+typedef struct {
+    const uint8_t *data;
+    size_t bytes;
+} weight_span;
+
+typedef struct {
+    model_config cfg;
+    safetensors_set *files;         /* owns the mmaps every view points into */
+    char prefix[64];                /* "language_model.model." etc. */
+    linear embed;                   /* [vocab][hidden]; a row is a token's embedding */
+    weight_vector final_norm;       /* [hidden] */
+    linear lm_head;                 /* [vocab][hidden] (embed when tied) */
+    layer_weights *layers;          /* [cfg.layers] */
+    int n_nvfp4_linears, n_dense_linears;   /* linears of the language model (lm_head included
+                                               unless tied; the embedding table is not a linear) */
+    size_t weight_bytes;            /* bytes of every language-model tensor used */
+    weight_span *spans;             /* [n_spans] those tensors, in address order, adjacent
+                                       and overlapping ones merged */
+    size_t n_spans;
+    double load_seconds;
+} model_weights;
+
+/* Open model_dir: config, every shard, every tensor resolved and checked. */
+int weights_load(model_weights *mw, const char *model_dir, kimi_err *err);
+void weights_free(model_weights *mw);
+
+/* Progress of weights_page_in: bytes of the spans read so far of their total. A non-zero
+ * return stops the reading. */
+typedef int (*weights_page_in_progress)(void *user, size_t done, size_t total);
+
+/* weights_page_in's result when progress stopped it (not an error: err is left alone). */
+#define WEIGHTS_STOPPED (-1)
+
+/* Read the model's weights into memory through the mmap so that the first forward pass does
+ * not wait for the disk: `threads` threads take 64 MiB steps of the spans in address order
+ * (madvise WILLNEED on the step, then one byte of every page). The calling thread only waits
+ * and reports: progress (may be NULL) is called on it every report_seconds while the threads
+ * read, and once at the end with done == total. When progress returns non-zero, the threads
+ * finish the step they are in and no more is read: WEIGHTS_STOPPED (nothing to free; pages
+ * read stay in the page cache). Otherwise 0, or KIMI_ERR_NOMEM when the threads cannot start. */
+int weights_page_in(const model_weights *mw, int threads, double report_seconds, weights_page_in_progress progress,
+                    void *user, kimi_err *err);
+
+/* Look up any linear by checkpoint name (without ".weight"), for kimi-probe weights. */
+const linear *weights_find_linear(const model_weights *mw, const char *name);
+
+/* ---- tensor-parallel plan: how rank r of tp slices each sharded linear ---- */
+typedef struct { int begin, end; } index_range;
+
+typedef struct {
+    int tp, rank;
+    index_range heads;              /* attention heads of this rank */
+    index_range dense_inter;        /* dense MLP intermediate columns */
+    index_range moe_inter;          /* every routed expert's intermediate columns */
+    index_range shared_inter;       /* shared expert intermediate columns */
+    index_range vocab;              /* lm_head rows */
+    size_t weight_bytes;            /* bytes of weights this rank reads (replicated ones included) */
+} tp_shard;
+
+int tp_shard_plan(const model_weights *mw, int tp, int rank, tp_shard *out, kimi_err *err);
+
+/* Views of a row range [r.begin, r.end) or a K range of a full matrix (no copies). */
+weight_matrix weight_rows(const weight_matrix *w, index_range r);
+weight_matrix weight_cols(const weight_matrix *w, index_range k);
+
+/* ---- memory plan ---- */
+/* fp16 latent + k_pe for all layers: (kv_lora_rank + qk_rope_dim) * 2 B * layers. */
+size_t kv_bytes_per_token(const model_config *cfg);
+/* Positions that fit in budget_bytes per rank after that rank's weights (0 if none). */
+long max_context_for_budget(const model_config *cfg, size_t rank_weight_bytes, size_t budget_bytes);
+
+#endif
