@@ -22,3 +22,7 @@ kimi_unit_test(test_storage_read SOURCES test_storage_read.c DEPS kimi_storage_r
 add_test(NAME test_probe_load COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_load.sh $<TARGET_FILE:kimi-probe>
   WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_probe_load PROPERTIES LABELS unit)
+# The dependency direction of the tree, and that the check finds a planted upward include.
+add_test(NAME test_layering COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_layering.sh ${CMAKE_SOURCE_DIR})
+add_test(NAME test_layering_self COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_layering.sh --self-test)
+set_tests_properties(test_layering test_layering_self PROPERTIES LABELS unit)
