@@ -221,6 +221,15 @@ static int parse_text_config(model_config *cfg, const field_reader *r, json_t *t
         return r->err->code;
     cfg->routed_scaling_factor = (float)scaling;
     cfg->rms_norm_eps = (float)eps;
+    /* both are used as floats: a double that rounds to 0 or infinity there is refused */
+    const struct { const char *key; double value; float as_float; } floats[] = {
+        {"routed_scaling_factor", scaling, cfg->routed_scaling_factor},
+        {"rms_norm_eps", eps, cfg->rms_norm_eps},
+    };
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (!isfinite(floats[i].as_float) || floats[i].as_float <= 0)
+            return kimi_fail(r->err, KIMI_ERR_MODEL, "%s: %s%s = %g is outside the range of a float", r->file,
+                             r->scope, floats[i].key, floats[i].value);
     if (check_choice(r, "topk_method", "noaux_tc") || check_choice(r, "scoring_func", "sigmoid") ||
         check_choice(r, "hidden_act", "silu") || parse_rope_scaling(r, cfg))
         return r->err->code;

@@ -12,6 +12,11 @@ set_tests_properties(test_loader_variants PROPERTIES LABELS unit)
 add_test(NAME test_probe_loader COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_loader.sh $<TARGET_FILE:kimi-probe>
   WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_probe_loader PROPERTIES LABELS unit)
-add_test(NAME test_probe_plan COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_plan.sh $<TARGET_FILE:kimi-probe>
+# kimi-probe plan over described devices (tiny-k25), and Kimi-K2.5's plan (a --holes checkpoint of
+# its shapes) against figures by hand and the README's table.
+add_test(NAME test_probe_plan COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_plan.sh rules $<TARGET_FILE:kimi-probe>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_probe_plan PROPERTIES LABELS unit)
+add_test(NAME test_probe_plan_k25 COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_plan.sh k25 $<TARGET_FILE:kimi-probe>
+         $<TARGET_FILE:kimi-mkmodel> WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_probe_plan_k25 PROPERTIES LABELS unit TIMEOUT 900)

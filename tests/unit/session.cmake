@@ -12,6 +12,10 @@ kimi_exe(session_durability_writer SOURCES session_durability_writer.c DEPS kimi
 kimi_exe(test_session_durability SOURCES test_session_durability.c DEPS kimi_session)
 add_test(NAME test_session_durability COMMAND test_session_durability $<TARGET_FILE:session_durability_writer>)
 set_tests_properties(test_session_durability PROPERTIES LABELS unit TIMEOUT 120)
+# The durability protocol of atomic saves (sessions, JSON and Markdown exports): fsync and
+# rename wrapped at link time, their count and order checked, failures injected at each step.
+kimi_unit_test(test_session_atomic SOURCES test_session_atomic.c DEPS kimi_session)
+target_link_options(test_session_atomic PRIVATE -Wl,--wrap=fsync -Wl,--wrap=rename)
 # The same tests under a locale with a decimal comma.
 add_test(NAME test_session_locale
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/session_locale.sh $<TARGET_FILE:test_session>

@@ -173,6 +173,10 @@ static void test_config_errors(void)
     expect_config_error("negative vocab", edited("vocab_size", "-5"), "vocab_size");
     expect_config_error("rms_norm_eps string", edited("rms_norm_eps", "\"1e-5\""), "rms_norm_eps must be a number");
     expect_config_error("missing rope_theta", edited("rope_theta", NULL), "rope_theta");
+    expect_config_error("rms_norm_eps past float", edited("rms_norm_eps", "1e300"),
+                        "text_config.rms_norm_eps = 1e+300 is outside the range of a float");
+    expect_config_error("routed_scaling_factor under float", edited("routed_scaling_factor", "1e-300"),
+                        "text_config.routed_scaling_factor = 1e-300 is outside the range of a float");
     expect_config_error("norm_topk_prob not bool", edited("norm_topk_prob", "1"), "norm_topk_prob");
     expect_config_error("experts not divisible by n_group", edited("n_group", "5"), "n_group");
     expect_config_error("topk_group > n_group", edited("topk_group", "2"), "topk_group");

@@ -76,8 +76,17 @@ static void test_plan(void)
     CHECK_INT(plan.max_context, 800);
     CHECK(strstr(plan.summary, "(as asked; up to") != NULL);
 
+    /* Exactly the memory fit is allowed; one position past it is not. */
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget, 8, 1000, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.max_context, 1000);
     CHECK_INT(kv_cache_plan_context(&cfg, weights, budget, 8, 1001, "the test budget", &plan, &err), KIMI_ERR_NOMEM);
     CHECK_MSG(strstr(err.msg, "1001") && strstr(err.msg, "at most 1000"), "%s", err.msg);
+
+    /* One byte short of the 1000th position: 999 fit. */
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget - 1, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.max_fit, 999);
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget - 1, 8, 1000, "the test budget", &plan, &err),
+              KIMI_ERR_NOMEM);
 
     /* Plenty of memory: the model's own limit caps the context. */
     CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 0, "the test budget", &plan, &err), 0);
@@ -86,6 +95,26 @@ static void test_plan(void)
     CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 300000, "the test budget", &plan, &err),
               KIMI_ERR_USAGE);
     CHECK(strstr(err.msg, "262144") != NULL);
+    /* Exactly max_position_embeddings is allowed; one past it is not, with or without a budget. */
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 262144, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.max_context, 262144);
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 262145, "the test budget", &plan, &err),
+              KIMI_ERR_USAGE);
+    CHECK_MSG(strstr(err.msg, "262145") && strstr(err.msg, "262144"), "%s", err.msg);
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 8, 262144, "none", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 8, 262145, "none", &plan, &err), KIMI_ERR_USAGE);
+
+    /* A budget that holds exactly max_position_embeddings positions, and one more: both cap there. */
+    size_t full = weights + per_token * 262144;
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, full, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.max_fit, 262144);
+    CHECK_INT(plan.max_context, 262144);
+    CHECK(strstr(plan.summary, "max_position_embeddings") != NULL);
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, full + per_token, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.max_context, 262144);
+    CHECK_INT(kv_cache_plan_context(&cfg, weights, full - 1, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.max_context, 262143);
+    CHECK(strstr(plan.summary, "what the memory budget holds") != NULL);
 
     /* The weights alone do not fit. */
     CHECK_INT(kv_cache_plan_context(&cfg, weights, 70 * gib, 8, 0, "the test budget", &plan, &err), KIMI_ERR_NOMEM);

@@ -380,6 +380,82 @@ static void test_malformed(void)
     check_scenario(&sg, &g);
 }
 
+/* <think> and </think> after the first id are out of place: noted and ignored, the text on either
+ * side stays where it was (a <think> mid-answer must not fold the rest of the answer away). */
+static void test_think_out_of_place(void)
+{
+    stream a = {0};
+    add_text(&a, "plan");
+    add_special(&a, "</think>");
+    add_text(&a, "Part one.");
+    add_special(&a, "<think>");
+    add_text(&a, " Part two.");
+    add_special(&a, "<|im_end|>");
+    scenario sa = {"think mid-answer", PARSE_START_REASONING, -1,
+                   "R:plan|C:Part one.|N:unexpected <think> in the answer, ignored|C: Part two.|S:end of turn"};
+    check_scenario(&sa, &a);
+    recording r;
+    stream_parser *p;
+    feed(&sa, &a, NULL, 0, &r, &p);
+    CHECK_STR(parse_message(p)->reasoning.s, "plan");
+    CHECK_STR(parse_message(p)->content.s, "Part one. Part two.");
+    parse_free(p);
+
+    /* Thinking off: <think> and </think> mid-answer. */
+    stream b = {0};
+    add_text(&b, "A");
+    add_special(&b, "<think>");
+    add_text(&b, "B");
+    add_special(&b, "</think>");
+    add_text(&b, "C");
+    add_special(&b, "<|im_end|>");
+    scenario sb = {"think mid-answer, thinking off", PARSE_START_CONTENT, -1,
+                   "C:A|N:unexpected <think> in the answer, ignored|C:B"
+                   "|N:unexpected </think> in the answer, ignored|C:C|S:end of turn"};
+    check_scenario(&sb, &b);
+
+    /* A second <think> inside the reasoning. */
+    stream c = {0};
+    add_text(&c, "a");
+    add_special(&c, "<think>");
+    add_text(&c, "b");
+    add_special(&c, "</think>");
+    add_text(&c, "c");
+    add_special(&c, "<|im_end|>");
+    scenario sc = {"think mid-reasoning", PARSE_START_REASONING, -1,
+                   "R:a|N:unexpected <think> in the reasoning, ignored|R:b|C:c|S:end of turn"};
+    check_scenario(&sc, &c);
+
+    /* Inside a tool call's id and arguments: the call and its JSON come through whole. */
+    stream d = {0};
+    add_special(&d, "</think>");
+    add_special(&d, "<|tool_calls_section_begin|>");
+    add_special(&d, "<|tool_call_begin|>");
+    add_text(&d, "functions.f:0");
+    add_special(&d, "<think>");
+    add_special(&d, "<|tool_call_argument_begin|>");
+    add_text(&d, "{\"a\": ");
+    add_special(&d, "<think>");
+    add_text(&d, "1");
+    add_special(&d, "</think>");
+    add_text(&d, "}");
+    add_special(&d, "<|tool_call_end|>");
+    add_special(&d, "<|tool_calls_section_end|>");
+    add_text(&d, "done");
+    add_special(&d, "<|im_end|>");
+    scenario sd = {"think mid-tool-call", PARSE_START_REASONING, -1,
+                   "B0|N:unexpected <think> in the tool-call id, ignored|I0:functions.f:0=f|A:{\"a\": "
+                   "|N:unexpected <think> in the tool-call arguments, ignored|A:1"
+                   "|N:unexpected </think> in the tool-call arguments, ignored|A:}|E0:ok|C:done|S:end of turn"};
+    check_scenario(&sd, &d);
+    feed(&sd, &d, NULL, 0, &r, &p);
+    CHECK_INT(parse_message(p)->n_tool_calls, 1);
+    if (parse_message(p)->n_tool_calls == 1)
+        CHECK_STR(parse_message(p)->tool_calls[0].arguments.s, "{\"a\": 1}");
+    CHECK(!parse_message(p)->reasoning.s || !parse_message(p)->reasoning.s[0]);
+    parse_free(p);
+}
+
 static void test_engine_stops(void)
 {
     /* Max tokens inside the reasoning: reported as stopped while thinking. */
@@ -553,6 +629,7 @@ int main(void)
     test_answer_after_reasoning();
     test_tool_calls();
     test_malformed();
+    test_think_out_of_place();
     test_engine_stops();
     test_utf8();
     test_nul_round_trip();

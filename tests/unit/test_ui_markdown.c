@@ -162,6 +162,79 @@ static void test_fenced_code(void)
     styled_lines_free(&l);
 }
 
+/* Each line of l from..to-1 is code (THEME_CODE runs only) and reads as expected[]. */
+static void check_code_lines(const styled_lines *l, size_t from, const char *const *expected, size_t n,
+                             const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        CHECK_MSG(!strcmp(line(l, from + i), expected[i]), "%s: line %zu is '%s', expected '%s'", what, from + i,
+                  line(l, from + i), expected[i]);
+        for (size_t r = 0; from + i < l->n_lines && r < l->lines[from + i].n_runs; r++)
+            CHECK_MSG(run(l, from + i, r)->element == THEME_CODE, "%s: line %zu is not code", what, from + i);
+    }
+}
+
+/* CommonMark fences: a fence closes only with the same character, at least as many of them and
+ * nothing but spaces after, so a shorter fence or the other character inside is code. The
+ * Markdown export writes fences longer than any backtick run in the text to rely on this. */
+static void test_fence_lengths(void)
+{
+    static const char *const chars[] = {"`", "~"};
+    for (int c = 0; c < 2; c++) {
+        const char *ch = chars[c], *other = chars[1 - c];
+        for (int len = 3; len <= 5; len++) {
+            char open[8] = "", shorter[8] = "", longer[8] = "", alien[8] = "", text[256], what[64];
+            for (int k = 0; k < len; k++)
+                strcat(open, ch);
+            for (int k = 0; k < len - 1; k++)
+                strcat(shorter, ch);
+            strcat(strcpy(longer, open), ch);
+            for (int k = 0; k < len; k++)
+                strcat(alien, other);
+            snprintf(what, sizeof what, "fence of %d %s", len, ch);
+
+            /* Inside: a shorter fence (bare and with an info string), the other character's fence,
+             * the same fence followed by text; then a longer fence closes it. */
+            snprintf(text, sizeof text, "%smd\n%s\n%spy\n%s\n%s x\nin\n%s\nafter\n", open, shorter, shorter,
+                     alien, open, longer);
+            styled_lines l = layout(text, 16, 0);
+            CHECK_STR(line(&l, 0), " md             ");
+            char row[4][32];
+            snprintf(row[0], sizeof row[0], " %-15s", shorter);
+            snprintf(row[1], sizeof row[1], " %spy%*s", shorter, 15 - (len - 1) - 2, "");
+            snprintf(row[2], sizeof row[2], " %-15s", alien);
+            snprintf(row[3], sizeof row[3], " %s x%*s", open, 15 - len - 2, "");
+            const char *const code[] = {row[0], row[1], row[2], row[3], " in             "};
+            check_code_lines(&l, 1, code, 5, what);
+            CHECK_MSG(!strcmp(line(&l, 6), "after") && l.n_lines == 7, "%s: %zu lines, line 6 '%s'", what,
+                      l.n_lines, line(&l, 6));
+            styled_lines_free(&l);
+
+            /* The same length, indented up to 3 spaces and with trailing spaces, closes too. */
+            snprintf(text, sizeof text, "%s\ncode\n   %s  \nafter\n", open, open);
+            l = layout(text, 16, 0);
+            CHECK_MSG(l.n_lines == 2 && !strcmp(line(&l, 1), "after"), "%s: same length did not close", what);
+            styled_lines_free(&l);
+        }
+    }
+
+    /* Nested: a 5-backtick block holding a 4-backtick block holding a 3-backtick block stays one
+     * block; its own closing fence ends it. */
+    styled_lines l = layout("`````\n````md\n```c\nx\n```\n````\n`````\nafter\n", 16, 0);
+    const char *const nested[] = {" ````md         ", " ```c           ", " x              ", " ```            ",
+                                  " ````           "};
+    check_code_lines(&l, 0, nested, 5, "nested");
+    CHECK_MSG(l.n_lines == 6 && !strcmp(line(&l, 5), "after"), "nested: %zu lines", l.n_lines);
+    styled_lines_free(&l);
+
+    /* A tilde block holding backtick fences, and a backtick block holding tilde fences. */
+    l = layout("~~~~\n```\n~~~\n~~~~\nafter\n", 16, 0);
+    const char *const mixed[] = {" ```            ", " ~~~            "};
+    check_code_lines(&l, 0, mixed, 2, "mixed");
+    CHECK_MSG(l.n_lines == 3 && !strcmp(line(&l, 2), "after"), "mixed: %zu lines", l.n_lines);
+    styled_lines_free(&l);
+}
+
 /* Columns of the border characters of line i (display columns, from the runs). */
 static int bar_columns(const styled_lines *l, size_t i, int *cols, int max)
 {
@@ -366,6 +439,7 @@ int main(void)
     test_blocks();
     test_lists();
     test_fenced_code();
+    test_fence_lengths();
     test_table_cjk();
     test_plain();
     test_streaming();
