@@ -61,6 +61,7 @@ struct app {
     int answer_open_reasoning;      /* reasoning text came and the answer has not begun */
     parse_stop_reason stop_reason;  /* of the answer that just ended */
     long context_used;
+    long drafted_tokens, accepted_tokens;   /* speculative decoding, since the start */
 
     /* the tool thread */
     int tool_pipe[2];               /* the thread writes one byte when the run ends */
@@ -315,6 +316,8 @@ static int append_answer(app *a, const generator_result *res, parse_stop_reason 
     }
     if (a->content.failed || a->reasoning.failed)
         rc = kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the answer");
+    a->drafted_tokens += res->drafted_tokens;
+    a->accepted_tokens += res->accepted_tokens;
     session_message_meta meta = {
         .has_stats = 1, .prompt_tokens = res->prompt_tokens, .reused_tokens = res->reused_tokens,
         .generated_tokens = res->generated_tokens, .ttft_seconds = res->ttft_seconds,
@@ -946,6 +949,10 @@ static void show_stats(app *a)
                       last->prompt_tokens, last->reused_tokens, last->prompt_tokens - last->reused_tokens,
                       last->generated_tokens, last->ttft_seconds, last->prefill_tok_s, last->decode_tok_s,
                       last->stop_reason ? last->stop_reason : "");
+    if (a->gen->speculation[0])
+        strbuf_printf(&b, "speculation %s: %ld of %ld drafted tokens accepted (%.0f%%) since the start\n",
+                      a->gen->speculation, a->accepted_tokens, a->drafted_tokens,
+                      a->drafted_tokens ? 100.0 * (double)a->accepted_tokens / (double)a->drafted_tokens : 0.0);
     strbuf_printf(&b, "session: %d messages, %d answers, %d tokens generated · temperature %g · top_p %g · "
                       "top_k %d · max_tokens %d · seed %llu · thinking %s",
                   s->conv.n_messages, answers, generated, (double)s->settings.temperature,

@@ -60,6 +60,8 @@ typedef struct {
     double ttft_seconds;            /* start to the first generated token */
     double prefill_tok_s;
     double decode_tok_s;
+    int drafted_tokens;             /* speculative decoding: tokens drafted and verified (local) */
+    int accepted_tokens;            /* of those, taken */
     const int32_t *ids;             /* [n_ids] the generated ids (local only; else NULL) */
     size_t n_ids;
     char error[512];                /* why the answer failed (the engine or the server said so),
@@ -91,6 +93,7 @@ struct generator {
     char summary[1024];             /* said once at start (one or more lines); "" when it was
                                        said already (generator_local_options.on_note) */
     long context_limit;             /* positions an answer and its prompt may fill; 0 = unknown */
+    char speculation[48];           /* "auto", "4 tokens", "off" (local); "" where it is not ours */
 };
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/runtime/speculate.h"
 #include "engine/text/tokenizer.h"
 
 typedef struct {
@@ -123,6 +124,8 @@ static int finish_answer(local_generator *g, const engine_stats *st, kimi_err *e
     res->generated_tokens = st->generated_tokens;
     res->prefill_tok_s = st->prefill_tok_s;
     res->decode_tok_s = st->decode_tok_s;
+    res->drafted_tokens = st->drafted_tokens;
+    res->accepted_tokens = st->accepted_tokens;
     /* A stop id has already stopped the parser; any other end is told to it. */
     if (!parse_stopped(g->parser) && parse_finish(g->parser, stop_from_engine(st->stop_reason), err))
         return err->code;
@@ -240,6 +243,13 @@ int generator_local_open(generator **out, const generator_local_options *o, kimi
         snprintf(g->base.summary, sizeof g->base.summary, "%s%s%s", info->summary, info->kv_cache_note[0] ? "\n" : "",
                  info->kv_cache_note);
     g->base.context_limit = info->max_context;
+    if (info->speculate == SPECULATE_AUTO)
+        snprintf(g->base.speculation, sizeof g->base.speculation, "auto");
+    else if (info->speculate == SPECULATE_OFF)
+        snprintf(g->base.speculation, sizeof g->base.speculation, "off%s",
+                 o->engine.speculate != SPECULATE_OFF ? " (not on this backend yet)" : "");
+    else
+        snprintf(g->base.speculation, sizeof g->base.speculation, "%d tokens", info->speculate);
     *out = &g->base;
     return 0;
 fail:

@@ -16,6 +16,7 @@
 #include "app/chat/paths.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/device_plan.h"
+#include "engine/runtime/speculate.h"
 #include "engine/base/file_io.h"
 
 #ifndef KIMI_VERSION
@@ -23,7 +24,7 @@
 #endif
 
 typedef enum {
-    OPT_MODEL, OPT_SERVER, OPT_SERVER_MODEL, OPT_API_KEY_ENV, OPT_API_KEY_FILE, OPT_BACKEND, OPT_TP, OPT_MAX_CONTEXT, OPT_MEM_GIB, OPT_THREADS, OPT_DEVICES,
+    OPT_MODEL, OPT_SERVER, OPT_SERVER_MODEL, OPT_API_KEY_ENV, OPT_API_KEY_FILE, OPT_BACKEND, OPT_TP, OPT_MAX_CONTEXT, OPT_MEM_GIB, OPT_THREADS, OPT_DEVICES, OPT_SPECULATE,
     OPT_VERIFY,
     OPT_PLAIN, OPT_SCRIPT, OPT_KEEP_GOING, OPT_PROMPT,
     OPT_RESUME, OPT_LOAD, OPT_SYSTEM, OPT_NO_SAVE,
@@ -55,6 +56,7 @@ static const flag_def flags[] = {
     {"mem-gib", 0, "G", OPT_MEM_GIB, "memory budget in GiB (default 0: the engine picks)"},
     {"threads", 0, "N", OPT_THREADS, "CPU threads, 0..4096 (default 0: cores / tp)"},
     {"devices", 0, "LIST", OPT_DEVICES, "GPUs: one per rank, or one for all (default 0..tp-1)"},
+    {"speculate", 0, "off|auto|N", OPT_SPECULATE, "draft N tokens by prompt lookup (default auto)"},
     {"verify", 0, NULL, OPT_VERIFY, "check the backend against the CPU first"},
     {NULL, 0, NULL, 0, "Mode"},
     {"plain", 0, NULL, OPT_PLAIN, "line mode (default off a terminal or with TERM=dumb)"},
@@ -98,7 +100,7 @@ static const struct {
     option_id id;
 } config_keys[] = {
     {"model", OPT_MODEL}, {"server", OPT_SERVER}, {"server_model", OPT_SERVER_MODEL},
-    {"api_key_env", OPT_API_KEY_ENV}, {"api_key_file", OPT_API_KEY_FILE}, {"backend", OPT_BACKEND}, {"tp", OPT_TP}, {"devices", OPT_DEVICES},
+    {"api_key_env", OPT_API_KEY_ENV}, {"api_key_file", OPT_API_KEY_FILE}, {"backend", OPT_BACKEND}, {"tp", OPT_TP}, {"devices", OPT_DEVICES}, {"speculate", OPT_SPECULATE},
     {"max_context", OPT_MAX_CONTEXT}, {"mem_gib", OPT_MEM_GIB}, {"theme", OPT_THEME},
     {"temperature", OPT_TEMPERATURE}, {"top_p", OPT_TOP_P}, {"top_k", OPT_TOP_K},
     {"max_tokens", OPT_MAX_TOKENS}, {"seed", OPT_SEED}, {"thinking", OPT_THINK},
@@ -259,6 +261,7 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         int devices[DEVICE_MAX_RANKS], n;
         return device_list_parse(what, v, devices, &n, err) ? KIMI_ERR_USAGE : set_string(&o->devices, v, what, err);
     }
+    case OPT_SPECULATE: return speculate_parse(v, &o->speculate, what, err);
     case OPT_VERIFY: o->verify = 1; return 0;
     case OPT_SCRIPT:
         if (!*v)
@@ -566,6 +569,7 @@ static int defaults(app_options *o, kimi_err *err)
     memset(o, 0, sizeof *o);
     o->backend = BACKEND_CPU;
     o->tp = 1;
+    o->speculate = SPECULATE_AUTO;
     o->thinking = 1;
     o->reasoning = REASONING_COLLAPSED;
     o->mode = APP_MODE_PLAIN;

@@ -31,6 +31,7 @@ typedef struct {
     long max_context;       /* --max-context / max_context = (0: as much as fits) */
     double mem_gib;         /* --mem-gib / mem_gib = (0: the engine's default) */
     int threads;            /* --threads (0: cores / tp) */
+    int speculate;          /* --speculate / speculate =: SPECULATE_AUTO, _OFF or a draft length */
     char *devices;          /* --devices / devices =: which GPUs, as written ("0,1,2,3", checked
                                by device_list_parse); NULL: the engine's choice */
     int verify;             /* --verify: the self-check (engine/runtime/verify.h) before the chat */

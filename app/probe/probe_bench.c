@@ -13,6 +13,7 @@
 
 #include "app/probe/probe_args.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/speculate.h"
 #include "engine/text/tokenizer.h"
 
 int probe_engine_options(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err)
@@ -24,6 +25,11 @@ int probe_engine_options(const probe_args *a, long default_ctx, engine_options *
         probe_arg_int(a, "tp", 1, 8, 1, &tp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
         probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err) ||
         probe_arg_devices(a, devices, &opt->n_devices, err))
+        return err->code;
+    const char *speculate = probe_arg(a, "speculate");
+    char what[64];
+    snprintf(what, sizeof what, "--speculate %.40s", speculate ? speculate : "");
+    if (speculate && speculate_parse(speculate, &opt->speculate, what, err))
         return err->code;
     opt->devices = opt->n_devices ? devices : NULL;
     opt->tp = (int)tp;
@@ -83,7 +89,7 @@ int probe_generate(int argc, char **argv)
     engine_options opt;
     long n_new;
     int *stop = NULL, n_stop = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,devices,threads,ctx", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,devices,threads,ctx,speculate", &err) ||
         probe_engine_options(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
         return probe_report(&err);
     const char *tokens_text = probe_arg(&a, "tokens"), *prompt_text = probe_arg(&a, "prompt");
@@ -144,10 +150,12 @@ int probe_generate(int argc, char **argv)
         json_t *ids = json_array();
         for (int i = 0; i < n_out; i++)
             json_array_append_new(ids, json_integer(out[i]));
-        json_t *o = json_pack("{s:i, s:o, s:s%, s:s, s:i, s:f, s:f}", "prompt_tokens", (int)n_prompt, "ids", ids,
-                              "text", text, text_len, "stop_reason", engine_stop_reason_name(st.stop_reason),
-                              "generated_tokens", st.generated_tokens, "prefill_tok_s", st.prefill_tok_s,
-                              "decode_tok_s", st.decode_tok_s);
+        json_t *o = json_pack("{s:i, s:o, s:s%, s:s, s:i, s:f, s:f, s:i, s:i, s:i}", "prompt_tokens", (int)n_prompt,
+                              "ids", ids, "text", text, text_len, "stop_reason",
+                              engine_stop_reason_name(st.stop_reason), "generated_tokens", st.generated_tokens,
+                              "prefill_tok_s", st.prefill_tok_s, "decode_tok_s", st.decode_tok_s, "decode_steps",
+                              st.decode_steps, "drafted_tokens", st.drafted_tokens, "accepted_tokens",
+                              st.accepted_tokens);
         char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
         if (line)
             printf("%s\n", line);
@@ -287,7 +295,7 @@ int probe_bench(int argc, char **argv)
     probe_args a;
     engine_options opt;
     long n_prompt, n_gen, read_mib;
-    if (probe_args_parse(&a, argc, argv, "model,backend,tp,devices,threads,prompt,gen,ctx,read-mib", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,backend,tp,devices,threads,prompt,gen,ctx,read-mib,speculate", &err) ||
         probe_arg_int(&a, "prompt", 1, 1 << 20, 128, &n_prompt, &err) ||
         probe_arg_int(&a, "gen", 2, 1 << 20, 32, &n_gen, &err) ||
         probe_arg_int(&a, "read-mib", 64, 1 << 20, 1024, &read_mib, &err) ||
@@ -356,6 +364,9 @@ int probe_bench(int argc, char **argv)
         json_object_set_new(o, "prefill_tok_s", json_real(st.prefill_tok_s));
         json_object_set_new(o, "decode_steps", json_integer(st.decode_steps));
         json_object_set_new(o, "decode_tok_s", json_real(st.decode_tok_s));
+        json_object_set_new(o, "speculate", json_integer(info->speculate));
+        json_object_set_new(o, "drafted_tokens", json_integer(st.drafted_tokens));
+        json_object_set_new(o, "accepted_tokens", json_integer(st.accepted_tokens));
         json_object_set_new(o, "weight_bytes", json_integer((json_int_t)info->weight_bytes));
         json_object_set_new(o, "bytes_per_token", json_real(bytes_per_token));
         json_object_set_new(o, "bytes_per_token_method",

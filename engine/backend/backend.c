@@ -131,7 +131,27 @@ int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos, c
         return rc;
     if (be->kind == BACKEND_CUDA)
         return cuda_backend_forward(be->cuda, tokens, n, start_pos, logit_rows, n_logit_rows, logits, err);
-    return cpu_backend_forward(be->cpu, tokens, n, start_pos, logit_rows, n_logit_rows, logits, err);
+    return cpu_backend_forward(be->cpu, tokens, n, start_pos, logit_rows, n_logit_rows, logits, 0, err);
+}
+
+int backend_decode_tokens(backend *be, const int32_t *tokens, int n, long start_pos, float *logits, kimi_err *err)
+{
+    if (n < 1 || n > BACKEND_DECODE_TOKENS_MAX)
+        return kimi_fail(err, KIMI_ERR_STATE, "decode_tokens: %d tokens (1..%d)", n, BACKEND_DECODE_TOKENS_MAX);
+    int rows[BACKEND_DECODE_TOKENS_MAX];
+    for (int j = 0; j < n; j++)
+        rows[j] = j;
+    int rc = check_request(be, tokens, n, start_pos, rows, n, logits, err);
+    if (rc)
+        return rc;
+    if (be->kind == BACKEND_CUDA)
+        return kimi_fail(err, KIMI_ERR_USAGE, "the CUDA backend has no multi-token decode step yet");
+    return cpu_backend_forward(be->cpu, tokens, n, start_pos, rows, n, logits, 1, err);
+}
+
+int backend_decodes_tokens(const backend *be)
+{
+    return be->kind == BACKEND_CPU;
 }
 
 int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err)

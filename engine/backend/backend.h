@@ -77,6 +77,15 @@ long backend_capacity(const backend *be);
 int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
                     const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err);
 
+/* Run tokens[0..n) at positions start_pos.. as n one-token decode steps would, in one pass
+ * (speculative decoding verifies a draft this way): logits is [n][vocab], row j the logits
+ * after token j, equal bit for bit to those of backend_forward on token j alone at
+ * start_pos + j; the weights are read once for all n tokens. 1 <= n <= BACKEND_DECODE_TOKENS_MAX.
+ * KIMI_ERR_USAGE on a backend without it (backend_decodes_tokens says which have it). */
+enum { BACKEND_DECODE_TOKENS_MAX = 17 };
+int backend_decode_tokens(backend *be, const int32_t *tokens, int n, long start_pos, float *logits, kimi_err *err);
+int backend_decodes_tokens(const backend *be);
+
 /* Copy the fp16 cache of positions [0, n_pos) as [layer][position][kv_lora | rope] (rank 0). */
 int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err);
 

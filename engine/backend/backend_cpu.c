@@ -44,6 +44,7 @@ struct cpu_backend {
     const int *logit_rows;
     int n_logit_rows;
     float *const *logit_out;
+    int per_token_decode;
 };
 
 static void *rank_main(void *arg)
@@ -62,7 +63,7 @@ static void *rank_main(void *arg)
         if (be->quit)
             break;
         rank_forward(slot->model, be->tokens, be->n, be->start_pos, be->layer_begin, be->layer_end, be->logit_rows,
-                     be->n_logit_rows, slot->rank == 0 ? be->logit_out : NULL);
+                     be->n_logit_rows, slot->rank == 0 ? be->logit_out : NULL, be->per_token_decode);
         spin_barrier_wait(&be->step_done);
     }
     rank_model_close(slot->model);
@@ -178,10 +179,11 @@ static void run_step(struct cpu_backend *be, const int32_t *tokens, int n, long 
 }
 
 int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long start_pos,
-                    const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err)
+                    const int *logit_rows, int n_logit_rows, float *logits, int per_token_decode, kimi_err *err)
 {
     (void)err;  /* the request was checked by backend_forward; a step cannot fail */
     const model_config *c = &be->mw->cfg;
+    be->per_token_decode = per_token_decode;
     int chunk_rows[CHUNK_TOKENS];
     float *chunk_out[CHUNK_TOKENS];
     for (int first = 0; first < n; first += CHUNK_TOKENS) {
@@ -193,8 +195,8 @@ int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long star
             chunk_out[n_rows++] = logits + (size_t)j * (size_t)c->vocab;
         }
         /* A prefill with a watcher goes one layer per step (two barrier rounds each: small
-         * next to a layer over a chunk of tokens); a decode step runs whole. */
-        int layers = c->layers, per_step = be->on_layer && n > 1 ? 1 : layers;
+         * next to a layer over a chunk of tokens); decode steps run whole. */
+        int layers = c->layers, per_step = be->on_layer && n > 1 && !per_token_decode ? 1 : layers;
         for (int layer = 0; layer < layers; layer += per_step) {
             int end = layer + per_step < layers ? layer + per_step : layers;
             run_step(be, tokens + first, count, start_pos + first, layer, end, chunk_rows, n_rows, chunk_out);

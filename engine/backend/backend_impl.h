@@ -12,7 +12,7 @@ int cpu_backend_open(cpu_backend **out, const model_weights *mw, const backend_o
 void cpu_backend_close(cpu_backend *be);
 long cpu_backend_capacity(const cpu_backend *be);
 int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long start_pos, const int *logit_rows,
-                        int n_logit_rows, float *logits, kimi_err *err);
+                        int n_logit_rows, float *logits, int per_token_decode, kimi_err *err);
 int cpu_backend_read_kv(cpu_backend *be, long n_pos, uint16_t *out, kimi_err *err);
 
 typedef struct cuda_backend cuda_backend;

@@ -165,6 +165,7 @@ typedef struct {
     rank_model *m;
     int layer, n;
     long start_pos;
+    int per_token_decode;
 } attention_job;
 
 static void attention_worker(void *arg, int worker, int n_workers)
@@ -178,13 +179,16 @@ static void attention_worker(void *arg, int worker, int n_workers)
     float *scratch = m->attn_scratch + (size_t)worker * m->attn_scratch_floats;
     const weight_matrix *kv_b = &m->layers[job->layer].kv_b;
     const uint16_t *cache = cache_entry(m, job->layer, 0);
-    if (job->n == 1)
-        mla_decode(&m->mla, kv_b, h0, h1, m->q, cache, job->start_pos + 1, scratch, m->attn);
-    else
+    if (job->n == 1 || job->per_token_decode) {
+        int q_width = m->cfg->qk_nope_dim + m->cfg->qk_rope_dim, v = m->cfg->v_head_dim;
+        for (int t = 0; t < job->n; t++)
+            mla_decode(&m->mla, kv_b, h0, h1, m->q + (size_t)t * m->heads * q_width, cache, job->start_pos + t + 1,
+                       scratch, m->attn + (size_t)t * m->heads * v);
+    } else
         mla_prefill(&m->mla, kv_b, h0, h1, m->q, job->n, job->start_pos, cache, scratch, m->attn);
 }
 
-static void attention_block(rank_model *m, int layer, int n, long start_pos)
+static void attention_block(rank_model *m, int layer, int n, long start_pos, int per_token_decode)
 {
     const model_config *c = m->cfg;
     const layer_weights *lw = &m->mw->layers[layer];
@@ -213,7 +217,7 @@ static void attention_block(rank_model *m, int layer, int n, long start_pos)
     }
 
     /* causal attention over the fp16 cache [0, start_pos + t] */
-    attention_job job = {m, layer, n, start_pos};
+    attention_job job = {m, layer, n, start_pos, per_token_decode};
     worker_pool_run(m->pool, attention_worker, &job);
 
     /* h += o_proj(attn), summed over the ranks' heads */
@@ -367,7 +371,7 @@ static void logits_block(rank_model *m, const int *rows, int n_rows, float *cons
 }
 
 void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, int layer_begin, int layer_end,
-                  const int *logit_rows, int n_logit_rows, float *const *logit_out)
+                  const int *logit_rows, int n_logit_rows, float *const *logit_out, int per_token_decode)
 {
     const model_config *c = m->cfg;
     int rope = c->qk_rope_dim;
@@ -377,7 +381,7 @@ void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, i
         rope_cos_sin(&m->rope, start_pos + t, cos_t, cos_t + rope / 2);
     }
     for (int layer = layer_begin; layer < layer_end; layer++) {
-        attention_block(m, layer, n, start_pos);
+        attention_block(m, layer, n, start_pos, per_token_decode);
         mlp_block(m, layer, n);
     }
     if (layer_end == c->layers && n_logit_rows > 0)

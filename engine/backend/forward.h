@@ -32,9 +32,12 @@ void rank_model_close(rank_model *m);
  * tokens, the one up to the last layer computes the logits; the hidden state stays in the
  * rank between calls. Every rank calls it together. For j < n_logit_rows, logit_out[j]
  * [vocab] receives the logits of token logit_rows[j] (logit_out: rank 0's row pointers; the
- * other ranks pass NULL). */
+ * other ranks pass NULL). per_token_decode: every token attends as a one-token decode step does
+ * (absorbed attention, one query at a time) instead of the expanded prefill attention, so each
+ * token's results equal bit for bit those of n one-token calls (every other operation of the
+ * pass already computes each token the same way whatever n is). */
 void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, int layer_begin, int layer_end,
-                  const int *logit_rows, int n_logit_rows, float *const *logit_out);
+                  const int *logit_rows, int n_logit_rows, float *const *logit_out, int per_token_decode);
 
 /* This rank's cache of one layer: [capacity][kv_lora_rank | qk_rope_dim] fp16. */
 const uint16_t *rank_model_cache(const rank_model *m, int layer);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/runtime/kv_cache.h"
+#include "engine/runtime/speculate.h"
 
 /* Prompt tokens per forward call during prefill: a prefill stopped by a cancel (seen between
  * layers, backend_options.on_layer) keeps the chunks it finished in the cache for reuse. */
@@ -51,6 +52,7 @@ struct engine {
     engine_info info;
     kv_cache cache;                 /* scheduler thread only */
     float *logits;                  /* [vocab], scheduler thread only */
+    float *draft_logits;            /* [SPECULATE_MAX_DRAFT + 1][vocab] when speculating */
     /* The prefill in progress (scheduler thread only; on_layer reads it). */
     struct {
         request *r;
@@ -193,7 +195,7 @@ static void emit_error(engine *e, const request *r, const char *message)
 static void emit_done(engine *e, const request *r, engine_stats *st)
 {
     st->prefill_tok_s = st->prefill_seconds > 0 ? st->prefilled_tokens / st->prefill_seconds : 0;
-    st->decode_tok_s = st->decode_seconds > 0 ? st->decode_steps / st->decode_seconds : 0;
+    st->decode_tok_s = st->decode_seconds > 0 ? st->decoded_tokens / st->decode_seconds : 0;
     engine_event ev = {.kind = ENGINE_EVENT_DONE, .request = r->id, .stats = *st};
     push_event(e, &ev);
 }
@@ -248,6 +250,92 @@ static int forward_append(engine *e, const int32_t *tokens, int n, int want_logi
     return kv_cache_append(&e->cache, tokens, n, err);
 }
 
+/* Send one generated id; 1 when the request ends with it (a stop id, max_new_tokens, a
+ * cancel, or no cache position left for the next step), st->stop_reason saying why. */
+static int emit_generated(engine *e, const request *r, int32_t token, engine_stats *st)
+{
+    emit_token(e, r, token, st->generated_tokens++);
+    if (is_stop_id(r, token)) {
+        st->stop_reason = ENGINE_STOP_TOKEN;
+        st->stop_id = token;
+        return 1;
+    }
+    if (r->max_new_tokens > 0 && st->generated_tokens >= r->max_new_tokens) {
+        st->stop_reason = ENGINE_STOP_MAX_TOKENS;
+        return 1;
+    }
+    if (atomic_load(&r->cancelled)) {
+        st->stop_reason = ENGINE_STOP_CANCELLED;
+        return 1;
+    }
+    if (e->cache.n >= e->cache.capacity) {
+        st->stop_reason = ENGINE_STOP_CONTEXT_FULL;
+        return 1;
+    }
+    return 0;
+}
+
+/* The draft to verify after token (generated, not yet in the cache): up to what the policy
+ * wants, shortened so the verify step fits the cache and max_new_tokens (the step yields up to
+ * k + 1 tokens). */
+static int draft_length(engine *e, const request *r, speculate_policy *policy, int32_t token,
+                        const engine_stats *st, int32_t *draft)
+{
+    if (policy->setting == SPECULATE_OFF)
+        return 0;
+    long room = e->cache.capacity - e->cache.n - 1;
+    if (r->max_new_tokens > 0 && r->max_new_tokens - st->generated_tokens - 1 < room)
+        room = r->max_new_tokens - st->generated_tokens - 1;
+    int want = room < SPECULATE_MAX_DRAFT ? (int)room : SPECULATE_MAX_DRAFT;
+    if (want <= 0)
+        return 0;
+    /* The history is the cache's ids and the pending token, written just past them (the slot
+     * is free: emit_generated checked that a position is left). */
+    e->cache.tokens[e->cache.n] = token;
+    int available = speculate_lookup(e->cache.tokens, e->cache.n + 1, want, draft);
+    return speculate_policy_length(policy, available);
+}
+
+/* One speculative step: token and draft[k] through the backend at once, then each drafted id
+ * tested against the logits before it (sampler_sample_draft); the accepted ones are sent as
+ * generated, and *next is the id the step produced after them. The cache keeps token and the
+ * accepted drafts, nothing after them. *stopped: the request ended on an accepted draft. */
+static int verify_draft(engine *e, const request *r, sampler *smp, int32_t token, const int32_t *draft, int k,
+                        engine_stats *st, int32_t *next, int *accepted, int *stopped, kimi_err *err)
+{
+    int32_t tokens[SPECULATE_MAX_DRAFT + 1];
+    tokens[0] = token;
+    memcpy(tokens + 1, draft, (size_t)k * sizeof *draft);
+    long start = e->cache.n;
+    int rc = backend_decode_tokens(e->be, tokens, k + 1, start, e->draft_logits, err);
+    if (rc)
+        return rc;
+    /* The cache records token now and each draft as it is accepted, so that the checks of
+     * emit_generated see the positions really kept. */
+    if ((rc = kv_cache_append(&e->cache, tokens, 1, err)))
+        return rc;
+    st->drafted_tokens += k;
+    size_t vocab = (size_t)e->info.vocab;
+    int i = 0, taken;
+    for (; i < k; i++) {
+        *next = sampler_sample_draft(smp, e->draft_logits + (size_t)i * vocab, draft[i], &taken);
+        if (!taken)
+            break;
+        if ((rc = kv_cache_append(&e->cache, &draft[i], 1, err)))
+            return rc;
+        ++*accepted;
+        st->accepted_tokens++;
+        st->decoded_tokens++;
+        if (emit_generated(e, r, draft[i], st)) {
+            *stopped = 1;
+            break;
+        }
+    }
+    if (i == k && !*stopped)
+        *next = sampler_sample(smp, e->draft_logits + (size_t)k * vocab);
+    return 0;
+}
+
 static void run_request(engine *e, request *r)
 {
     engine_stats st = {.prompt_tokens = r->n_tokens, .stop_id = -1, .stop_reason = ENGINE_STOP_CANCELLED};
@@ -288,34 +376,38 @@ static void run_request(engine *e, request *r)
     int32_t token = sampler_sample(&smp, e->logits);
     st.prefill_seconds = now_seconds() - t0;
 
+    speculate_policy policy;
+    speculate_policy_init(&policy, e->info.speculate);
+    int32_t draft[SPECULATE_MAX_DRAFT];
     for (;;) {
         if (token < 0) {
             kimi_fail(&err, KIMI_ERR_STATE, "the forward pass produced no finite logit at position %ld",
                       e->cache.n - 1);
             goto failed;
         }
-        emit_token(e, r, token, st.generated_tokens++);
-        if (is_stop_id(r, token)) {
-            st.stop_reason = ENGINE_STOP_TOKEN;
-            st.stop_id = token;
+        if (emit_generated(e, r, token, &st))
             break;
-        }
-        if (r->max_new_tokens > 0 && st.generated_tokens >= r->max_new_tokens) {
-            st.stop_reason = ENGINE_STOP_MAX_TOKENS;
-            break;
-        }
-        if (atomic_load(&r->cancelled))
-            break;
-        if (e->cache.n >= e->cache.capacity) {
-            st.stop_reason = ENGINE_STOP_CONTEXT_FULL;
-            break;
-        }
         double t = now_seconds();
-        if (forward_append(e, &token, 1, 1, &err))
-            goto failed;
-        token = sampler_sample(&smp, e->logits);
+        int k = draft_length(e, r, &policy, token, &st, draft);
+        if (k == 0) {
+            if (forward_append(e, &token, 1, 1, &err))
+                goto failed;
+            token = sampler_sample(&smp, e->logits);
+            speculate_policy_plain_step(&policy, now_seconds() - t);
+        } else {
+            int accepted = 0, stopped = 0;
+            if (verify_draft(e, r, &smp, token, draft, k, &st, &token, &accepted, &stopped, &err))
+                goto failed;
+            speculate_policy_verify_step(&policy, k, accepted, now_seconds() - t);
+            if (stopped) {
+                st.decode_seconds += now_seconds() - t;
+                st.decode_steps++;
+                break;
+            }
+        }
         st.decode_seconds += now_seconds() - t;
         st.decode_steps++;
+        st.decoded_tokens++;
     }
     goto finish;
 
@@ -550,6 +642,9 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if (opt->load_threads < 0 || opt->load_threads > 256)
         return kimi_fail(err, KIMI_ERR_USAGE, "load threads %d: must be 0 (automatic) or in [1, 256]",
                          opt->load_threads);
+    if (opt->speculate < SPECULATE_AUTO || opt->speculate > SPECULATE_MAX_DRAFT)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--speculate %d: must be off, auto or a draft length 1..%d",
+                         opt->speculate, SPECULATE_MAX_DRAFT);
     if (opt->event_capacity < 0 || opt->event_capacity > INT_MAX - SHUTDOWN_RESERVE)
         return kimi_fail(err, KIMI_ERR_USAGE, "event queue capacity %d: must be 0 (default) or in [1, %d]",
                          opt->event_capacity, INT_MAX - SHUTDOWN_RESERVE);
@@ -640,6 +735,16 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if ((rc = kv_cache_init(&e->cache, info->max_context, err)))
         return rc;
     e->logits = malloc((size_t)cfg->vocab * sizeof *e->logits);
+    info->speculate = opt->speculate;
+    if (opt->speculate != SPECULATE_OFF && !backend_decodes_tokens(e->be)) {
+        if (opt->speculate != SPECULATE_AUTO)
+            return kimi_fail(err, KIMI_ERR_USAGE, "--speculate %d: the %s backend has no multi-token decode step yet "
+                             "(use --speculate off or auto)", opt->speculate, backend_name(opt->backend));
+        info->speculate = SPECULATE_OFF;
+    }
+    if (info->speculate != SPECULATE_OFF &&
+        !(e->draft_logits = malloc((size_t)(SPECULATE_MAX_DRAFT + 1) * (size_t)cfg->vocab * sizeof *e->draft_logits)))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the speculative decoding logits");
     e->event_capacity = opt->event_capacity > 0 ? opt->event_capacity : DEFAULT_EVENT_CAPACITY;
     e->events = calloc((size_t)e->event_capacity + SHUTDOWN_RESERVE, sizeof *e->events);
     if (!e->logits || !e->events)
@@ -726,6 +831,7 @@ void engine_close(engine *e)
         weights_free(&e->weights);
     kv_cache_free(&e->cache);
     free(e->logits);
+    free(e->draft_logits);
     free(e->events);
     if (e->event_fd >= 0)
         close(e->event_fd);

@@ -73,6 +73,12 @@ typedef struct {
                                        visible devices (backend_options); read during engine_open */
     int n_devices;
     int event_capacity;             /* events the queue holds; 0 = 4096 */
+    /* Speculative decoding by prompt lookup (engine/runtime/speculate.h): SPECULATE_OFF (0),
+     * SPECULATE_AUTO (drafts when they are expected to pay) or a fixed draft length 1..16.
+     * Greedy output is identical with it on or off; sampled output has the same distribution.
+     * A backend without a multi-token decode step (backend_decodes_tokens) runs with it off
+     * under SPECULATE_AUTO and fails to open with a fixed length. */
+    int speculate;
     /* Optional: the plan, said before the long wait: called once on the thread running
      * engine_open when the checkpoint is opened and the memory plan made, before the weights
      * are read in (CPU) or uploaded (CUDA). info is what engine_get_info will say, except
@@ -103,6 +109,7 @@ struct engine_info {
     size_t kv_bytes_per_token;      /* per rank */
     int vocab;                      /* logits per row */
     double load_seconds;            /* weights (opened and read into memory) + backend, wall clock */
+    int speculate;                  /* what requests run with (SPECULATE_OFF when unavailable) */
     char summary[640];
     /* "" or one line for the app to print once: the checkpoint asks for a KV cache format
        (hf_quant_config.json kv_cache_quant_algo, e.g. FP8) that the engine does not use */
@@ -138,9 +145,13 @@ typedef struct {
     int generated_tokens;           /* TOKEN events sent (the stop id included) */
     double prefill_seconds;         /* the prefill forward passes and the first sample */
     double prefill_tok_s;           /* prefilled_tokens / prefill_seconds */
-    int decode_steps;               /* one-token forward passes (generated_tokens - 1 at most) */
+    int decode_steps;               /* forward passes after the first token: one-token steps and
+                                       speculative verify steps (generated_tokens - 1 at most) */
+    int decoded_tokens;             /* tokens those passes produced (generated_tokens - 1 at most) */
     double decode_seconds;          /* those steps and their sampling (queue waits excluded) */
-    double decode_tok_s;            /* decode_steps / decode_seconds */
+    double decode_tok_s;            /* decoded_tokens / decode_seconds */
+    int drafted_tokens;             /* speculation: tokens proposed by prompt lookup and verified */
+    int accepted_tokens;            /* of those, taken (each saved one decode step) */
     engine_stop_reason stop_reason;
     int32_t stop_id;                /* the stop id when stop_reason is ENGINE_STOP_TOKEN, else -1 */
 } engine_stats;

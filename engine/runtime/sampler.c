@@ -137,15 +137,14 @@ static void select_top_k(sampler_candidate *c, int n, int k)
     qsort(c, (size_t)k, sizeof *c, compare_rank);
 }
 
-int32_t sampler_sample(sampler *s, const float *logits)
+/* Steps 1-3 of sampler.h for temperature > 0: the kept candidates in s->scratch[0..n) with
+ * unnormalised probabilities, *total their sum; returns n (0: no finite logit). */
+static int distribution(sampler *s, const float *logits, double *total_out)
 {
     const sampler_params *p = &s->params;
-    if (p->temperature == 0)
-        return sampler_argmax(logits, s->vocab);
-
     int32_t best = sampler_argmax(logits, s->vocab);
     if (best < 0)
-        return -1;
+        return 0;
     /* Shifted by the largest logit before dividing, in double: logit / temperature alone
      * overflows to inf for a tiny temperature (and inf - inf is NaN), while the shifted value
      * is at most 0 and, below the float range, becomes -inf: a probability of exactly 0. */
@@ -197,7 +196,13 @@ int32_t sampler_sample(sampler *s, const float *logits)
         }
         total = mass;
     }
+    *total_out = total;
+    return n;
+}
 
+/* Step 4: walk c[0..n) (total: their mass) with one uniform draw. */
+static int32_t draw(sampler *s, sampler_candidate *c, int n, double total)
+{
     double u = sampler_uniform(s) * total, mass = 0;
     for (int i = 0; i < n; i++) {
         mass += c[i].z;
@@ -209,4 +214,45 @@ int32_t sampler_sample(sampler *s, const float *logits)
     while (c[n - 1].z == 0)
         n--;
     return c[n - 1].id;
+}
+
+int32_t sampler_sample(sampler *s, const float *logits)
+{
+    if (s->params.temperature == 0)
+        return sampler_argmax(logits, s->vocab);
+    double total;
+    int n = distribution(s, logits, &total);
+    return n ? draw(s, s->scratch, n, total) : -1;
+}
+
+int32_t sampler_sample_draft(sampler *s, const float *logits, int32_t draft, int *accepted)
+{
+    *accepted = 0;
+    if (s->params.temperature == 0) {
+        int32_t best = sampler_argmax(logits, s->vocab);
+        *accepted = best >= 0 && best == draft;
+        return best;
+    }
+    double total;
+    int n = distribution(s, logits, &total);
+    if (!n)
+        return -1;
+    sampler_candidate *c = s->scratch;
+    int at = -1;
+    for (int i = 0; i < n && at < 0; i++)
+        if (c[i].id == draft)
+            at = i;
+    double p_draft = at >= 0 ? c[at].z : 0;
+    if (sampler_uniform(s) * total < p_draft) {
+        *accepted = 1;
+        return draft;
+    }
+    /* Rejected: the rest of the distribution, renormalised (the draft can no longer come). */
+    if (at >= 0) {
+        c[at].z = 0;
+        total = 0;
+        for (int i = 0; i < n; i++)
+            total += c[i].z;
+    }
+    return draw(s, c, n, total);
 }

@@ -52,6 +52,14 @@ void sampler_free(sampler *s);
 /* Next id from logits [vocab]; -1 when no logit is finite (a broken forward pass). */
 int32_t sampler_sample(sampler *s, const float *logits);
 
+/* Speculative decoding's rule for a deterministic draft (one proposed id): accept the draft
+ * with probability p(draft), p the distribution sampler_sample draws from (after temperature,
+ * top-k and top-p); on rejection draw from p with the draft removed and renormalised. The id
+ * returned is then distributed exactly as sampler_sample's. Greedy: the argmax, accepted when
+ * it is the draft (no draw). *accepted says whether the draft was taken; -1 as sampler_sample.
+ * Draws one uniform for the test and, on rejection, one for the new id. */
+int32_t sampler_sample_draft(sampler *s, const float *logits, int32_t draft, int *accepted);
+
 /* Argmax of logits [n] with the lowest id on ties, ignoring NaN; -1 when none is finite. */
 int32_t sampler_argmax(const float *logits, int n);
 

@@ -15,6 +15,7 @@
 #include "app/chat/options.h"
 #include "engine/backend/backend.h"
 #include "engine/base/file_io.h"
+#include "engine/runtime/speculate.h"
 #include "tests/unit/check.h"
 
 static char tmp[PATH_MAX], home[PATH_MAX + 16];
@@ -88,6 +89,7 @@ static void test_defaults(void)
     CHECK_NEAR(o.mem_gib, 0, 0);
     CHECK_INT(o.threads, 0);
     CHECK(o.devices == NULL);
+    CHECK_INT(o.speculate, SPECULATE_AUTO);
     CHECK_INT(o.mode, APP_MODE_PLAIN);
     CHECK(o.script_path == NULL && o.prompt_text == NULL && !o.keep_going);
     CHECK(!o.resume && o.load_path == NULL && o.system_prompt == NULL && !o.no_save);
@@ -116,8 +118,9 @@ static void test_every_flag(void)
              "Be terse.", "--no-save", "--think", "off", "--temperature", "0.7", "--top-p", "0.9",
              "--top-k", "40", "--max-tokens", "256", "--seed", "18446744073709551615", "--tools",
              "/t/tools.json", "--allow-tools", "now,word_count", "--reasoning", "expanded",
-             "--hide-reasoning", "--theme", "light", "--mouse", "--no-alt-screen", "--devices", "4,5,6,7,0,1,2,3");
+             "--hide-reasoning", "--theme", "light", "--mouse", "--no-alt-screen", "--devices", "4,5,6,7,0,1,2,3", "--speculate", "16");
     CHECK_STR(o.model_dir, "/m/k25");
+    CHECK_INT(o.speculate, 16);
     CHECK_STR(o.devices, "4,5,6,7,0,1,2,3");
     CHECK_INT(o.backend, BACKEND_CUDA);
     CHECK_INT(o.tp, 8);
@@ -246,6 +249,10 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--mem-gib 1e-12: must be 0 (the engine picks) or 1e-9..1e9 GiB", "--mem-gib", "1e-12");
     EXPECT_ERROR("--mem-gib inf: must be a finite number, >= 0", "--mem-gib", "inf");
     EXPECT_ERROR("--threads 5000: must be 0..4096", "--threads", "5000");
+    EXPECT_ERROR("--speculate 0: must be off, auto or a draft length 1..16", "--speculate", "0");
+    EXPECT_ERROR("--speculate 17: must be off, auto or a draft length 1..16", "--speculate", "17");
+    EXPECT_ERROR("--speculate on: must be off, auto or a draft length 1..16", "--speculate", "on");
+    EXPECT_ERROR("--speculate '': must be off, auto or a draft length 1..16", "--speculate", "");
     EXPECT_ERROR("--think maybe: must be on or off", "--think", "maybe");
     EXPECT_ERROR("--think true: must be on or off", "--think", "true");
     EXPECT_ERROR("--temperature nan: must be a finite number, >= 0", "--temperature", "nan");
@@ -367,6 +374,19 @@ static void test_config(void)
     write_config("thinking = true\nthinking = on\n");
     PARSE_OK(o, NULL);
     CHECK_INT(o.thinking, 1);
+    options_free(&o);
+
+    /* speculate = off|auto|N, and the flag over it */
+    write_config("speculate = off\n");
+    PARSE_OK(o, NULL);
+    CHECK_INT(o.speculate, SPECULATE_OFF);
+    options_free(&o);
+    PARSE_OK(o, "--speculate", "auto");
+    CHECK_INT(o.speculate, SPECULATE_AUTO);
+    options_free(&o);
+    write_config("speculate = 3\n");
+    PARSE_OK(o, NULL);
+    CHECK_INT(o.speculate, 3);
     options_free(&o);
 
     /* XDG_CONFIG_HOME moves the default file. */
@@ -628,7 +648,7 @@ static void test_help_matches_man_page(void)
     }
     CHECK(width_ok);
     static const char *const brief[] = {
-        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--devices", "--verify", "--plain", "--script",
+        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--verify", "--plain", "--script",
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",

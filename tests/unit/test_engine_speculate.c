@@ -1,0 +1,281 @@
+/* test_engine_speculate: speculative decoding by prompt lookup in the engine (CPU backend).
+ * - backend_decode_tokens: n tokens in one pass give, bit for bit, the logits of n one-token
+ *   steps (TP 1 and 2), and leave the same cache;
+ * - greedy output is identical token for token with speculation off, a fixed draft length and
+ *   auto, on tiny-k25 (TP 1, 2) and the demo model, on prompts that repeat themselves (drafts
+ *   accepted) and ones that do not (drafts rejected), with stop ids, max_new_tokens cutting a
+ *   draft short, and a context that ends inside a draft;
+ * - the cache after speculation holds exactly the accepted tokens: a follow-up turn reuses
+ *   the prefix and continues exactly as without speculation, also after a cancel;
+ * - bad settings are refused at open. */
+#include <stdlib.h>
+
+#include "engine/runtime/engine.h"
+#include "engine/runtime/speculate.h"
+#include "tests/unit/check.h"
+
+#define TINY "tests/golden/fixtures/tiny-k25"
+#define DEMO "app/demo/kimi-demo"
+
+static engine *open_engine(const char *model, int tp, long max_context, int speculate)
+{
+    engine_options opt = {.model_dir = model, .backend = BACKEND_CPU, .tp = tp, .threads_per_rank = 1,
+                          .max_context = max_context, .speculate = speculate};
+    engine *e = NULL;
+    kimi_err err = {0};
+    if (engine_open(&e, &opt, &err)) {
+        fprintf(stderr, "engine_open %s: %s\n", model, err.msg);
+        exit(1);
+    }
+    return e;
+}
+
+typedef struct {
+    int32_t ids[512];
+    int n;
+    engine_stats stats;
+    int errors;
+} run_result;
+
+static uint64_t submit(engine *e, const int32_t *prompt, int n, int max_new, const int32_t *stop, int n_stop)
+{
+    engine_request req = {.tokens = prompt, .n_tokens = n, .sampling = {0, 0, 1, 0}, .max_new_tokens = max_new,
+                          .stop_ids = stop, .n_stop_ids = n_stop};
+    uint64_t id = 0;
+    kimi_err err = {0};
+    CHECK_MSG(engine_submit(e, &req, &id, &err) == 0, "engine_submit: %s", err.msg);
+    return id;
+}
+
+static void collect(engine *e, run_result *r)
+{
+    memset(r, 0, sizeof *r);
+    engine_event ev;
+    for (;;) {
+        if (!engine_next_event(e, &ev, 60000)) {
+            CHECK_MSG(0, "no event for 60 s");
+            return;
+        }
+        if (ev.kind == ENGINE_EVENT_TOKEN) {
+            CHECK_INT(ev.index, r->n);
+            if (r->n < 512)
+                r->ids[r->n++] = ev.token;
+        } else if (ev.kind == ENGINE_EVENT_ERROR) {
+            fprintf(stderr, "error event: %s\n", ev.message);
+            r->errors++;
+        } else if (ev.kind == ENGINE_EVENT_DONE) {
+            r->stats = ev.stats;
+            return;
+        }
+    }
+}
+
+static void run(engine *e, const int32_t *prompt, int n, int max_new, const int32_t *stop, int n_stop,
+                run_result *r)
+{
+    submit(e, prompt, n, max_new, stop, n_stop);
+    collect(e, r);
+}
+
+static void check_same(const char *what, const run_result *want, const run_result *got)
+{
+    CHECK_MSG(got->errors == 0 && want->errors == 0, "%s: errors", what);
+    CHECK_MSG(got->n == want->n, "%s: %d ids, %d without speculation", what, got->n, want->n);
+    int first_diff = -1;
+    for (int i = 0; i < got->n && i < want->n && first_diff < 0; i++)
+        if (got->ids[i] != want->ids[i])
+            first_diff = i;
+    CHECK_MSG(first_diff < 0, "%s: id %d differs (%d, %d without speculation)", what, first_diff,
+              first_diff >= 0 ? got->ids[first_diff] : 0, first_diff >= 0 ? want->ids[first_diff] : 0);
+    CHECK_MSG(got->stats.stop_reason == want->stats.stop_reason, "%s: stop %s, %s without", what,
+              engine_stop_reason_name(got->stats.stop_reason), engine_stop_reason_name(want->stats.stop_reason));
+    CHECK_INT(got->stats.generated_tokens, got->n);
+    CHECK_MSG(got->stats.decoded_tokens == (got->n > 0 ? got->n - 1 : 0), "%s: decoded %d of %d", what,
+              got->stats.decoded_tokens, got->n);
+    CHECK(got->stats.accepted_tokens <= got->stats.drafted_tokens);
+}
+
+/* A prompt of period `period` over `n` ids (drafts get accepted when the model copies) */
+static void periodic_prompt(int32_t *p, int n, int period, int32_t base, int vocab)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (base + 37 * (i % period)) % vocab;
+}
+
+static void test_decode_tokens_bit_identical(int tp)
+{
+    engine *e = open_engine(TINY, tp, 64, SPECULATE_OFF);
+    const model_weights *mw = engine_weights(e);
+    int vocab = mw->cfg.vocab;
+    backend_options bo = {.kind = BACKEND_CPU, .tp = tp, .threads_per_rank = 1, .max_context = 64};
+    backend *a = NULL, *b = NULL;
+    kimi_err err = {0};
+    CHECK(backend_open(&a, mw, &bo, &err) == 0 && backend_open(&b, mw, &bo, &err) == 0);
+    int32_t prompt[12], step[5] = {17, 400, 3, 17, 1999};
+    periodic_prompt(prompt, 12, 5, 11, vocab);
+    int last = 11;
+    float *scratch = malloc((size_t)vocab * sizeof(float));
+    float *one = malloc(5 * (size_t)vocab * sizeof(float)), *many = malloc(5 * (size_t)vocab * sizeof(float));
+    CHECK(backend_forward(a, prompt, 12, 0, &last, 1, scratch, &err) == 0);
+    CHECK(backend_forward(b, prompt, 12, 0, &last, 1, scratch, &err) == 0);
+    int zero = 0;
+    for (int t = 0; t < 5; t++)
+        CHECK(backend_forward(a, &step[t], 1, 12 + t, &zero, 1, one + (size_t)t * vocab, &err) == 0);
+    CHECK(backend_decode_tokens(b, step, 5, 12, many, &err) == 0);
+    CHECK_MSG(!memcmp(one, many, 5 * (size_t)vocab * sizeof(float)), "tp %d: decode_tokens logits differ", tp);
+    size_t kv_count = (size_t)mw->cfg.layers * 17 * (size_t)(mw->cfg.kv_lora_rank + mw->cfg.qk_rope_dim);
+    uint16_t *kv_a = malloc(kv_count * 2), *kv_b = malloc(kv_count * 2);
+    CHECK(backend_read_kv(a, 17, kv_a, &err) == 0 && backend_read_kv(b, 17, kv_b, &err) == 0);
+    CHECK_MSG(!memcmp(kv_a, kv_b, kv_count * 2), "tp %d: decode_tokens cache differs", tp);
+    /* bounds: too many tokens, past the cache */
+    int32_t many_ids[BACKEND_DECODE_TOKENS_MAX + 1] = {0};
+    CHECK(backend_decode_tokens(b, many_ids, BACKEND_DECODE_TOKENS_MAX + 1, 0, many, &err) == KIMI_ERR_STATE);
+    CHECK(backend_decode_tokens(b, step, 5, 60, many, &err) == KIMI_ERR_STATE);
+    free(kv_a);
+    free(kv_b);
+    free(scratch);
+    free(one);
+    free(many);
+    backend_close(a);
+    backend_close(b);
+    engine_close(e);
+}
+
+/* The same requests through engines that differ only in speculation. */
+static void test_greedy_identical(const char *model, int tp, long ctx)
+{
+    engine *off = open_engine(model, tp, ctx, SPECULATE_OFF);
+    engine *fixed = open_engine(model, tp, ctx, 4);
+    engine *big = open_engine(model, tp, ctx, SPECULATE_MAX_DRAFT);
+    engine *autos = open_engine(model, tp, ctx, SPECULATE_AUTO);
+    engine *spec[] = {fixed, big, autos};
+    const char *names[] = {"speculate 4", "speculate 16", "speculate auto"};
+    int vocab = engine_get_info(off)->vocab;
+    int32_t prompt[96];
+    int drafted = 0, accepted = 0;
+    struct { int n, period, max_new; } cases[] = {{96, 6, 80}, {40, 3, 50}, {30, 30, 40}, {20, 4, 3}, {9, 2, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        periodic_prompt(prompt, cases[c].n, cases[c].period, 5 + (int)c, vocab);
+        run_result want, got;
+        run(off, prompt, cases[c].n, cases[c].max_new, NULL, 0, &want);
+        for (int s = 0; s < 3; s++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s tp %d case %zu %s", model, tp, c, names[s]);
+            run(spec[s], prompt, cases[c].n, cases[c].max_new, NULL, 0, &got);
+            check_same(what, &want, &got);
+            drafted += got.stats.drafted_tokens;
+            accepted += got.stats.accepted_tokens;
+        }
+        /* a stop id that comes mid-output: the first one stops every engine at the same place */
+        if (want.n > 6) {
+            int32_t stop = want.ids[want.n / 2];
+            run(off, prompt, cases[c].n, cases[c].max_new, &stop, 1, &want);
+            for (int s = 0; s < 3; s++) {
+                char what[128];
+                snprintf(what, sizeof what, "%s tp %d case %zu stop %s", model, tp, c, names[s]);
+                run(spec[s], prompt, cases[c].n, cases[c].max_new, &stop, 1, &got);
+                check_same(what, &want, &got);
+            }
+        }
+    }
+    printf("%s tp %d: %d drafted, %d accepted\n", model, tp, drafted, accepted);
+    CHECK_MSG(drafted > 0, "%s: no draft was ever verified", model);
+    CHECK_MSG(accepted < drafted, "%s: no draft was ever rejected (the rejection path untested)", model);
+    for (int s = 0; s < 3; s++)
+        engine_close(spec[s]);
+    engine_close(off);
+}
+
+/* A context that ends inside what a draft would cover: both stop at context_full, same ids. */
+static void test_context_end(void)
+{
+    int32_t prompt[24];
+    engine *off = open_engine(TINY, 1, 30, SPECULATE_OFF), *on = open_engine(TINY, 1, 30, 8);
+    periodic_prompt(prompt, 24, 3, 9, engine_get_info(off)->vocab);
+    run_result want, got;
+    run(off, prompt, 24, 0, NULL, 0, &want);
+    run(on, prompt, 24, 0, NULL, 0, &got);
+    check_same("context end", &want, &got);
+    CHECK_INT(got.stats.stop_reason, ENGINE_STOP_CONTEXT_FULL);
+    engine_close(off);
+    engine_close(on);
+}
+
+/* After a speculative turn (finished, or cancelled part-way), the next turn that extends it
+ * reuses the cache and goes on exactly as an engine without speculation does. */
+static void test_follow_up_reuses_exact_cache(void)
+{
+    engine *off = open_engine(DEMO, 1, 1024, SPECULATE_OFF), *on = open_engine(DEMO, 1, 1024, 6);
+    int vocab = engine_get_info(off)->vocab;
+    int32_t turn[512];
+    periodic_prompt(turn, 60, 7, 100, vocab);
+    run_result want, got;
+    run(off, turn, 60, 40, NULL, 0, &want);
+    run(on, turn, 60, 40, NULL, 0, &got);
+    check_same("first turn", &want, &got);
+    /* second turn: the first turn, its answer, and more of the pattern */
+    int n = 60;
+    memcpy(turn + n, got.ids, (size_t)got.n * sizeof *turn);
+    n += got.n;
+    periodic_prompt(turn + n, 20, 7, 100, vocab);
+    n += 20;
+    run(off, turn, n, 40, NULL, 0, &want);
+    run(on, turn, n, 40, NULL, 0, &got);
+    check_same("second turn", &want, &got);
+    CHECK_MSG(got.stats.reused_tokens == want.stats.reused_tokens && got.stats.reused_tokens >= 60 + 39,
+              "reused %d, %d without speculation", got.stats.reused_tokens, want.stats.reused_tokens);
+
+    /* cancel a speculative request as soon as its first token arrives, then extend what it sent */
+    periodic_prompt(turn, 50, 5, 300, vocab);
+    uint64_t id = submit(on, turn, 50, 200, NULL, 0);
+    engine_event ev;
+    int sent = 0;
+    int32_t partial[256];
+    for (;;) {
+        CHECK(engine_next_event(on, &ev, 60000) == 1);
+        if (ev.kind == ENGINE_EVENT_TOKEN) {
+            partial[sent++] = ev.token;
+            if (sent == 1)
+                engine_cancel(on, id, NULL);
+        }
+        if (ev.kind == ENGINE_EVENT_DONE)
+            break;
+    }
+    CHECK_INT(ev.stats.stop_reason, ENGINE_STOP_CANCELLED);
+    n = 50;
+    memcpy(turn + n, partial, (size_t)sent * sizeof *turn);
+    n += sent;
+    turn[n++] = 7;
+    run(off, turn, n, 30, NULL, 0, &want);
+    run(on, turn, n, 30, NULL, 0, &got);
+    check_same("after a cancel", &want, &got);
+    engine_close(off);
+    engine_close(on);
+}
+
+static void test_bad_settings(void)
+{
+    int bad[] = {-2, SPECULATE_MAX_DRAFT + 1, 1000};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        engine_options opt = {.model_dir = TINY, .backend = BACKEND_CPU, .tp = 1, .max_context = 16,
+                              .speculate = bad[i]};
+        engine *e = NULL;
+        kimi_err err = {0};
+        CHECK_INT(engine_open(&e, &opt, &err), KIMI_ERR_USAGE);
+        CHECK_MSG(strstr(err.msg, "--speculate") != NULL, "%s", err.msg);
+        CHECK(e == NULL);
+    }
+}
+
+int main(void)
+{
+    test_decode_tokens_bit_identical(1);
+    test_decode_tokens_bit_identical(2);
+    test_greedy_identical(TINY, 1, 256);
+    test_greedy_identical(TINY, 2, 256);
+    test_greedy_identical(DEMO, 1, 512);
+    test_context_end();
+    test_follow_up_reuses_exact_cache();
+    test_bad_settings();
+    return check_finish();
+}
