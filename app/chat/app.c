@@ -199,7 +199,8 @@ static void end_reasoning(app *a, int tokens)
     if (a->answer_open_reasoning) {
         a->answer_open_reasoning = 0;
         a->reasoning_ended = now_seconds();
-        a->reasoning_tokens = tokens;
+        /* a server counts no tokens as they stream (tokens stays 0): unknown, 0, not -1 */
+        a->reasoning_tokens = tokens > 0 ? tokens : 0;
     }
 }
 

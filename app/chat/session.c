@@ -217,6 +217,19 @@ static json_t *json_finite(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
+/* Stats are counts and durations: what the reader takes back is >= 0 and finite, and any other
+ * (a server that reports none, a clock that stepped, a rate over no time) is written as
+ * unknown, 0, so that every file written loads back as it was written. */
+static json_t *json_count(int v)
+{
+    return json_integer(v > 0 ? v : 0);
+}
+
+static json_t *json_duration(double v)
+{
+    return json_real(isfinite(v) && v > 0 ? v : 0);
+}
+
 static json_t *meta_to_json(const session_message_meta *m)
 {
     if (!m || (!m->has_stats && !m->n_ids && !m->tool_state))
@@ -228,14 +241,14 @@ static json_t *meta_to_json(const session_message_meta *m)
     if (m->has_stats) {
         json_t *st = json_object();
         if (st) {
-            put(st, "prompt_tokens", json_integer(m->prompt_tokens), &bad);
-            put(st, "reused_tokens", json_integer(m->reused_tokens), &bad);
-            put(st, "generated_tokens", json_integer(m->generated_tokens), &bad);
-            put(st, "ttft_s", json_finite(m->ttft_seconds), &bad);
-            put(st, "prefill_tok_s", json_finite(m->prefill_tok_s), &bad);
-            put(st, "decode_tok_s", json_finite(m->decode_tok_s), &bad);
-            put(st, "reasoning_s", json_finite(m->reasoning_seconds), &bad);
-            put(st, "reasoning_tokens", json_integer(m->reasoning_tokens), &bad);
+            put(st, "prompt_tokens", json_count(m->prompt_tokens), &bad);
+            put(st, "reused_tokens", json_count(m->reused_tokens), &bad);
+            put(st, "generated_tokens", json_count(m->generated_tokens), &bad);
+            put(st, "ttft_s", json_duration(m->ttft_seconds), &bad);
+            put(st, "prefill_tok_s", json_duration(m->prefill_tok_s), &bad);
+            put(st, "decode_tok_s", json_duration(m->decode_tok_s), &bad);
+            put(st, "reasoning_s", json_duration(m->reasoning_seconds), &bad);
+            put(st, "reasoning_tokens", json_count(m->reasoning_tokens), &bad);
             put(st, "stop_reason", json_text(m->stop_reason, m->stop_reason ? strlen(m->stop_reason) : 0), &bad);
         }
         put(obj, "stats", st, &bad);
@@ -252,7 +265,7 @@ static json_t *meta_to_json(const session_message_meta *m)
         if (tool) {
             put(tool, "state", json_text(m->tool_state, strlen(m->tool_state)), &bad);
             put(tool, "exit_status", json_integer(m->exit_status), &bad);
-            put(tool, "seconds", json_finite(m->tool_seconds), &bad);
+            put(tool, "seconds", json_duration(m->tool_seconds), &bad);
         }
         put(obj, "tool", tool, &bad);
     }
@@ -538,6 +551,19 @@ static int read_int(const reader *r, const json_t *obj, const char *path, const 
     return 0;
 }
 
+/* An optional count of the stats: an integer up to INT_MAX; a negative one (earlier
+ * kimi-chat wrote -1 for the reasoning tokens a server does not report) reads as unknown, 0:
+ * stats only describe an answer, and never make its conversation unreadable. */
+static int read_count(const reader *r, const json_t *obj, const char *path, const char *key, int *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (v && json_is_integer(v) && json_integer_value(v) < 0) {
+        *out = 0;
+        return 0;
+    }
+    return read_int(r, obj, path, key, out, 0, INT_MAX);
+}
+
 /* An optional number in [lo, hi]; absent or null leaves *out. */
 static int read_number(const reader *r, const json_t *obj, const char *path, const char *key, double *out,
                        double lo, double hi)
@@ -552,6 +578,17 @@ static int read_number(const reader *r, const json_t *obj, const char *path, con
         return bad_field(r, path, key, "out of range");
     *out = x;
     return 0;
+}
+
+/* An optional duration or rate of the stats: as read_count, a negative one reads as 0. */
+static int read_duration(const reader *r, const json_t *obj, const char *path, const char *key, double *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (v && json_is_number(v) && json_number_value(v) < 0) {
+        *out = 0;
+        return 0;
+    }
+    return read_number(r, obj, path, key, out, 0, DBL_MAX);
 }
 
 static int read_float(const reader *r, const json_t *obj, const char *path, const char *key, float *out,
@@ -670,14 +707,14 @@ static int meta_from_json(const reader *r, const json_t *v, const char *path, se
         if (!json_is_object(stats))
             return bad_field(r, sub, "", "not an object");
         m->has_stats = 1;
-        rc = read_int(r, stats, sub, "prompt_tokens", &m->prompt_tokens, 0, INT_MAX) ||
-             read_int(r, stats, sub, "reused_tokens", &m->reused_tokens, 0, INT_MAX) ||
-             read_int(r, stats, sub, "generated_tokens", &m->generated_tokens, 0, INT_MAX) ||
-             read_number(r, stats, sub, "ttft_s", &m->ttft_seconds, 0, DBL_MAX) ||
-             read_number(r, stats, sub, "prefill_tok_s", &m->prefill_tok_s, 0, DBL_MAX) ||
-             read_number(r, stats, sub, "decode_tok_s", &m->decode_tok_s, 0, DBL_MAX) ||
-             read_number(r, stats, sub, "reasoning_s", &m->reasoning_seconds, 0, DBL_MAX) ||
-             read_int(r, stats, sub, "reasoning_tokens", &m->reasoning_tokens, 0, INT_MAX) ||
+        rc = read_count(r, stats, sub, "prompt_tokens", &m->prompt_tokens) ||
+             read_count(r, stats, sub, "reused_tokens", &m->reused_tokens) ||
+             read_count(r, stats, sub, "generated_tokens", &m->generated_tokens) ||
+             read_duration(r, stats, sub, "ttft_s", &m->ttft_seconds) ||
+             read_duration(r, stats, sub, "prefill_tok_s", &m->prefill_tok_s) ||
+             read_duration(r, stats, sub, "decode_tok_s", &m->decode_tok_s) ||
+             read_duration(r, stats, sub, "reasoning_s", &m->reasoning_seconds) ||
+             read_count(r, stats, sub, "reasoning_tokens", &m->reasoning_tokens) ||
              read_string(r, stats, sub, "stop_reason", &m->stop_reason);
     }
     if (!rc && ids && !json_is_null(ids)) {

@@ -22,3 +22,5 @@ kimi_unit_test(test_storage_read SOURCES test_storage_read.c DEPS kimi_storage_r
 add_test(NAME test_probe_load COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_load.sh $<TARGET_FILE:kimi-probe>
   WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_probe_load PROPERTIES LABELS unit)
+# Whatever kimi-chat writes, it reads: random sessions made through the chat core (issue 18).
+kimi_unit_test(test_session_property SOURCES test_session_property.c DEPS kimi_app kimi_file_io)
