@@ -41,6 +41,8 @@ struct app {
     int have_tools;
     int *always_allowed;            /* [tools.n_tools] "a" answered for that tool */
     session sess;
+    session_lock lock;              /* held on sess.path while this process continues it */
+    char *locked;                   /* the path lock is held on; NULL when none */
     char *sessions_dir;             /* NULL: autosave off */
     int temperature_follows_thinking;   /* the user never chose a temperature */
     int top_p_follows_thinking;
@@ -135,6 +137,25 @@ static int conversation_is_empty(const session *s)
     return 1;
 }
 
+static void release_session_file(app *a)
+{
+    session_lock_release(&a->lock);
+    free(a->locked);
+    a->locked = NULL;
+}
+
+/* Lock the file at sess.path (reserved just now: no other process has it). A lock that cannot
+ * be taken (the folder refuses the lock file) leaves the session unlocked: its saves fail
+ * there too and say why. */
+static void lock_new_file(app *a)
+{
+    long holder;
+    kimi_err ignored = {0};
+    release_session_file(a);
+    if (session_lock_take(&a->lock, a->sess.path, &holder, &ignored) == 0 && !(a->locked = strdup(a->sess.path)))
+        session_lock_release(&a->lock);
+}
+
 int app_save(app *a, kimi_err *err)
 {
     if (!a->sessions_dir || conversation_is_empty(&a->sess))
@@ -146,19 +167,52 @@ int app_save(app *a, kimi_err *err)
         if (!(a->sess.path = session_new_path(a->sessions_dir, a->sess.created)))
             return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
         reserved = 1;
+        lock_new_file(a);
     }
     int rc = session_save(&a->sess, a->sess.path, err);
     if (a->fe.saved)
         a->fe.saved(a->fe.user, a->sess.path, rc == 0);
-    if (rc && reserved) {
-        /* no empty reserved file left behind; the next save picks a name again */
-        struct stat st;
-        if (stat(a->sess.path, &st) == 0 && st.st_size == 0)
-            unlink(a->sess.path);
+    struct stat st;
+    if (rc && reserved && (stat(a->sess.path, &st) || st.st_size == 0)) {
+        /* nothing was written: no empty reserved file left behind, and the next save picks a
+           name again. A file that was written (the rename done, syncing the folder failed)
+           stays this session's: the next save replaces it rather than start a duplicate. */
+        unlink(a->sess.path);
         free(a->sess.path);
         a->sess.path = NULL;
+        release_session_file(a);
     }
     return rc;
+}
+
+/* Hold the lock of the session file sess.path (none when it is NULL). When another kimi-chat
+ * holds it, this one continues in a new file of the sessions folder, saved at once, and says
+ * so: two processes writing one file in turn would each drop the other's turns. */
+static void hold_session_file(app *a)
+{
+    if (a->sess.path && a->locked && !strcmp(a->locked, a->sess.path))
+        return;
+    release_session_file(a);
+    if (!a->sess.path)
+        return;
+    long holder;
+    kimi_err err = {0};
+    int rc = session_lock_take(&a->lock, a->sess.path, &holder, &err);
+    if (rc == 0 && !(a->locked = strdup(a->sess.path)))
+        session_lock_release(&a->lock);
+    if (rc != KIMI_ERR_STATE)
+        return;     /* locked, or a folder that takes no lock file (its saves say why) */
+    char *taken = a->sess.path;
+    a->sess.path = NULL;
+    err = (kimi_err){0};
+    if (app_save(a, &err))
+        report(a, &err);
+    char pid[32] = "";
+    if (holder > 0)
+        snprintf(pid, sizeof pid, " (pid %ld)", holder);
+    say_info(a, "session %s is open in another kimi-chat%s; continuing in %s", taken, pid,
+             a->sess.path ? a->sess.path : "a new file");
+    free(taken);
 }
 
 static void autosave(app *a)
@@ -904,6 +958,7 @@ static int load_session(app *a, const char *path, kimi_err *err)
     a->sess.path = inside_dir(path, a->sessions_dir) ? strdup(path) : NULL;
     a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
     session_changed(a, 0);
+    hold_session_file(a);
     return 0;
 }
 
@@ -1031,6 +1086,7 @@ static int run_command(app *a, command *c, kimi_err *err)
         free(a->sess.path);
         a->sess.path = NULL;
         a->sess.created = 0;
+        release_session_file(a);
         session_changed(a, a->sess.conv.n_messages);
         say_info(a, "new conversation");
         return 0;
@@ -1199,6 +1255,7 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
     a->fe = *fe;
     a->gen = gen;
     a->tool_pipe[0] = a->tool_pipe[1] = -1;
+    a->lock = SESSION_LOCK_NONE;
     session_init(&a->sess);
     if (pipe2(a->tool_pipe, O_CLOEXEC | O_NONBLOCK)) {
         kimi_fail(err, KIMI_ERR_IO, "pipe: %s", strerror(errno));
@@ -1292,6 +1349,7 @@ void app_close(app *a)
         tools_free(&a->tools);
     free(a->always_allowed);
     session_free(&a->sess);
+    release_session_file(a);
     free(a->sessions_dir);
     if (a->tool_pipe[0] >= 0) {
         close(a->tool_pipe[0]);

@@ -5,8 +5,10 @@
  * absent, zero, huge or not finite, text with NUL bytes, ill-formed UTF-8 and control
  * characters, tool rounds (run, denied, unknown tool, bad arguments), system prompt edits and
  * /undo. Each autosaved file must load (session_load never refuses it), and saving what was
- * loaded must give the same bytes. The seed of a failing case is printed. */
+ * loaded must give the same bytes. The seed of a failing case is printed. And a save whose
+ * folder cannot be synced after the rename leaves no second copy of the session. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <float.h>
 #include <limits.h>
@@ -16,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -228,6 +232,59 @@ static void check_round_trip(const char *path, uint64_t seed)
 
 static app_options opt;
 
+/* fsync of a folder fails while fail_folder_sync is set: the last step of a save, after the
+ * rename (a network filesystem, a full disk). Every other fsync is the system's. */
+static int fail_folder_sync;
+
+int fsync(int fd)
+{
+    struct stat st;
+    if (fail_folder_sync && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        errno = EIO;
+        return -1;
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
+
+static int count_sessions(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += e->d_name[0] != '.' && strstr(e->d_name, ".json") != NULL;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The first save of a session fails to sync its folder: the error is said, and the file that
+ * was written stays the session's (before issue 18 the next save started a second file). */
+static void test_folder_sync_failure(const char *root)
+{
+    char data[400], sessions[500];
+    snprintf(data, sizeof data, "%s/sync-data", root);
+    snprintf(sessions, sizeof sessions, "%s/kimi-chat/sessions", data);
+    setenv("XDG_DATA_HOME", data, 1);
+    rng_state = 7;
+    app *a = NULL;
+    app_frontend fe = {0};
+    kimi_err err = {0};
+    CHECK_MSG(app_open(&a, &opt, &fe, rg_open(1), &err) == 0, "%s", err.msg);
+    if (!a)
+        return;
+    fail_folder_sync = 1;
+    CHECK(app_send(a, "hello", 5, &err) == 0);
+    run_until_idle(a);
+    CHECK(app_save(a, &err) != 0 && strstr(err.msg, "syncing the folder"));
+    fail_folder_sync = 0;
+    CHECK(app_send(a, "again", 5, &err) == 0);
+    run_until_idle(a);
+    CHECK_MSG(app_save(a, &err) == 0, "%s", err.msg);
+    CHECK_INT(count_sessions(sessions), 1);
+    app_close(a);
+}
+
 /* The sessions kimi-chat wrote from --server chats replaying tests/remote's recordings (and
  * one as kimi-chat wrote it before issue 18: reasoning_tokens -1, unknown) all load. */
 static void test_remote_recordings(void)
@@ -310,6 +367,8 @@ int main(void)
     fclose(f);
     opt = (app_options){.thinking = 1, .tools_path = tools, .allow_tools = "echo"};
     test_remote_recordings();
+    test_folder_sync_failure(dir);
+    setenv("XDG_DATA_HOME", data, 1);
     for (uint64_t seed = 1; seed <= 150; seed++)
         one_session(seed);
     char cmd[400];
