@@ -941,6 +941,27 @@ static int inside_dir(const char *path, const char *dir)
     return inside;
 }
 
+/* The settings given on the command line win over a loaded session's (the README: flags
+ * override), and the status bar and /stats show them. */
+static void apply_flag_settings(app *a)
+{
+    const app_options *o = a->opt;
+    session_settings *s = &a->sess.settings;
+    unsigned set = o->flag_settings;
+    if (set & OPTIONS_SET_THINKING)
+        s->thinking = o->thinking;
+    if (set & OPTIONS_SET_TEMPERATURE)
+        s->temperature = o->temperature;
+    if (set & OPTIONS_SET_TOP_P)
+        s->top_p = o->top_p;
+    if (set & OPTIONS_SET_TOP_K)
+        s->top_k = o->top_k;
+    if (set & OPTIONS_SET_MAX_TOKENS)
+        s->max_tokens = o->max_tokens;
+    if (set & OPTIONS_SET_SEED)
+        s->seed = o->seed;
+}
+
 /* Replace the session with the file at path; on failure the current one stays. */
 static int load_session(app *a, const char *path, kimi_err *err)
 {
@@ -957,6 +978,7 @@ static int load_session(app *a, const char *path, kimi_err *err)
        never written: autosave goes to a new file. */
     a->sess.path = inside_dir(path, a->sessions_dir) ? strdup(path) : NULL;
     a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
+    apply_flag_settings(a);
     session_changed(a, 0);
     hold_session_file(a);
     return 0;

@@ -607,6 +607,38 @@ static void test_sessions(void)
     CHECK(stat(newest, &st) == 0 && st.st_size == 48);
 }
 
+/* Settings given on the command line win over a loaded session's, for --load, --resume and
+ * /load (issue 18); the ones not given are the file's. */
+static void test_flags_override_loaded(void)
+{
+    static const answer script[] = {{.content = "ok", .stop = PARSE_STOP_END_OF_TURN}};
+    app *a = open_app(script, 1);
+    kimi_err err = {0};
+    CHECK(app_command(a, "/set temperature 0", &err) == 0 && app_command(a, "/set top_k 7", &err) == 0);
+    send(a, "cold");
+    CHECK_MSG(app_command(a, "/save cold", &err) == 0, "%s", err.msg);
+    app_close(a);
+
+    char path[400];
+    snprintf(path, sizeof path, "%s/data/kimi-chat/sessions/cold.json", tmp_dir);
+    app_options saved = opt;
+    opt.temperature = 0.7f;
+    opt.has_temperature = 1;
+    opt.flag_settings = OPTIONS_SET_TEMPERATURE;
+    for (int how = 0; how < 3; how++) {
+        opt.load_path = how == 0 ? path : NULL;
+        opt.resume = how == 1;
+        a = open_app(script, 1);
+        if (how == 2)
+            CHECK_MSG(app_command(a, "/load cold", &err) == 0, "%s", err.msg);
+        const session_settings *st = &app_session(a)->settings;
+        CHECK_MSG(st->temperature == 0.7f, "way %d: temperature %g", how, (double)st->temperature);
+        CHECK_MSG(st->top_k == 7, "way %d: top_k %d (the file's)", how, st->top_k);
+        app_close(a);
+    }
+    opt = saved;
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_app.XXXXXX");
@@ -631,6 +663,7 @@ int main(void)
     test_bad_calls_and_limit();
     test_stop_and_failures();
     test_sessions();
+    test_flags_override_loaded();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
     if (system(cmd))
