@@ -7,6 +7,9 @@ target_compile_definitions(test_paths_lookup PRIVATE
   KIMI_INSTALL_DATADIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/install"
   KIMI_SOURCE_DIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/source")
 kimi_unit_test(test_script SOURCES test_script.c DEPS kimi_script)
+# /expect matches against a 1 MB answer: a second or so; quadratic matching took minutes
+add_test(NAME test_script_big_answer COMMAND test_script --big-answer)
+set_tests_properties(test_script_big_answer PROPERTIES LABELS unit TIMEOUT 30)
 kimi_unit_test(test_options SOURCES test_options.c DEPS kimi_options)
 # The man page renders without warnings; only where groff is installed (it is not a build
 # dependency), so on a machine without it this test does not exist rather than pass.
