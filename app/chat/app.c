@@ -17,6 +17,7 @@
 #include "app/chat/commands.h"
 #include "app/chat/paths.h"
 #include "engine/base/array.h"
+#include "engine/text/utf8.h"
 
 typedef enum { TURN_IDLE, TURN_GENERATING, TURN_APPROVAL, TURN_TOOL_RUNNING } turn_state;
 
@@ -47,6 +48,7 @@ struct app {
     int temperature_follows_thinking;   /* the user never chose a temperature */
     int top_p_follows_thinking;
     int quit;
+    int said_replaced;              /* the note on ill-formed UTF-8 in the input was given */
 
     /* the running turn */
     turn_state state;
@@ -757,13 +759,39 @@ static int begin_turn(app *a, kimi_err *err)
     return start_generation(a, err);
 }
 
+/* Text the user gave (typed, piped, pasted, a script's turn, --prompt, --system), as the
+ * conversation keeps it: ill-formed UTF-8 becomes U+FFFD, which the tokenizer would read anyway
+ * and which is all a server's JSON can carry (unreplaced, a --server request failed as "out of
+ * memory building the body"). The first time, the user is told. Points *text and *len at the clean
+ * text; *owned is what to free (NULL when the text was well-formed). */
+static int clean_input(app *a, const char **text, size_t *len, char **owned, kimi_err *err)
+{
+    *owned = NULL;
+    if (!*text || utf8_is_valid((const uint8_t *)*text, *len))
+        return 0;
+    if (*len > (SIZE_MAX - 1) / 3 || !(*owned = malloc(3 * *len + 1)))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    *len = utf8_replace_ill_formed((const uint8_t *)*text, *len, (uint8_t *)*owned);
+    (*owned)[*len] = 0;
+    *text = *owned;
+    if (!a->said_replaced) {
+        a->said_replaced = 1;
+        say_info(a, "the input is not valid UTF-8: each bad sequence was replaced with U+FFFD (\xEF\xBF\xBD)");
+    }
+    return 0;
+}
+
 int app_send(app *a, const char *text, size_t len, kimi_err *err)
 {
     if (a->state != TURN_IDLE)
         return kimi_fail(err, KIMI_ERR_STATE, "an answer is still coming: wait, or stop it (Esc / Ctrl-C)");
+    char *owned;
+    if (clean_input(a, &text, &len, &owned, err))
+        return err->code;
     chat_message m = {.role = CHAT_ROLE_USER};
     int rc = chat_text_set(&m.content, text, len, err) || session_append(&a->sess, &m, NULL, err);
     chat_message_free(&m);
+    free(owned);
     if (rc)
         return err->code;
     if (begin_turn(a, err)) {
@@ -815,7 +843,7 @@ static int require_idle(app *a, const command *c, kimi_err *err)
     return 0;
 }
 
-static int set_system(app *a, const char *text, size_t len, kimi_err *err)
+static int replace_system(app *a, const char *text, size_t len, kimi_err *err)
 {
     chat_conversation *conv = &a->sess.conv;
     if (conv->n_messages && conv->messages[0].role == CHAT_ROLE_SYSTEM) {
@@ -854,6 +882,17 @@ static int set_system(app *a, const char *text, size_t len, kimi_err *err)
         rc = session_append(&a->sess, &s2.conv.messages[i], &s2.meta[i], err);
     session_free(&s2);
     return rc ? err->code : 0;
+}
+
+/* The system prompt set to text (/system, --system); empty removes it. */
+static int set_system(app *a, const char *text, size_t len, kimi_err *err)
+{
+    char *owned;
+    if (clean_input(a, &text, &len, &owned, err))
+        return err->code;
+    int rc = replace_system(a, text, len, err);
+    free(owned);
+    return rc;
 }
 
 /* The conversation was replaced or cut from message kept on: the context it fills is what its

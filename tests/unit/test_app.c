@@ -639,6 +639,25 @@ static void test_flags_override_loaded(void)
     opt = saved;
 }
 
+/* Ill-formed UTF-8 typed or piped in becomes U+FFFD in the conversation, said once (issue 18):
+ * a message, the system prompt. */
+static void test_invalid_utf8_input(void)
+{
+    static const answer script[] = {{.content = "ok", .stop = PARSE_STOP_END_OF_TURN}};
+    app *a = open_app(script, 1);
+    kimi_err err = {0};
+    CHECK(app_command(a, "/system be \xc3 brief", &err) == 0);
+    CHECK_STR(msg(a, 0)->content.s, "be \xEF\xBF\xBD brief");
+    send(a, "\xff\xfe bad");
+    CHECK_INT(n_msgs(a), 3);
+    CHECK_STR(msg(a, 1)->content.s, "\xEF\xBF\xBD\xEF\xBF\xBD bad");
+    send(a, "\xed\xa0\x80 again");
+    CHECK_STR(msg(a, 3)->content.s, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD again");
+    const char *said = strstr(rec.infos, "not valid UTF-8");
+    CHECK_MSG(said && !strstr(said + 1, "not valid UTF-8"), "%s", rec.infos);
+    app_close(a);
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_app.XXXXXX");
@@ -664,6 +683,7 @@ int main(void)
     test_stop_and_failures();
     test_sessions();
     test_flags_override_loaded();
+    test_invalid_utf8_input();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
     if (system(cmd))
