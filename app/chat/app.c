@@ -1010,13 +1010,16 @@ static int load_session(app *a, const char *path, kimi_err *err)
         session_free(&loaded);
         return err->code;
     }
+    if (!loaded.has_settings)   /* an OpenAI file without kimi-chat's meta: the settings stay */
+        loaded.settings = a->sess.settings;
+    else
+        a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
     session_free(&a->sess);
     a->sess = loaded;
     free(a->sess.path);
     /* A file of the sessions folder is continued; any other file (an export someone sent) is
        never written: autosave goes to a new file. */
     a->sess.path = inside_dir(path, a->sessions_dir) ? strdup(path) : NULL;
-    a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
     apply_flag_settings(a);
     session_changed(a, 0);
     hold_session_file(a);

@@ -2,7 +2,8 @@
 # The conversation printed to the scrollback on quit is the whole one, however long (issue 18:
 # render_model caps a frame at 4000 rows, and a 1501-exchange session ended at "question
 # number 1333"): every question of a loaded 1501-exchange session is in the scrollback, in
-# order, the last one included.
+# order, the last one included. And the status bar shows the temperature of the flag, not the
+# session's.
 . "$(dirname "$0")/lib.sh"
 python3 - "$TMP/long.json" <<'PY'
 import json, sys
@@ -13,10 +14,12 @@ for i in range(1, 1502):
 json.dump({"messages": messages}, open(sys.argv[1], "w"))
 PY
 # a scrollback that holds it all (tmux keeps 2000 lines unless told)
-tm -f /dev/null new-session -d -s kc -n idle -x 80 -y 24 "sleep 600"
+tm -f /dev/null new-session -d -s kc -n idle -x 120 -y 24 "sleep 600"
 tm set-option -g history-limit 100000 >/dev/null
-start long 80 24 -- --load "$TMP/long.json" --no-save
+start long 120 24 -- --load "$TMP/long.json" --no-save
 wait_ready 60
+# the flag (lib.sh starts every run with --temperature 0) wins over the loaded session's 1
+screen | tail -n 1 | grep -q '· T 0 ' || fail "the status bar does not show --temperature 0 over the loaded session"
 tm send-keys -t "$PANE" C-d
 wait_file "$TMP/long.exit" 60
 [ "$(cat "$TMP/long.exit")" = 0 ] || fail "exit status $(cat "$TMP/long.exit")"

@@ -636,6 +636,18 @@ static void test_flags_override_loaded(void)
         CHECK_MSG(st->top_k == 7, "way %d: top_k %d (the file's)", how, st->top_k);
         app_close(a);
     }
+    /* an OpenAI file without kimi-chat's settings keeps the ones the session had */
+    char openai[400];
+    snprintf(openai, sizeof openai, "%s/openai.json", tmp_dir);
+    FILE *f = fopen(openai, "w");
+    fputs("[{\"role\": \"user\", \"content\": \"hi\"}]", f);
+    fclose(f);
+    opt = saved;
+    opt.top_k = 5;
+    opt.load_path = openai;
+    a = open_app(script, 1);
+    CHECK_INT(app_session(a)->settings.top_k, 5);
+    app_close(a);
     opt = saved;
 }
 
