@@ -197,6 +197,16 @@ int main(int argc, char **argv)
         options_free(&o);
         return fail(EXIT_USAGE, message);
     }
+    if (o.load_path) {
+        /* read and checked now, not after a load of minutes; app_open reads it again */
+        session loaded;
+        int rc = session_load(&loaded, o.load_path, &err);
+        session_free(&loaded);
+        if (rc) {
+            options_free(&o);
+            return fail(open_failure_code(&err), err.msg);
+        }
+    }
     errno = 0;
     if (o.model_dir && !o.server_url && (stat(o.model_dir, &st) || !S_ISDIR(st.st_mode))) {
         char message[600];

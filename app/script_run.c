@@ -1,7 +1,6 @@
 /* script_run: the script loop, /expect checks and exit codes. */
 #include "app/script_run.h"
 
-#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,35 +9,26 @@ static void line_error(const script *s, const script_item *it, const char *what)
     fprintf(stderr, "%s:%d: %s\n", s->name, it->line, what);
 }
 
-/* 0 when the last answer meets the expectation, else 1 with the reason printed. */
+static int last_turn_called(const void *a, const char *name) { return app_last_turn_called(a, name); }
+
+/* 0 when the last answer meets the expectation (script_expect_holds, the one check), else 1
+ * with the reason printed. */
 static int check_expect(const script *s, const script_item *it, app *a)
 {
     const chat_message *m = app_last_answer(a);
     const char *content = m && m->content.s ? m->content.s : "";
     size_t len = m ? m->content.len : 0;
+    if (script_expect_holds(it, content, len, last_turn_called, a))
+        return 0;
     char why[700];
     switch (it->expect) {
     case SCRIPT_EXPECT_CONTAINS:
-        if (it->len <= len && memmem(content, len, it->text, it->len))
-            return 0;
         snprintf(why, sizeof why, "/expect contains \"%s\": the last answer does not contain it", it->text);
         break;
-    case SCRIPT_EXPECT_MATCHES: {
-        regex_t re;
-        if (regcomp(&re, it->text, REG_EXTENDED | REG_NOSUB)) {
-            snprintf(why, sizeof why, "/expect matches: bad regular expression '%s'", it->text);
-            break;
-        }
-        int rc = regexec(&re, content, 0, NULL, 0);
-        regfree(&re);
-        if (rc == 0)
-            return 0;
+    case SCRIPT_EXPECT_MATCHES:
         snprintf(why, sizeof why, "/expect matches '%s': the last answer does not match", it->text);
         break;
-    }
     case SCRIPT_EXPECT_TOOL:
-        if (app_last_turn_called(a, it->text))
-            return 0;
         snprintf(why, sizeof why, "/expect tool %s: the last turn did not run it", it->text);
         break;
     }

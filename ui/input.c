@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/base/array.h"
+#include "engine/text/utf8.h"
 #include "ui/text_width.h"
 
 typedef struct {
@@ -117,8 +118,6 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
         (c == 0xf4 && s[1] > 0x8f))
         return 0;
-    if (c == 0xc2 && s[1] < 0xa0) /* C1 controls */
-        return 0;
     return len;
 }
 
@@ -140,8 +139,12 @@ void input_insert(input *in, const char *s, size_t len)
             i++;
         } else {
             size_t n = utf8_len(u + i, len - i);
-            if (n)
+            if (n == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0)
+                ;   /* a C1 control, dropped as the C0 ones */
+            else if (n)
                 text_append(&clean.s, &clean.len, &clean.cap, s + i, n);
+            else    /* shown and sent as U+FFFD, not dropped: the user sees that a byte was bad */
+                text_append(&clean.s, &clean.len, &clean.cap, UTF8_REPLACEMENT, UTF8_REPLACEMENT_LEN);
             i += n ? n : 1;
         }
     }

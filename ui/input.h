@@ -26,7 +26,8 @@ void input_clear(input *in);
 int input_is_empty(const input *in);
 
 /* Insert text at the cursor. CR LF and CR become LF; a tab becomes four spaces; other control
- * characters and ill-formed UTF-8 are dropped (pasted text cannot smuggle escapes in). */
+ * characters are dropped (pasted text cannot smuggle escapes in); each byte of ill-formed UTF-8
+ * becomes U+FFFD. */
 void input_insert(input *in, const char *s, size_t len);
 
 typedef enum {

@@ -1533,19 +1533,22 @@ tui *tui_new(const app_options *opt)
     return t;
 }
 
-/* The conversation as plain text on the normal screen (it stays in the scrollback). */
+/* The conversation as plain text on the normal screen (it stays in the scrollback), however
+ * long: a frame is at most RM_PAGE rows (render_model caps the height), so it goes out a page at
+ * a time. */
 static void print_transcript(tui *t)
 {
+    enum { RM_PAGE = 2000 };
     if (!render_model_block_count(t->rm))
         return;
     render_model_focus(t->rm, -1);
     render_model_set_size(t->rm, t->cols > 0 ? t->cols : 80, 1);
     long total = render_model_total_rows(t->rm);
-    if (total < 1 || total > 10000000)
+    if (total < 1)
         return;
-    render_model_set_size(t->rm, t->cols > 0 ? t->cols : 80, (int)total);
+    int page = total < RM_PAGE ? (int)total : RM_PAGE;
+    render_model_set_size(t->rm, t->cols > 0 ? t->cols : 80, page);
     render_model_scroll_to_top(t->rm);
-    const rm_frame *f = render_model_frame(t->rm);
     /* Without the alternate screen the view is still on the screen: write over it from the top
        (erasing each line's rest, then below the end) rather than clearing it, which terminals
        like tmux would push into the scrollback as a stale frame. */
@@ -1553,12 +1556,23 @@ static void print_transcript(tui *t)
     if (inline_view)
         fputs("\033[H", stdout);
     char buf[8192];
-    for (int i = 0; i < f->n_rows; i++) {
-        size_t n = render_model_row_text(&f->rows[i], buf, sizeof buf);
-        while (n && buf[n - 1] == ' ')
-            n--;
-        buf[n] = 0;
-        printf(inline_view ? "%s\033[K\n" : "%s\n", buf);
+    for (long printed = 0; printed < total;) {
+        if (printed)
+            render_model_scroll(t->rm, page);
+        const rm_frame *f = render_model_frame(t->rm);
+        /* the last page is the bottom one: it starts at total - page, over rows already out */
+        long top = printed < total - page ? printed : total - page;
+        int first = (int)(printed - top);
+        if (first >= f->n_rows)
+            break;
+        for (int i = first; i < f->n_rows; i++) {
+            size_t n = render_model_row_text(&f->rows[i], buf, sizeof buf);
+            while (n && buf[n - 1] == ' ')
+                n--;
+            buf[n] = 0;
+            printf(inline_view ? "%s\033[K\n" : "%s\n", buf);
+        }
+        printed = top + f->n_rows;
     }
     if (inline_view)
         fputs("\033[J", stdout);

@@ -17,6 +17,7 @@
 #include "app/chat/commands.h"
 #include "app/chat/paths.h"
 #include "engine/base/array.h"
+#include "engine/text/utf8.h"
 
 typedef enum { TURN_IDLE, TURN_GENERATING, TURN_APPROVAL, TURN_TOOL_RUNNING } turn_state;
 
@@ -41,10 +42,13 @@ struct app {
     int have_tools;
     int *always_allowed;            /* [tools.n_tools] "a" answered for that tool */
     session sess;
+    session_lock lock;              /* held on sess.path while this process continues it */
+    char *locked;                   /* the path lock is held on; NULL when none */
     char *sessions_dir;             /* NULL: autosave off */
     int temperature_follows_thinking;   /* the user never chose a temperature */
     int top_p_follows_thinking;
     int quit;
+    int said_replaced;              /* the note on ill-formed UTF-8 in the input was given */
 
     /* the running turn */
     turn_state state;
@@ -136,6 +140,25 @@ static int conversation_is_empty(const session *s)
     return 1;
 }
 
+static void release_session_file(app *a)
+{
+    session_lock_release(&a->lock);
+    free(a->locked);
+    a->locked = NULL;
+}
+
+/* Lock the file at sess.path (reserved just now: no other process has it). A lock that cannot
+ * be taken (the folder refuses the lock file) leaves the session unlocked: its saves fail
+ * there too and say why. */
+static void lock_new_file(app *a)
+{
+    long holder;
+    kimi_err ignored = {0};
+    release_session_file(a);
+    if (session_lock_take(&a->lock, a->sess.path, &holder, &ignored) == 0 && !(a->locked = strdup(a->sess.path)))
+        session_lock_release(&a->lock);
+}
+
 int app_save(app *a, kimi_err *err)
 {
     if (!a->sessions_dir || conversation_is_empty(&a->sess))
@@ -147,19 +170,52 @@ int app_save(app *a, kimi_err *err)
         if (!(a->sess.path = session_new_path(a->sessions_dir, a->sess.created)))
             return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
         reserved = 1;
+        lock_new_file(a);
     }
     int rc = session_save(&a->sess, a->sess.path, err);
     if (a->fe.saved)
         a->fe.saved(a->fe.user, a->sess.path, rc == 0);
-    if (rc && reserved) {
-        /* no empty reserved file left behind; the next save picks a name again */
-        struct stat st;
-        if (stat(a->sess.path, &st) == 0 && st.st_size == 0)
-            unlink(a->sess.path);
+    struct stat st;
+    if (rc && reserved && (stat(a->sess.path, &st) || st.st_size == 0)) {
+        /* nothing was written: no empty reserved file left behind, and the next save picks a
+           name again. A file that was written (the rename done, syncing the folder failed)
+           stays this session's: the next save replaces it rather than start a duplicate. */
+        unlink(a->sess.path);
         free(a->sess.path);
         a->sess.path = NULL;
+        release_session_file(a);
     }
     return rc;
+}
+
+/* Hold the lock of the session file sess.path (none when it is NULL). When another kimi-chat
+ * holds it, this one continues in a new file of the sessions folder, saved at once, and says
+ * so: two processes writing one file in turn would each drop the other's turns. */
+static void hold_session_file(app *a)
+{
+    if (a->sess.path && a->locked && !strcmp(a->locked, a->sess.path))
+        return;
+    release_session_file(a);
+    if (!a->sess.path)
+        return;
+    long holder;
+    kimi_err err = {0};
+    int rc = session_lock_take(&a->lock, a->sess.path, &holder, &err);
+    if (rc == 0 && !(a->locked = strdup(a->sess.path)))
+        session_lock_release(&a->lock);
+    if (rc != KIMI_ERR_STATE)
+        return;     /* locked, or a folder that takes no lock file (its saves say why) */
+    char *taken = a->sess.path;
+    a->sess.path = NULL;
+    err = (kimi_err){0};
+    if (app_save(a, &err))
+        report(a, &err);
+    char pid[32] = "";
+    if (holder > 0)
+        snprintf(pid, sizeof pid, " (pid %ld)", holder);
+    say_info(a, "session %s is open in another kimi-chat%s; continuing in %s", taken, pid,
+             a->sess.path ? a->sess.path : "a new file");
+    free(taken);
 }
 
 static void autosave(app *a)
@@ -200,7 +256,8 @@ static void end_reasoning(app *a, int tokens)
     if (a->answer_open_reasoning) {
         a->answer_open_reasoning = 0;
         a->reasoning_ended = now_seconds();
-        a->reasoning_tokens = tokens;
+        /* a server counts no tokens as they stream (tokens stays 0): unknown, 0, not -1 */
+        a->reasoning_tokens = tokens > 0 ? tokens : 0;
     }
 }
 
@@ -705,13 +762,39 @@ static int begin_turn(app *a, kimi_err *err)
     return start_generation(a, err);
 }
 
+/* Text the user gave (typed, piped, pasted, a script's turn, --prompt, --system), as the
+ * conversation keeps it: ill-formed UTF-8 becomes U+FFFD, which the tokenizer would read anyway
+ * and which is all a server's JSON can carry (unreplaced, a --server request failed as "out of
+ * memory building the body"). The first time, the user is told. Points *text and *len at the clean
+ * text; *owned is what to free (NULL when the text was well-formed). */
+static int clean_input(app *a, const char **text, size_t *len, char **owned, kimi_err *err)
+{
+    *owned = NULL;
+    if (!*text || utf8_is_valid((const uint8_t *)*text, *len))
+        return 0;
+    if (*len > (SIZE_MAX - 1) / 3 || !(*owned = malloc(3 * *len + 1)))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    *len = utf8_replace_ill_formed((const uint8_t *)*text, *len, (uint8_t *)*owned);
+    (*owned)[*len] = 0;
+    *text = *owned;
+    if (!a->said_replaced) {
+        a->said_replaced = 1;
+        say_info(a, "the input is not valid UTF-8: each bad sequence was replaced with U+FFFD (\xEF\xBF\xBD)");
+    }
+    return 0;
+}
+
 int app_send(app *a, const char *text, size_t len, kimi_err *err)
 {
     if (a->state != TURN_IDLE)
         return kimi_fail(err, KIMI_ERR_STATE, "an answer is still coming: wait, or stop it (Esc / Ctrl-C)");
+    char *owned;
+    if (clean_input(a, &text, &len, &owned, err))
+        return err->code;
     chat_message m = {.role = CHAT_ROLE_USER};
     int rc = chat_text_set(&m.content, text, len, err) || session_append(&a->sess, &m, NULL, err);
     chat_message_free(&m);
+    free(owned);
     if (rc)
         return err->code;
     if (begin_turn(a, err)) {
@@ -763,7 +846,7 @@ static int require_idle(app *a, const command *c, kimi_err *err)
     return 0;
 }
 
-static int set_system(app *a, const char *text, size_t len, kimi_err *err)
+static int replace_system(app *a, const char *text, size_t len, kimi_err *err)
 {
     chat_conversation *conv = &a->sess.conv;
     if (conv->n_messages && conv->messages[0].role == CHAT_ROLE_SYSTEM) {
@@ -802,6 +885,17 @@ static int set_system(app *a, const char *text, size_t len, kimi_err *err)
         rc = session_append(&a->sess, &s2.conv.messages[i], &s2.meta[i], err);
     session_free(&s2);
     return rc ? err->code : 0;
+}
+
+/* The system prompt set to text (/system, --system); empty removes it. */
+static int set_system(app *a, const char *text, size_t len, kimi_err *err)
+{
+    char *owned;
+    if (clean_input(a, &text, &len, &owned, err))
+        return err->code;
+    int rc = replace_system(a, text, len, err);
+    free(owned);
+    return rc;
 }
 
 /* The conversation was replaced or cut from message kept on: the context it fills is what its
@@ -889,6 +983,27 @@ static int inside_dir(const char *path, const char *dir)
     return inside;
 }
 
+/* The settings given on the command line win over a loaded session's (the README: flags
+ * override), and the status bar and /stats show them. */
+static void apply_flag_settings(app *a)
+{
+    const app_options *o = a->opt;
+    session_settings *s = &a->sess.settings;
+    unsigned set = o->flag_settings;
+    if (set & OPTIONS_SET_THINKING)
+        s->thinking = o->thinking;
+    if (set & OPTIONS_SET_TEMPERATURE)
+        s->temperature = o->temperature;
+    if (set & OPTIONS_SET_TOP_P)
+        s->top_p = o->top_p;
+    if (set & OPTIONS_SET_TOP_K)
+        s->top_k = o->top_k;
+    if (set & OPTIONS_SET_MAX_TOKENS)
+        s->max_tokens = o->max_tokens;
+    if (set & OPTIONS_SET_SEED)
+        s->seed = o->seed;
+}
+
 /* Replace the session with the file at path; on failure the current one stays. */
 static int load_session(app *a, const char *path, kimi_err *err)
 {
@@ -898,14 +1013,19 @@ static int load_session(app *a, const char *path, kimi_err *err)
         session_free(&loaded);
         return err->code;
     }
+    if (!loaded.has_settings)   /* an OpenAI file without kimi-chat's meta: the settings stay */
+        loaded.settings = a->sess.settings;
+    else
+        a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
     session_free(&a->sess);
     a->sess = loaded;
     free(a->sess.path);
     /* A file of the sessions folder is continued; any other file (an export someone sent) is
        never written: autosave goes to a new file. */
     a->sess.path = inside_dir(path, a->sessions_dir) ? strdup(path) : NULL;
-    a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
+    apply_flag_settings(a);
     session_changed(a, 0);
+    hold_session_file(a);
     return 0;
 }
 
@@ -1037,6 +1157,7 @@ static int run_command(app *a, command *c, kimi_err *err)
         free(a->sess.path);
         a->sess.path = NULL;
         a->sess.created = 0;
+        release_session_file(a);
         session_changed(a, a->sess.conv.n_messages);
         say_info(a, "new conversation");
         return 0;
@@ -1205,6 +1326,7 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
     a->fe = *fe;
     a->gen = gen;
     a->tool_pipe[0] = a->tool_pipe[1] = -1;
+    a->lock = SESSION_LOCK_NONE;
     session_init(&a->sess);
     if (pipe2(a->tool_pipe, O_CLOEXEC | O_NONBLOCK)) {
         kimi_fail(err, KIMI_ERR_IO, "pipe: %s", strerror(errno));
@@ -1298,6 +1420,7 @@ void app_close(app *a)
         tools_free(&a->tools);
     free(a->always_allowed);
     session_free(&a->sess);
+    release_session_file(a);
     free(a->sessions_dir);
     if (a->tool_pipe[0] >= 0) {
         close(a->tool_pipe[0]);

@@ -80,6 +80,8 @@ typedef struct {
     size_t err_len, err_cap;
     int ticks_seen;
     double t_start, t_first, t_last;
+    size_t answer_bytes;        /* text of this answer so far (reasoning, content, calls) */
+    int over_cap;               /* answer_bytes passed answer_cap(): the rest is not taken */
     generator_result result;
     generator_event_fn on_event;
     void *user;
@@ -407,9 +409,31 @@ static void http_error_line(const remote_gen *g, long status, const char *body, 
 
 /* ---- the turn (UI thread) ---- */
 
+/* An answer cannot be longer than the context holds: a server that streams more (a hostile or
+ * broken one) would have the app keep it all in memory. ANSWER_BYTES_PER_TOKEN is generous (a
+ * token of Kimi's vocabulary is a few bytes; the longest are runs of spaces and symbols); a
+ * server that reports no context is taken to have Kimi-K2.5's. */
+enum { ANSWER_BYTES_PER_TOKEN = 32, ANSWER_DEFAULT_CONTEXT = 262144 };
+
+static size_t answer_cap(const remote_gen *g)
+{
+    long ctx = g->base.context_limit > 0 ? g->base.context_limit : ANSWER_DEFAULT_CONTEXT;
+    return (size_t)ctx * ANSWER_BYTES_PER_TOKEN;
+}
+
 static void on_parse(void *user, const parse_event *ev)
 {
     remote_gen *g = user;
+    if (g->over_cap)
+        return;
+    if (ev->kind == PARSE_REASONING_TEXT || ev->kind == PARSE_CONTENT_TEXT ||
+        ev->kind == PARSE_TOOL_CALL_ID || ev->kind == PARSE_TOOL_CALL_ARGS) {
+        g->answer_bytes += ev->len;
+        if (g->answer_bytes > answer_cap(g)) {
+            g->over_cap = 1;
+            return;
+        }
+    }
     if (ev->kind == PARSE_REASONING_TEXT || ev->kind == PARSE_CONTENT_TEXT ||
         ev->kind == PARSE_TOOL_CALL_BEGIN || ev->kind == PARSE_TOOL_CALL_ARGS) {
         double now = now_s();
@@ -601,6 +625,10 @@ static int remote_pump(generator *gen, generator_event_fn on_event, void *user, 
     }
     if (rc > 0)     /* a server that never ends a line or an event */
         return end_turn(g, 0, err, "%s", framing.msg) ? -1 : 1;
+    if (g->over_cap)
+        return end_turn(g, 0, err, "the answer is over %zu bytes, more than a context of %ld tokens holds: stopped",
+                        answer_cap(g), g->base.context_limit > 0 ? g->base.context_limit : (long)ANSWER_DEFAULT_CONTEXT)
+                   ? -1 : 1;
     if (stream_ended(g, err, &rc))
         return rc ? -1 : 1;
     if (g->cancel_requested)
@@ -682,6 +710,8 @@ static int remote_start(generator *gen, const generator_request *req, kimi_err *
     g->headers = headers;
     g->t_start = now_s();
     g->t_first = g->t_last = 0;
+    g->answer_bytes = 0;
+    g->over_cap = 0;
     int rc = pthread_create(&g->thread, NULL, transfer_main, g);
     if (rc) {
         free(g->body);

@@ -222,6 +222,15 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
                  const char *what, kimi_err *err)
 {
     double d;
+    if (!from_config) {
+        unsigned bit = id == OPT_THINK || id == OPT_NO_THINK ? OPTIONS_SET_THINKING
+                     : id == OPT_TEMPERATURE ? OPTIONS_SET_TEMPERATURE
+                     : id == OPT_TOP_P ? OPTIONS_SET_TOP_P
+                     : id == OPT_TOP_K ? OPTIONS_SET_TOP_K
+                     : id == OPT_MAX_TOKENS ? OPTIONS_SET_MAX_TOKENS
+                     : id == OPT_SEED ? OPTIONS_SET_SEED : 0;
+        o->flag_settings |= bit;
+    }
     switch (id) {
     case OPT_MODEL:
         if (!*v)

@@ -56,6 +56,9 @@ typedef struct {
     int top_k;                                      /* --top-k / top_k = (0 = off) */
     int max_tokens;                                 /* --max-tokens / max_tokens = (0 = no cap) */
     uint64_t seed;          int has_seed;           /* --seed / seed = (else from the clock) */
+    unsigned flag_settings; /* OPTIONS_SET_* bits: the settings the command line gave, which
+                               override a loaded session's (--load, --resume, /load); the
+                               config file's do not (they are defaults for new sessions) */
 
     /* tools */
     char *tools_path;       /* --tools FILE / tools =; NULL: the demo model's tools.json when
@@ -75,6 +78,15 @@ typedef struct {
     int show_version;       /* --version */
     char *config_path;      /* the config file read (~ expanded), or NULL when there was none */
 } app_options;
+
+enum {
+    OPTIONS_SET_THINKING = 1u << 0,
+    OPTIONS_SET_TEMPERATURE = 1u << 1,
+    OPTIONS_SET_TOP_P = 1u << 2,
+    OPTIONS_SET_TOP_K = 1u << 3,
+    OPTIONS_SET_MAX_TOKENS = 1u << 4,
+    OPTIONS_SET_SEED = 1u << 5,
+};
 
 /* Fill o: defaults, then the config file (--config FILE, else $XDG_CONFIG_HOME/kimi-chat/config
  * when it exists), then argv. Errors are KIMI_ERR_USAGE, one line naming the flag

@@ -67,6 +67,31 @@ static int only_blanks(const char *s, size_t n)
     return 1;
 }
 
+/* Whether the ERE p has a back-reference (\1 to \9, outside a bracket expression): glibc
+ * accepts them in EREs, and matches them by backtracking. */
+static int has_back_reference(const char *p)
+{
+    for (; *p; p++) {
+        if (*p == '[') {
+            /* a bracket expression: "[]...]" and "[^]...]" keep their first ']' */
+            p++;
+            if (*p == '^')
+                p++;
+            if (*p == ']')
+                p++;
+            while (*p && *p != ']')
+                p++;
+            if (!*p)
+                return 0;
+        } else if (*p == '\\' && p[1]) {
+            if (p[1] >= '1' && p[1] <= '9')
+                return 1;
+            p++;
+        }
+    }
+    return 0;
+}
+
 /* An upper bound on the size of the tree regcomp builds for the ERE p, in atoms. glibc copies a
  * repeated subexpression for '+' (twice) and for {m,n} (max(m,n) times), so stacked or nested
  * repeats grow exponentially ("a++++++++++++++++++++++++" takes gigabytes); such a pattern is
@@ -205,9 +230,31 @@ static int parse_expect(script *s, builder *b, int line, const char *a, const ch
         if (regex_size(it->text) > 10000)
             return script_fail(err, s, line, "/expect matches: regular expression too big once its "
                                "repeats are spelled out (over 10000 parts)");
+        if (has_back_reference(it->text))
+            return script_fail(err, s, line, "/expect matches: back-references (\\1 ...) are not "
+                               "supported: they make matching take time without bound");
         if (!(it->regex = malloc(sizeof *it->regex)))
             return kimi_fail(err, KIMI_ERR_NOMEM, "%s:%d: out of memory", s->name, line);
-        int rc = regcomp(it->regex, it->text, REG_EXTENDED | REG_NOSUB);
+        /* Anchored behind "any bytes" (NUL included: '.' is not), the pattern is found in one
+           pass over the answer; unanchored, glibc tries it from every position, which takes
+           quadratic time ("a.*q" in a 150 KB answer: 53 s). Without REG_NEWLINE '^' and '$'
+           mean the ends of the answer, so TEXT means what it did. */
+        char *anchored = malloc(it->len + 16);
+        if (!anchored) {
+            free(it->regex);
+            it->regex = NULL;
+            return kimi_fail(err, KIMI_ERR_NOMEM, "%s:%d: out of memory", s->name, line);
+        }
+        snprintf(anchored, it->len + 16, "^(.|[^.])*(%s)", it->text);
+        int rc = regcomp(it->regex, anchored, REG_EXTENDED | REG_NOSUB);
+        free(anchored);
+        if (rc) {   /* the error as the pattern alone gives it, when it gives one */
+            int alone = regcomp(it->regex, it->text, REG_EXTENDED | REG_NOSUB);
+            if (alone)
+                rc = alone;
+            else
+                regfree(it->regex);
+        }
         if (rc) {
             char why[200];
             regerror(rc, it->regex, why, sizeof why);
@@ -334,19 +381,22 @@ void script_free(script *s)
     memset(s, 0, sizeof *s);
 }
 
-int script_expect_holds(const script_item *item, const char *content, const char *const *tools_called,
-                        int n_tools_called)
+int script_expect_holds(const script_item *item, const char *content, size_t content_len,
+                        int (*was_called)(const void *user, const char *name), const void *user)
 {
     if (!content)
-        content = "";
+        content = "", content_len = 0;
     switch (item->expect) {
-    case SCRIPT_EXPECT_CONTAINS: return strstr(content, item->text) != NULL;
-    case SCRIPT_EXPECT_MATCHES: return item->regex && regexec(item->regex, content, 0, NULL, 0) == 0;
+    case SCRIPT_EXPECT_CONTAINS:
+        return item->len <= content_len && memmem(content, content_len, item->text, item->len) != NULL;
+    case SCRIPT_EXPECT_MATCHES: {
+        if (!item->regex || content_len > (size_t)INT32_MAX)
+            return 0;
+        regmatch_t whole = {.rm_so = 0, .rm_eo = (regoff_t)content_len};
+        return regexec(item->regex, content, 1, &whole, REG_STARTEND) == 0;
+    }
     case SCRIPT_EXPECT_TOOL:
-        for (int i = 0; i < n_tools_called; i++)
-            if (tools_called[i] && !strcmp(tools_called[i], item->text))
-                return 1;
-        return 0;
+        return was_called && was_called(user, item->text);
     }
     return 0;
 }

@@ -44,8 +44,9 @@ typedef struct {
     int line;                   /* 1-based line where the item starts */
     char *text;                 /* [len], NUL-terminated */
     size_t len;
-    regex_t *regex;             /* SCRIPT_EXPECT_MATCHES: text compiled (REG_EXTENDED |
-                                   REG_NOSUB); NULL otherwise */
+    regex_t *regex;             /* SCRIPT_EXPECT_MATCHES: "^(.|[^.])*(TEXT)" compiled
+                                   (REG_EXTENDED | REG_NOSUB): TEXT anywhere, in one pass;
+                                   NULL otherwise */
 } script_item;
 
 typedef struct {
@@ -60,9 +61,12 @@ typedef struct {
 int script_parse(script *s, const char *name, const char *text, size_t len, kimi_err *err);
 void script_free(script *s);
 
-/* Whether the /expect item holds for the last answer: its content (NUL-terminated; NULL reads
- * as "") and the names of the tools the last turn called. 1 holds, 0 does not. */
-int script_expect_holds(const script_item *item, const char *content, const char *const *tools_called,
-                        int n_tools_called);
+/* Whether the /expect item holds for the last answer: its content[0..content_len) (NUL bytes
+ * included; NULL reads as "") and was_called(user, NAME), whether the last turn called the tool
+ * NAME (NULL: none was). 1 holds, 0 does not. Time is linear in content_len for every kind:
+ * a pattern is matched in one pass (script_parse compiles it anchored behind a match-anything
+ * prefix and refuses back-references), never retried from each position of the answer. */
+int script_expect_holds(const script_item *item, const char *content, size_t content_len,
+                        int (*was_called)(const void *user, const char *name), const void *user);
 
 #endif

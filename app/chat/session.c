@@ -11,10 +11,10 @@
 #include <limits.h>
 #include <locale.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -217,6 +217,19 @@ static json_t *json_finite(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
+/* Stats are counts and durations: what the reader takes back is >= 0 and finite, and any other
+ * (a server that reports none, a clock that stepped, a rate over no time) is written as
+ * unknown, 0, so that every file written loads back as it was written. */
+static json_t *json_count(int v)
+{
+    return json_integer(v > 0 ? v : 0);
+}
+
+static json_t *json_duration(double v)
+{
+    return json_real(isfinite(v) && v > 0 ? v : 0);
+}
+
 static json_t *meta_to_json(const session_message_meta *m)
 {
     if (!m || (!m->has_stats && !m->n_ids && !m->tool_state))
@@ -228,14 +241,14 @@ static json_t *meta_to_json(const session_message_meta *m)
     if (m->has_stats) {
         json_t *st = json_object();
         if (st) {
-            put(st, "prompt_tokens", json_integer(m->prompt_tokens), &bad);
-            put(st, "reused_tokens", json_integer(m->reused_tokens), &bad);
-            put(st, "generated_tokens", json_integer(m->generated_tokens), &bad);
-            put(st, "ttft_s", json_finite(m->ttft_seconds), &bad);
-            put(st, "prefill_tok_s", json_finite(m->prefill_tok_s), &bad);
-            put(st, "decode_tok_s", json_finite(m->decode_tok_s), &bad);
-            put(st, "reasoning_s", json_finite(m->reasoning_seconds), &bad);
-            put(st, "reasoning_tokens", json_integer(m->reasoning_tokens), &bad);
+            put(st, "prompt_tokens", json_count(m->prompt_tokens), &bad);
+            put(st, "reused_tokens", json_count(m->reused_tokens), &bad);
+            put(st, "generated_tokens", json_count(m->generated_tokens), &bad);
+            put(st, "ttft_s", json_duration(m->ttft_seconds), &bad);
+            put(st, "prefill_tok_s", json_duration(m->prefill_tok_s), &bad);
+            put(st, "decode_tok_s", json_duration(m->decode_tok_s), &bad);
+            put(st, "reasoning_s", json_duration(m->reasoning_seconds), &bad);
+            put(st, "reasoning_tokens", json_count(m->reasoning_tokens), &bad);
             put(st, "stop_reason", json_text(m->stop_reason, m->stop_reason ? strlen(m->stop_reason) : 0), &bad);
         }
         put(obj, "stats", st, &bad);
@@ -252,7 +265,7 @@ static json_t *meta_to_json(const session_message_meta *m)
         if (tool) {
             put(tool, "state", json_text(m->tool_state, strlen(m->tool_state)), &bad);
             put(tool, "exit_status", json_integer(m->exit_status), &bad);
-            put(tool, "seconds", json_finite(m->tool_seconds), &bad);
+            put(tool, "seconds", json_duration(m->tool_seconds), &bad);
         }
         put(obj, "tool", tool, &bad);
     }
@@ -538,6 +551,19 @@ static int read_int(const reader *r, const json_t *obj, const char *path, const 
     return 0;
 }
 
+/* An optional count of the stats: an integer up to INT_MAX; a negative one (earlier
+ * kimi-chat wrote -1 for the reasoning tokens a server does not report) reads as unknown, 0:
+ * stats only describe an answer, and never make its conversation unreadable. */
+static int read_count(const reader *r, const json_t *obj, const char *path, const char *key, int *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (v && json_is_integer(v) && json_integer_value(v) < 0) {
+        *out = 0;
+        return 0;
+    }
+    return read_int(r, obj, path, key, out, 0, INT_MAX);
+}
+
 /* An optional number in [lo, hi]; absent or null leaves *out. */
 static int read_number(const reader *r, const json_t *obj, const char *path, const char *key, double *out,
                        double lo, double hi)
@@ -552,6 +578,17 @@ static int read_number(const reader *r, const json_t *obj, const char *path, con
         return bad_field(r, path, key, "out of range");
     *out = x;
     return 0;
+}
+
+/* An optional duration or rate of the stats: as read_count, a negative one reads as 0. */
+static int read_duration(const reader *r, const json_t *obj, const char *path, const char *key, double *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (v && json_is_number(v) && json_number_value(v) < 0) {
+        *out = 0;
+        return 0;
+    }
+    return read_number(r, obj, path, key, out, 0, DBL_MAX);
 }
 
 static int read_float(const reader *r, const json_t *obj, const char *path, const char *key, float *out,
@@ -670,14 +707,14 @@ static int meta_from_json(const reader *r, const json_t *v, const char *path, se
         if (!json_is_object(stats))
             return bad_field(r, sub, "", "not an object");
         m->has_stats = 1;
-        rc = read_int(r, stats, sub, "prompt_tokens", &m->prompt_tokens, 0, INT_MAX) ||
-             read_int(r, stats, sub, "reused_tokens", &m->reused_tokens, 0, INT_MAX) ||
-             read_int(r, stats, sub, "generated_tokens", &m->generated_tokens, 0, INT_MAX) ||
-             read_number(r, stats, sub, "ttft_s", &m->ttft_seconds, 0, DBL_MAX) ||
-             read_number(r, stats, sub, "prefill_tok_s", &m->prefill_tok_s, 0, DBL_MAX) ||
-             read_number(r, stats, sub, "decode_tok_s", &m->decode_tok_s, 0, DBL_MAX) ||
-             read_number(r, stats, sub, "reasoning_s", &m->reasoning_seconds, 0, DBL_MAX) ||
-             read_int(r, stats, sub, "reasoning_tokens", &m->reasoning_tokens, 0, INT_MAX) ||
+        rc = read_count(r, stats, sub, "prompt_tokens", &m->prompt_tokens) ||
+             read_count(r, stats, sub, "reused_tokens", &m->reused_tokens) ||
+             read_count(r, stats, sub, "generated_tokens", &m->generated_tokens) ||
+             read_duration(r, stats, sub, "ttft_s", &m->ttft_seconds) ||
+             read_duration(r, stats, sub, "prefill_tok_s", &m->prefill_tok_s) ||
+             read_duration(r, stats, sub, "decode_tok_s", &m->decode_tok_s) ||
+             read_duration(r, stats, sub, "reasoning_s", &m->reasoning_seconds) ||
+             read_count(r, stats, sub, "reasoning_tokens", &m->reasoning_tokens) ||
              read_string(r, stats, sub, "stop_reason", &m->stop_reason);
     }
     if (!rc && ids && !json_is_null(ids)) {
@@ -882,28 +919,27 @@ int session_load(session *s, const char *path, kimi_err *err)
 
 /* ---- atomic files ---- */
 
-/* Temp files are ".NAME.PID-N.tmp" beside the target: hidden (session_list skips them) and
- * owned by a process id, so a later save can tell a dead writer's leftover from a live one's. */
-static int parse_temp_name(const char *entry, const char *base, long *pid)
+/* Temp files are ".NAME.PID-N.tmp" beside the target: hidden (session_list skips them), named
+ * by the writer's pid so that two writers never pick one name. */
+static int is_temp_name(const char *entry, const char *base)
 {
     size_t blen = strlen(base);
     if (entry[0] != '.' || strncmp(entry + 1, base, blen) || entry[1 + blen] != '.')
-        return -1;
+        return 0;
     const char *p = entry + blen + 2;
-    char *end;
-    errno = 0;
-    long id = strtol(p, &end, 10);
-    if (end == p || *end != '-' || errno || id <= 0)
-        return -1;
-    p = end + 1;
     size_t n = strspn(p, "0123456789");
-    if (!n || strcmp(p + n, ".tmp"))
-        return -1;
-    *pid = id;
-    return 0;
+    if (!n || p[n] != '-')
+        return 0;
+    p += n + 1;
+    n = strspn(p, "0123456789");
+    return n && !strcmp(p + n, ".tmp");
 }
 
-/* Remove temp files for base left by processes that no longer exist (killed mid-save). */
+/* Remove temp files for base that no writer holds (killed mid-save). A writer holds a flock on
+ * its temp file from creation to rename, so a lock taken here means the writer is gone; a pid
+ * test (kill(pid, 0)) would not do: a writer in another PID namespace (a container sharing the
+ * folder) has a pid that means nothing here. The file is removed while the lock is held, and a
+ * writer that got its file back unlinked sees so (atomic_write) and starts again. */
 static void remove_dead_temps(const char *dir, const char *base)
 {
     DIR *d = opendir(dir);
@@ -911,13 +947,73 @@ static void remove_dead_temps(const char *dir, const char *base)
         return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        long pid;
-        if (parse_temp_name(e->d_name, base, &pid) || pid == (long)getpid() || pid > INT_MAX)
+        if (!is_temp_name(e->d_name, base))
             continue;
-        if (kill((pid_t)pid, 0) == -1 && errno == ESRCH)
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
             unlinkat(dirfd(d), e->d_name, 0);
+        close(fd);
     }
     closedir(d);
+}
+
+/* ---- session locks ---- */
+
+int session_lock_take(session_lock *l, const char *path, long *holder, kimi_err *err)
+{
+    *l = SESSION_LOCK_NONE;
+    *holder = 0;
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+    size_t size = strlen(path) + 8;
+    char *lock_path = malloc(size);
+    if (!lock_path)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(lock_path, size, "%.*s.%s.lock", (int)dlen, path, path + dlen);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            int e = errno;
+            free(lock_path);
+            return kimi_fail(err, KIMI_ERR_IO, "%s: cannot lock the session: %s", path, strerror(e));
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB)) {
+            char text[32] = "";
+            ssize_t n = pread(fd, text, sizeof text - 1, 0);
+            *holder = n > 0 ? strtol(text, NULL, 10) : 0;
+            close(fd);
+            free(lock_path);
+            return kimi_fail(err, KIMI_ERR_STATE, "%s: open in another kimi-chat", path);
+        }
+        /* a holder that let go removed the file it had locked: lock the one at the name now */
+        struct stat held, named;
+        if (fstat(fd, &held) || stat(lock_path, &named) || held.st_ino != named.st_ino ||
+            held.st_dev != named.st_dev) {
+            close(fd);
+            continue;
+        }
+        char text[32];
+        int n = snprintf(text, sizeof text, "%ld\n", (long)getpid());
+        /* the pid is for the message only: the lock is what counts, so a failed write is none */
+        int written = ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)n, 0) == n;
+        (void)written;
+        *l = (session_lock){.fd = fd, .lock_path = lock_path};
+        return 0;
+    }
+    free(lock_path);
+    return kimi_fail(err, KIMI_ERR_IO, "%s: cannot lock the session: its lock file keeps changing", path);
+}
+
+void session_lock_release(session_lock *l)
+{
+    if (l->fd >= 0) {
+        unlink(l->lock_path);   /* while still held: a waiting taker sees the name change */
+        close(l->fd);
+    }
+    free(l->lock_path);
+    *l = SESSION_LOCK_NONE;
 }
 
 static int write_all(int fd, const char *data, size_t len)
@@ -964,11 +1060,23 @@ static int atomic_write(const char *path, const char *data, size_t len, kimi_err
     dir[dlen] = 0;
     if (slash && dlen == 0)
         strcpy(dir, "/");
-    snprintf(tmp, tlen, "%s/.%s.%ld-%u.tmp", dir, base, (long)getpid(), n);
     remove_dead_temps(dir, base);
 
-    int rc = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int rc = 0, fd = -1;
+    for (int attempt = 0; fd < 0 && attempt < 100; attempt++) {
+        snprintf(tmp, tlen, "%s/.%s.%ld-%u.tmp", dir, base, (long)getpid(), n);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0)
+            break;
+        /* held until the rename; another save that took the lock first removed the file
+           (remove_dead_temps): start again under a new name */
+        struct stat st;
+        if (flock(fd, LOCK_EX) || fstat(fd, &st) || st.st_nlink == 0) {
+            close(fd);
+            fd = -1;
+            n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+        }
+    }
     if (fd < 0) {
         /* ENOENT from a folder that exists (/proc refuses new files so) is not a missing folder */
         int e = errno;

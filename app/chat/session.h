@@ -98,14 +98,35 @@ int session_parse(session *s, const char *data, size_t size, const char *where, 
 
 /* Write the JSON form to path atomically (temp file beside it, fsync, rename, fsync of the
  * folder): a crash leaves either the old or the new file, never a torn one. The file's mode is
- * 0600. The folder must exist (the caller makes it). The temp file is ".NAME.PID-N.tmp"; a
- * failed save removes its own, and each save removes those left by processes that no longer
- * run (killed mid-save), so at most one per killed writer lingers until the next save. */
+ * 0600. The folder must exist (the caller makes it). The temp file is ".NAME.PID-N.tmp", locked
+ * (flock) while it is written; a failed save removes its own, and each save removes those no
+ * process holds (a writer killed mid-save), so at most one per killed writer lingers until the
+ * next save. A folder that cannot be synced after the rename is an error although the new file
+ * is in place (its survival of a power cut is not sure). */
 int session_save(const session *s, const char *path, kimi_err *err);
 /* Load path; a corrupt, truncated or newer-version file is one error naming the file
  * (KIMI_ERR_INPUT; KIMI_ERR_IO when it cannot be read), and *s is left empty with path NULL.
  * On success s->path is path. *s is an output, as in session_from_json. */
 int session_load(session *s, const char *path, kimi_err *err);
+
+/* An advisory lock on a session file, held by one kimi-chat for as long as it continues that
+ * session, so that two processes never write one file in turn (each would drop the other's
+ * turns): flock(2) on ".NAME.lock" beside it, which holds the holder's pid for the message.
+ * The system drops the lock when the holder exits, however it ends; flock works across PID
+ * namespaces (containers) sharing the folder. */
+typedef struct {
+    int fd;                     /* the locked lock file; -1 when none is held */
+    char *lock_path;
+} session_lock;
+
+#define SESSION_LOCK_NONE ((session_lock){.fd = -1})
+
+/* Lock the session file path. 0 when this process holds it now; KIMI_ERR_STATE when another
+ * process does (*holder: its pid as it wrote it, 0 when unknown); KIMI_ERR_IO when the lock
+ * file cannot be made (a read-only folder). *l must be SESSION_LOCK_NONE or released. */
+int session_lock_take(session_lock *l, const char *path, long *holder, kimi_err *err);
+/* Let go of the lock (the lock file is removed); nothing when none is held. */
+void session_lock_release(session_lock *l);
 
 /* The Markdown export for people (docs/UI.md): the text, malloc'ed, *len bytes plus a NUL. */
 int session_to_markdown(const session *s, char **text, size_t *len, kimi_err *err);

@@ -767,6 +767,11 @@ int tools_run(const tool_def *t, const char *args, size_t args_len, const atomic
         args_len = 2;
     }
     out->status = TOOL_RUN_BAD_ARGUMENTS;
+    if (args_len > TOOL_ARGS_CAP) {
+        snprintf(out->error, sizeof out->error, "the arguments are %zu bytes, over the %d-byte cap",
+                 args_len, TOOL_ARGS_CAP);
+        return 0;
+    }
     json_error_t jerr;
     json_t *root = json_loadb(args, args_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
@@ -791,8 +796,10 @@ int tools_run(const tool_def *t, const char *args, size_t args_len, const atomic
         free_strings(argv);
         return 0;
     }
+    /* large arguments on stdin only: in the environment too they would make the exec fail */
+    out->stdin_only = args_len > TOOL_ARGS_ENV_MAX ? args_len : 0;
     char *var;
-    char **envp = build_env(args, args_len, &var);
+    char **envp = build_env(args, out->stdin_only ? 0 : args_len, &var);
     if (!envp) {
         free_strings(argv);
         return kimi_fail(err, KIMI_ERR_NOMEM, "tool %s: out of memory", t->name);
@@ -849,6 +856,11 @@ char *tool_result_message(const tool_result *r, size_t *len)
             snprintf(note, sizeof note, "output cut: %zu bytes, first %zu shown", r->output_total, r->output_len);
             add_note(&b, note);
         }
+    }
+    if (r->stdin_only && r->status != TOOL_RUN_BAD_ARGUMENTS) {
+        snprintf(note, sizeof note, "the arguments (%zu bytes) were on stdin only: KIMI_TOOL_ARGS is empty over %d bytes",
+                 r->stdin_only, TOOL_ARGS_ENV_MAX);
+        add_note(&b, note);
     }
     switch (r->status) {
     case TOOL_RUN_DONE:

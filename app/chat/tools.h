@@ -13,6 +13,11 @@
 #include "engine/base/error.h"
 
 #define TOOL_OUTPUT_CAP (64 * 1024)  /* bytes of stdout+stderr kept; the rest is cut with a note */
+#define TOOL_ARGS_CAP (1024 * 1024)  /* bytes of arguments a call may carry; a call over it is not
+                                        run (a model does not write a megabyte of JSON by design) */
+#define TOOL_ARGS_ENV_MAX (64 * 1024) /* arguments up to this size are also in KIMI_TOOL_ARGS;
+                                        larger ones are on stdin only (the kernel refuses one
+                                        environment string over 128 KiB, and with it the exec) */
 
 /* Placeholders: every "{name}" in an argv element, whole ("{path}") or embedded
  * ("--path={path}"), whose name is a property in function.parameters.properties is replaced by
@@ -66,12 +71,16 @@ typedef struct {
     size_t output_total;    /* bytes the tool wrote in all (> output_len when cut) */
     double seconds;         /* wall clock from fork to reaping; 0 when not run */
     char error[256];        /* one line for FAILED_START / BAD_ARGUMENTS / TIMEOUT, else "" */
+    size_t stdin_only;      /* the arguments' size when it was over TOOL_ARGS_ENV_MAX (they were
+                               on stdin only, KIMI_TOOL_ARGS empty); 0 otherwise */
 } tool_result;
 
 /* Run one call of t with the argument JSON args[0..args_len). Blocks until the tool exits, times
  * out or *cancel becomes nonzero (checked at least every 50 ms); call it from a worker thread
- * when the caller must stay responsive. The arguments are also given on stdin and in
- * KIMI_TOOL_ARGS; empty (or all blank) arguments count as "{}". Returns 0 with *out filled
+ * when the caller must stay responsive. The arguments are given on stdin, and also in
+ * KIMI_TOOL_ARGS up to TOOL_ARGS_ENV_MAX bytes (over it the variable is empty and the result
+ * says so in a note); over TOOL_ARGS_CAP the call is not run (BAD_ARGUMENTS). Empty (or all
+ * blank) arguments count as "{}". Returns 0 with *out filled
  * whatever the tool did; nonzero (err set) only when the system refused (pipe, fork, out of
  * memory). When the tool exits, what it left running in its process group is killed (after
  * reading their output for up to 0.2 s). The caller must not ignore SIGCHLD nor reap children it
@@ -87,6 +96,7 @@ void tool_result_free(tool_result *r);
  *   [killed by signal 11 (Segmentation fault)]       [killed after 30 s timeout]
  *   [cancelled by the user]                          [could not start wc: No such file or directory]
  *   [not run: argument path missing]  (and the other BAD_ARGUMENTS errors)
+ *   [the arguments (200000 bytes) were on stdin only: KIMI_TOOL_ARGS is empty over 65536 bytes]
  * No newline after the last note. Malloc'ed, *len set (len may be NULL); NULL when out of memory. */
 char *tool_result_message(const tool_result *r, size_t *len);
 

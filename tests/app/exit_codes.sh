@@ -61,6 +61,9 @@ expect 0 "^resumed $tmp/data/kimi-chat/sessions/.*\(2 messages\)" -- --resume --
     { echo "FAIL: --resume --no-save wrote to the sessions folder"; ls -l "$tmp/data/kimi-chat/sessions"; failed=$((failed + 1)); }
 echo '{"meta": {"format": "kimi-chat-session", "version": 99}, "messages": []}' > "$tmp/newer.json"
 expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.json" --prompt hi
+# The --load file is read and checked before the model loads (minutes with the real checkpoint):
+# its error comes first, with a model that would fail to load.
+expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.json" --model "$tmp/broken" --prompt hi
 
 # A call the script did not allow is denied, and the model is told so.
 printf '/set temperature 0\nWhat time is it?\n/export json %s\n' "$tmp/denied.json" > "$tmp/deny.kc"

@@ -73,4 +73,16 @@ assert all(r['headers'].get('Authorization') == 'Bearer ' + '$key' for r in log)
 if grep -rqF "$key" "$tmp/data" "$tmp/state" "$tmp/out" "$tmp/err" 2>/dev/null; then
     echo "remote_script: the API key was written to disk"; exit 1
 fi
+# Ill-formed UTF-8 piped in (issue 18): sent as U+FFFD, said once; before, the request failed
+# as "out of memory building the body" and kimi-chat exited 0.
+queue vllm_plain.sse
+printf '\xff\xfe bad\n' | "$kimi_chat" --plain --server "$url" --api-key-env KIMI_TEST_KEY --no-save \
+    > "$tmp/utf8.out" 2> "$tmp/utf8.err" || { echo "remote_script: invalid UTF-8 input failed"; cat "$tmp/utf8.err"; exit 1; }
+grep -q "not valid UTF-8" "$tmp/utf8.err" && ! grep -q "out of memory" "$tmp/utf8.err" ||
+    { echo "remote_script: invalid UTF-8 input"; cat "$tmp/utf8.err"; exit 1; }
+curl -sf "$url/__log" | python3 -c "
+import json, sys
+body = json.loads(json.load(sys.stdin)[-1]['body'])
+assert body['messages'][-1]['content'] == '\ufffd\ufffd bad', body['messages'][-1]
+"
 echo "remote_script: ok"

@@ -15,6 +15,8 @@ Prints "PORT <n>" on stdout once listening (an ephemeral port), and exits when s
                    status     HTTP "status" with the body of "fixture" (a JSON file)
                    json200    200 with Content-Type application/json and the fixture
                    slam       close the connection before any reply (a failed try)
+                   flood      content chunks of 4 KiB without end, until the client leaves or
+                              "flood_bytes" (default 64 MiB) were sent (a hostile server)
                  "delay" seconds before the reply's headers (default 0).
   GET  /__log    the chat requests so far: [{"path", "headers", "body", "closed_at"}]
   GET  /v1/models  {"data": [{"id": "kimi-k2.5-test", "max_model_len": 262144}]}
@@ -134,6 +136,16 @@ class Handler(BaseHTTPRequestHandler):
             if step.get("stall_after", 0):
                 self.chunk(data[:step["stall_after"]])
             self.wait_for_close(entry)
+            self.close_connection = True
+            return
+        elif mode == "flood":
+            piece = json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 4096}}]})
+            event = ("data: " + piece + "\n\n").encode()
+            try:
+                for _ in range(step.get("flood_bytes", 64 << 20) // 4096):
+                    self.chunk(event)
+            except OSError:     # the client left, as it should
+                pass
             self.close_connection = True
             return
         elif mode == "cut":

@@ -7,6 +7,9 @@ target_compile_definitions(test_paths_lookup PRIVATE
   KIMI_INSTALL_DATADIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/install"
   KIMI_SOURCE_DIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/source")
 kimi_unit_test(test_script SOURCES test_script.c DEPS kimi_script)
+# /expect matches against a 1 MB answer: a second or so; quadratic matching took minutes
+add_test(NAME test_script_big_answer COMMAND test_script --big-answer)
+set_tests_properties(test_script_big_answer PROPERTIES LABELS unit TIMEOUT 30)
 kimi_unit_test(test_options SOURCES test_options.c DEPS kimi_options)
 # The man page renders without warnings with groff and man (groff-base and man-db, installed by
 # tests/install-deps.sh). Always registered: a machine without them fails the test, saying so.
@@ -22,3 +25,5 @@ set_tests_properties(test_probe_load PROPERTIES LABELS unit)
 add_test(NAME test_layering COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_layering.sh ${CMAKE_SOURCE_DIR})
 add_test(NAME test_layering_self COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_layering.sh --self-test)
 set_tests_properties(test_layering test_layering_self PROPERTIES LABELS unit)
+# Whatever kimi-chat writes, it reads: random sessions made through the chat core (issue 18).
+kimi_unit_test(test_session_property SOURCES test_session_property.c DEPS kimi_app kimi_file_io)

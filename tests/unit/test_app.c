@@ -607,6 +607,69 @@ static void test_sessions(void)
     CHECK(stat(newest, &st) == 0 && st.st_size == 48);
 }
 
+/* Settings given on the command line win over a loaded session's, for --load, --resume and
+ * /load (issue 18); the ones not given are the file's. */
+static void test_flags_override_loaded(void)
+{
+    static const answer script[] = {{.content = "ok", .stop = PARSE_STOP_END_OF_TURN}};
+    app *a = open_app(script, 1);
+    kimi_err err = {0};
+    CHECK(app_command(a, "/set temperature 0", &err) == 0 && app_command(a, "/set top_k 7", &err) == 0);
+    send(a, "cold");
+    CHECK_MSG(app_command(a, "/save cold", &err) == 0, "%s", err.msg);
+    app_close(a);
+
+    char path[400];
+    snprintf(path, sizeof path, "%s/data/kimi-chat/sessions/cold.json", tmp_dir);
+    app_options saved = opt;
+    opt.temperature = 0.7f;
+    opt.has_temperature = 1;
+    opt.flag_settings = OPTIONS_SET_TEMPERATURE;
+    for (int how = 0; how < 3; how++) {
+        opt.load_path = how == 0 ? path : NULL;
+        opt.resume = how == 1;
+        a = open_app(script, 1);
+        if (how == 2)
+            CHECK_MSG(app_command(a, "/load cold", &err) == 0, "%s", err.msg);
+        const session_settings *st = &app_session(a)->settings;
+        CHECK_MSG(st->temperature == 0.7f, "way %d: temperature %g", how, (double)st->temperature);
+        CHECK_MSG(st->top_k == 7, "way %d: top_k %d (the file's)", how, st->top_k);
+        app_close(a);
+    }
+    /* an OpenAI file without kimi-chat's settings keeps the ones the session had */
+    char openai[400];
+    snprintf(openai, sizeof openai, "%s/openai.json", tmp_dir);
+    FILE *f = fopen(openai, "w");
+    fputs("[{\"role\": \"user\", \"content\": \"hi\"}]", f);
+    fclose(f);
+    opt = saved;
+    opt.top_k = 5;
+    opt.load_path = openai;
+    a = open_app(script, 1);
+    CHECK_INT(app_session(a)->settings.top_k, 5);
+    app_close(a);
+    opt = saved;
+}
+
+/* Ill-formed UTF-8 typed or piped in becomes U+FFFD in the conversation, said once (issue 18):
+ * a message, the system prompt. */
+static void test_invalid_utf8_input(void)
+{
+    static const answer script[] = {{.content = "ok", .stop = PARSE_STOP_END_OF_TURN}};
+    app *a = open_app(script, 1);
+    kimi_err err = {0};
+    CHECK(app_command(a, "/system be \xc3 brief", &err) == 0);
+    CHECK_STR(msg(a, 0)->content.s, "be \xEF\xBF\xBD brief");
+    send(a, "\xff\xfe bad");
+    CHECK_INT(n_msgs(a), 3);
+    CHECK_STR(msg(a, 1)->content.s, "\xEF\xBF\xBD\xEF\xBF\xBD bad");
+    send(a, "\xed\xa0\x80 again");
+    CHECK_STR(msg(a, 3)->content.s, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD again");
+    const char *said = strstr(rec.infos, "not valid UTF-8");
+    CHECK_MSG(said && !strstr(said + 1, "not valid UTF-8"), "%s", rec.infos);
+    app_close(a);
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_app.XXXXXX");
@@ -631,6 +694,8 @@ int main(void)
     test_bad_calls_and_limit();
     test_stop_and_failures();
     test_sessions();
+    test_flags_override_loaded();
+    test_invalid_utf8_input();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
     if (system(cmd))

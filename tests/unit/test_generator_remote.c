@@ -667,6 +667,25 @@ static void test_cancel_and_early_ends(void)
     g->ops->close(g);
 }
 
+/* A server that streams without end (issue 18): the answer stops once it is longer than the
+ * context can hold (262144 tokens from /v1/models, at 32 bytes a token), with an error, and no
+ * more than that is kept; before, the app took it all into memory. */
+static void test_flood(void)
+{
+    generator *g = open_gen("kimi-k2.5-test", OPENAI_DIALECT_SERVER, 120);
+    if (!g)
+        return;
+    next_reply("{\"fixture\":\"vllm_plain.sse\",\"mode\":\"flood\"}");
+    one_user_message("hi");
+    turn t = {0};
+    CHECK(run_turn(g, &request, &t) == 0);
+    const char *e = g->ops->result(g)->error;
+    CHECK_MSG(strstr(e, "the answer is over 8388608 bytes") != NULL, "%s", e);
+    CHECK_MSG(t.content.len <= 8388608 && t.content.len > 8000000, "%zu bytes kept", t.content.len);
+    turn_free(&t);
+    g->ops->close(g);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -684,6 +703,7 @@ int main(void)
     test_tool_round_trip();
     test_http_errors();
     test_cancel_and_early_ends();
+    test_flood();
     chat_conversation_free(&conv);
     server_stop();
     curl_global_cleanup();

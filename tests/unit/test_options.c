@@ -136,6 +136,8 @@ static void test_every_flag(void)
     CHECK(o.has_temperature && o.temperature == 0.7f);
     CHECK(o.has_top_p && o.top_p == 0.9f);
     CHECK_INT(o.top_k, 40);
+    CHECK_INT(o.flag_settings, OPTIONS_SET_THINKING | OPTIONS_SET_TEMPERATURE | OPTIONS_SET_TOP_P |
+                               OPTIONS_SET_TOP_K | OPTIONS_SET_MAX_TOKENS | OPTIONS_SET_SEED);
     CHECK_INT(o.max_tokens, 256);
     CHECK(o.has_seed && o.seed == UINT64_MAX);
     CHECK_STR(o.tools_path, "/t/tools.json");
@@ -355,6 +357,7 @@ static void test_config(void)
     CHECK_INT(o.max_tokens, 4096);
     CHECK(o.has_seed && o.seed == 42);
     CHECK_INT(o.thinking, 0);
+    CHECK_INT(o.flag_settings, 0);   /* the config's settings do not override a loaded session */
     /* A relative path in the config file is relative to the file. */
     snprintf(want, sizeof want, "%s/tools/mine.json", config_dir);
     CHECK_STR(o.tools_path, want);

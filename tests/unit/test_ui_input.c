@@ -30,11 +30,12 @@ static void test_insert_and_clusters(void)
     CHECK_INT(input_cursor(in), 1);
     input_edit_apply(in, INPUT_RIGHT);
     CHECK_INT(input_cursor(in), 9);
-    /* pasted text: CR LF and CR are newlines, tabs spaces, escapes and bad UTF-8 dropped */
+    /* pasted text: CR LF and CR are newlines, tabs spaces, escapes (C0 and C1) dropped, and
+       each byte of bad UTF-8 U+FFFD, with what follows it kept */
     input_clear(in);
-    const char pasted[] = "x\r\ny\rz\tq\033[31m\xff\xc2\x85!";
+    const char pasted[] = "x\r\ny\rz\tq\033[31m\xff\xc2\x85!\xfe bad";
     input_insert(in, pasted, sizeof pasted - 1);
-    CHECK_STR(text(in), "x\ny\nz    q[31m!");
+    CHECK_STR(text(in), "x\ny\nz    q[31m\xEF\xBF\xBD!\xEF\xBF\xBD bad");
     CHECK(!input_is_empty(in));
     input_clear(in);
     CHECK(input_is_empty(in));
