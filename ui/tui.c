@@ -25,6 +25,7 @@
 #include "ui/progress_text.h"
 #include "ui/render_model.h"
 #include "ui/signal_pipe.h"
+#include "ui/term_probe.h"
 #include "ui/text_width.h"
 #include "ui/theme.h"
 
@@ -1034,9 +1035,12 @@ static void paint_now(tui *t)
         curs_set(0);
     }
     wnoutrefresh(stdscr);
-    if (t->help)
+    if (t->help) {
+        paint_overlays_discard(); /* under the help window */
         paint_help(t);
+    }
     doupdate();
+    paint_overlays_flush();
     t->dirty = t->force = t->input_dirty = 0;
     t->last_paint = now_s();
 }
@@ -1454,6 +1458,11 @@ tui *tui_new(const app_options *opt)
         setlocale(LC_CTYPE, "en_US.UTF-8");
     if (tcgetattr(STDIN_FILENO, &saved_termios) == 0)
         have_saved_termios = 1;
+    /* widths as this terminal draws emoji clusters; one that does not answer in time gets
+       Unicode's cluster widths */
+    text_terminal drawn;
+    if (term_probe_clusters(STDIN_FILENO, STDOUT_FILENO, 300, &drawn) == 0)
+        text_set_terminal(&drawn);
     if (opt->no_alt_screen) {
         /* push what the screen shows into the scrollback: the view is drawn over a blank screen */
         struct winsize ws;
