@@ -945,7 +945,12 @@ static void paint_input(tui *t, int top)
             put_cut(t, top + i, 0, "↑ ", THEME_FOLD_HINT, 0);
         paint_style(stdscr, &t->pal, THEME_INPUT, 0);
         move(top + i, INPUT_PROMPT_WIDTH);
-        paint_text(stdscr, text + rows[r].start, rows[r].end - rows[r].start);
+        /* tabs as input_layout counts them: to the next stop, cut at the row's end */
+        strbuf shown = {0};
+        text_displayable(&shown, text + rows[r].start, rows[r].end - rows[r].start);
+        if (!shown.failed && shown.len)
+            paint_text(stdscr, shown.data, text_fit(shown.data, shown.len, t->cols - INPUT_PROMPT_WIDTH, NULL));
+        free(shown.data);
     }
     if (t->input_top + t->input_h < n)
         put_cut(t, top + t->input_h - 1, t->cols - 2, "↓", THEME_FOLD_HINT, 0);
