@@ -5,6 +5,7 @@
 #include <langinfo.h>
 #include <limits.h>
 #include <locale.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1383,11 +1384,30 @@ static void take_key(tui *t, int key, int is_char, int alt)
         t->typed_ahead[t->n_typed_ahead++] = (typed_key){key, is_char, alt};
 }
 
+/* Enter with text right behind it (within the escape delay: faster than anyone types) is a
+ * line break inside pasted text, where the terminal does not bracket pastes; only while the
+ * input is being edited (Enter means something else in the transcript or a prompt). The key
+ * read to tell goes to *next (rc in *next_rc; ERR when none came). */
+static int enter_in_paste(const tui *t, wint_t *next, int *next_rc)
+{
+    *next_rc = ERR;
+    if (t->paste || t->focus || t->help || t->approval >= 0 || input_searching(t->in))
+        return 0;
+    struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+    if (poll(&p, 1, get_escdelay()) <= 0)
+        return 0;
+    *next_rc = get_wch(next);
+    /* text follows; Enter then Esc (or a function key) are two keys */
+    return *next_rc == OK && *next != 27 && *next != 127 && (*next >= 32 || *next == '\r' || *next == '\t');
+}
+
 static void read_keys(tui *t)
 {
     wint_t ch;
     int rc;
-    while ((rc = get_wch(&ch)) != ERR) {
+    int read_ahead = 0; /* ch, rc hold a key already read */
+    while (read_ahead || (rc = get_wch(&ch)) != ERR) {
+        read_ahead = 0;
         int alt = 0;
         if (rc == OK && ch == 27 && !t->paste) {
             /* Esc with another key right behind it: Alt-key; alone: Esc */
@@ -1403,6 +1423,21 @@ static void read_keys(tui *t)
             }
             rc = rc2;
             ch = next;
+        }
+        if (rc == OK && ch == '\r' && !alt) {
+            wint_t next;
+            int next_rc;
+            if (enter_in_paste(t, &next, &next_rc))
+                ch = '\n'; /* a paste without bracketed paste: keep its line breaks */
+            take_key(t, (int)ch, 1, 0);
+            if (t->quit)
+                break;
+            if (next_rc != ERR) {
+                ch = next;
+                rc = next_rc;
+                read_ahead = 1;
+            }
+            continue;
         }
         take_key(t, (int)ch, rc == OK, alt);
         if (t->quit)

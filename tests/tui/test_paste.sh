@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pasted text reaches the model as pasted: a tab stays a tab (shown to the next stop of 8, the
 # cursor after it), and /edit and history recall put text back through the same cleaning, the
-# cursor where the text ends.
+# cursor where the text ends; a paste the terminal does not bracket (a burst of input faster
+# than typing) keeps its line breaks instead of sending the first line.
 . "$(dirname "$0")/lib.sh"
 start main 80 24
 wait_ready
@@ -24,4 +25,16 @@ wait_for '^>$'
 tm send-keys -t "$PANE" Up Up
 wait_for '^> tab     T$'
 [ "$(tm display -p -t "$PANE" '#{cursor_x}')" = 11 ] || fail "history: the cursor is not at the end of the text"
+# an unbracketed paste: tmux sends the line breaks as Enter
+tm send-keys -t "$PANE" C-u
+wait_for '^>$'
+tm set-buffer -b kc $'line one\nline two\nline three'
+tm paste-buffer -b kc -t "$PANE"
+wait_for '^  line three$'
+screen | grep -q '^> line one$' || fail "the paste's first line is not in the input"
+screen | grep -q '^  line two$' || fail "the paste's second line is not in the input"
+screen | grep -q 'you  line one' && fail "a line of the paste was sent"
+tm send-keys -t "$PANE" Enter
+wait_for '^  you  line one$'
+screen | grep -q '^       line two$' || fail "the paste was not sent as one message"
 echo PASS
