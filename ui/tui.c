@@ -1123,11 +1123,13 @@ static void submit(tui *t)
     }
     input_history_add(t->in, copy, len);
     kimi_err err = {0};
-    /* cleared first: /edit fills the input while the line runs; a line that fails comes back */
+    /* cleared first: /edit fills the input while the line runs; a message that could not be
+       sent comes back, a command that failed does not (its error is on screen, Up recalls it,
+       and the next command is not typed onto its end) */
     input_clear(t->in);
     if (app_submit_line(t->a, copy, len, &err) == 0)
         render_model_scroll_to_bottom(t->rm);
-    else
+    else if (copy[0] != '/')
         input_set_text(t->in, copy, len);
     free(copy);
 }
