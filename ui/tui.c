@@ -19,6 +19,7 @@
 #include <curses.h>
 #include <term.h>
 
+#include "app/chat/commands.h"
 #include "app/chat/paths.h"
 #include "engine/base/array.h"
 #include "ui/input.h"
@@ -85,6 +86,7 @@ struct tui {
     int n_block_message, block_message_cap;
     int streamed_message;           /* the message the streamed blocks will be (the answer to come) */
     int pending_rebuild;            /* session_reset came during app_open */
+    int new_conversation;           /* /new or /load is running: its reset starts the view clean */
     strbuf startup_notes;           /* notes said during app_open ("\0"-separated) */
     typed_key *typed_ahead;         /* [n_typed_ahead] keys that came while the model loaded,
                                        handled once the chat is up */
@@ -657,7 +659,13 @@ static void on_error(void *user, const char *line)
 static void on_session_reset(void *user, int kept)
 {
     tui *t = user;
-    if (t->a)
+    if (t->a && t->new_conversation) {
+        /* another conversation: what was said about the old one (errors, /stats, /help) goes */
+        render_model_truncate(t->rm, 0);
+        t->n_block_message = 0;
+        t->shown_messages = 0;
+        show_session_from(t, 0);
+    } else if (t->a)
         show_session_from(t, kept);
     else
         t->pending_rebuild = 1;
@@ -1127,7 +1135,13 @@ static void submit(tui *t)
        sent comes back, a command that failed does not (its error is on screen, Up recalls it,
        and the next command is not typed onto its end) */
     input_clear(t->in);
-    if (app_submit_line(t->a, copy, len, &err) == 0)
+    command c;
+    kimi_err parse_err = {0};
+    t->new_conversation = copy[0] == '/' && command_parse(copy, len, &c, &parse_err) == 0 &&
+                          (c.id == CMD_NEW || c.id == CMD_LOAD);
+    int rc = app_submit_line(t->a, copy, len, &err);
+    t->new_conversation = 0;
+    if (rc == 0)
         render_model_scroll_to_bottom(t->rm);
     else if (copy[0] != '/')
         input_set_text(t->in, copy, len);
