@@ -238,24 +238,6 @@ static void add_block(tui *t, rm_block_kind kind, const char *text)
     t->dirty = 1;
 }
 
-static int theme_dirs(char **dirs)
-{
-    int n = 0;
-    char *config = paths_config_dir(NULL);
-    if (config) {
-        size_t len = strlen(config) + 8;
-        dirs[n] = malloc(len);
-        if (dirs[n]) {
-            snprintf(dirs[n], len, "%s/themes", config);
-            n++;
-        }
-        free(config);
-    }
-    if ((dirs[n] = paths_themes_dir(NULL)))
-        n++;
-    return n;
-}
-
 /* The palette for the theme; says so when the terminal's colour pairs ran out. */
 static void apply_palette(tui *t)
 {
@@ -272,13 +254,13 @@ static void apply_palette(tui *t)
 
 static int load_theme(tui *t, const char *name, kimi_err *err)
 {
-    char *dirs[2] = {0};
-    int n = theme_dirs(dirs);
+    char *file = paths_theme_file(name, err);
+    if (!file)
+        return err->code;
     theme th;
     theme_init_default(&th);
-    int rc = theme_load_named(&th, name, (const char *const *)dirs, n, err);
-    for (int i = 0; i < n; i++)
-        free(dirs[i]);
+    int rc = theme_load_file(&th, file, err);
+    free(file);
     if (rc)
         return rc;
     t->th = th;
@@ -685,8 +667,6 @@ static int on_view_command(void *user, const char *name, const char *arg, kimi_e
 {
     tui *t = user;
     if (!strcmp(name, "theme")) {
-        if (!*arg)
-            return kimi_fail(err, KIMI_ERR_INPUT, "/theme: which one? (default, light, high-contrast, mono)");
         if (load_theme(t, arg, err))
             return err->code;
         char line[160];

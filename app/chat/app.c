@@ -1159,6 +1159,15 @@ static int run_command(app *a, command *c, kimi_err *err)
     case CMD_EXPORT: return export_session(a, c, err);
     case CMD_STATS: show_stats(a); return 0;
     case CMD_THEME:
+        if (!c->arg[0]) { /* which there are */
+            char *names = paths_theme_names();
+            if (!names)
+                return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+            say_info(a, "themes: %s (/theme NAME to switch)", *names ? names : "none installed");
+            free(names);
+            return 0;
+        }
+        return view_command(a, c, c->arg, err);
     case CMD_REASONING: return view_command(a, c, c->arg, err);
     }
     return 0;

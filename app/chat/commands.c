@@ -32,7 +32,7 @@ static const struct {
     {"sessions", NULL, CMD_SESSIONS, ARG_NONE, "/sessions                   list saved sessions"},
     {"export", NULL, CMD_EXPORT, ARG_OPTIONAL, "/export [md|json] [PATH]    write the transcript (default md, in the current folder)"},
     {"stats", NULL, CMD_STATS, ARG_NONE, "/stats                      tokens, cache reuse and speed of the last answer and the session"},
-    {"theme", NULL, CMD_THEME, ARG_REQUIRED, "/theme NAME                 colours of the full-screen view"},
+    {"theme", NULL, CMD_THEME, ARG_OPTIONAL, "/theme [NAME]               colours of the full-screen view (no NAME: list them)"},
     {"reasoning", NULL, CMD_REASONING, ARG_REQUIRED, "/reasoning collapsed|expanded|hidden   how reasoning is shown"},
 };
 

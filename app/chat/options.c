@@ -330,6 +330,14 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         if (!*v || v[0] == '.' || strchr(v, '/'))
             return kimi_fail(err, KIMI_ERR_USAGE, "%s: not a theme name (themes/NAME.theme)", what);
         ps->theme_chosen = 1;
+        {
+            /* now, before anything loads: a misspelt theme is a usage error, not a surprise */
+            kimi_err why = {0};
+            char *file = paths_theme_file(v, &why);
+            free(file);
+            if (!file)
+                return kimi_fail(err, KIMI_ERR_USAGE, "%s: %s", what, why.msg);
+        }
         return set_string(&o->theme, v, what, err);
     case OPT_NO_COLOR: o->no_color = 1; return 0;
     case OPT_MOUSE: o->mouse = 1; return 0;

@@ -27,6 +27,10 @@ expect() {
 }
 
 expect 2 '^kimi-chat: --frobnicate: unknown flag' -- --frobnicate
+# a theme that does not exist: a usage error naming the themes there are, one line, before the
+# model loads (nothing about loading on stderr)
+expect 2 "^kimi-chat: --theme neon: theme 'neon' not found \(themes: default, high-contrast, light, mono\)$" -- --theme neon --prompt hi
+[[ $(wc -l < "$tmp/err") -eq 1 ]] || { echo "FAIL: --theme neon: more than one line on stderr"; cat "$tmp/err"; failed=$((failed + 1)); }
 "$kimi_chat" --version | grep -qx "kimi-chat [0-9]*\.[0-9]*\.[0-9]*" ||
     { echo "FAIL: --version says '$("$kimi_chat" --version)'"; failed=$((failed + 1)); }
 expect 2 '^kimi-chat: --tp 0: must be 1..8' -- --tp 0 --prompt hi

@@ -266,6 +266,8 @@ static void test_flag_errors(void)
                  "--seed", "18446744073709551616");
     EXPECT_ERROR("--reasoning full: must be collapsed, expanded or hidden", "--reasoning", "full");
     EXPECT_ERROR("--theme ../x: not a theme name (themes/NAME.theme)", "--theme", "../x");
+    EXPECT_ERROR("--theme neon: theme 'neon' not found (themes: default, high-contrast, light, mono)",
+                 "--theme", "neon");
     EXPECT_ERROR("--theme a/b: not a theme name (themes/NAME.theme)", "--theme", "a/b");
     EXPECT_ERROR("--allow-tools a,,b: empty tool name (NAME,... or all)", "--allow-tools", "a,,b");
     EXPECT_ERROR("--allow-tools now,: empty tool name (NAME,... or all)", "--allow-tools", "now,");
