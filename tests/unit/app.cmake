@@ -7,7 +7,7 @@ target_compile_definitions(test_paths_lookup PRIVATE
   KIMI_INSTALL_DATADIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/install"
   KIMI_SOURCE_DIR="${CMAKE_CURRENT_BINARY_DIR}/test_paths_lookup.d/source")
 kimi_unit_test(test_script SOURCES test_script.c DEPS kimi_script)
-kimi_unit_test(test_options SOURCES test_options.c DEPS kimi_options)
+kimi_unit_test(test_options SOURCES test_options.c DEPS kimi_options kimi_commands)
 # The man page renders without warnings; only where groff is installed (it is not a build
 # dependency), so on a machine without it this test does not exist rather than pass.
 find_program(KIMI_GROFF groff)
