@@ -946,9 +946,9 @@ static void show_stats(app *a)
                       last->prompt_tokens, last->reused_tokens, last->prompt_tokens - last->reused_tokens,
                       last->generated_tokens, last->ttft_seconds, last->prefill_tok_s, last->decode_tok_s,
                       last->stop_reason ? last->stop_reason : "");
-    strbuf_printf(&b, "session: %d messages, %d answers, %d tokens generated · temperature %g · top_p %g · "
+    strbuf_printf(&b, "session: %d message%s, %d answer%s, %d tokens generated · temperature %g · top_p %g · "
                       "top_k %d · max_tokens %d · seed %llu · thinking %s",
-                  s->conv.n_messages, answers, generated, (double)s->settings.temperature,
+                  s->conv.n_messages, s->conv.n_messages == 1 ? "" : "s", answers, answers == 1 ? "" : "s", generated, (double)s->settings.temperature,
                   (double)s->settings.top_p, s->settings.top_k, s->settings.max_tokens,
                   (unsigned long long)s->settings.seed, s->settings.thinking ? "on" : "off");
     if (b.data)

@@ -132,6 +132,9 @@ static int parse_export(command *c, char *args, kimi_err *err)
             c->format = EXPORT_JSON;
         memmove(c->arg, word, n + 1);
     }
+    /* one PATH: "out.json extra" would be a file named so */
+    if (strpbrk(c->arg, " \t"))
+        return kimi_fail(err, KIMI_ERR_INPUT, "/export %s: one PATH, without spaces (/export [md|json] [PATH])", c->arg);
     return 0;
 }
 

@@ -5,7 +5,7 @@
 # (the old notes, errors and /stats output go), with the command's confirmation.
 . "$(dirname "$0")/lib.sh"
 STARTUP='^       demo model: a 3\.6 M-parameter toy'
-STATS='^       session: [0-9]+ messages, [0-9]+ answers'
+STATS='^       session: [0-9]+ messages?, [0-9]+ answers?'
 QUESTION='^  you  hi there$'
 start main 80 40
 wait_ready

@@ -304,6 +304,7 @@ static void test_answer_and_commands(void)
     send(a, "q");
     CHECK(app_command(a, "/new", &err) == 0 && n_msgs(a) == 1);
     CHECK_INT(rec.reset_kept, 1);                   /* the system prompt stays */
+    CHECK(app_command(a, "/stats", &err) == 0 && strstr(rec.info, "session: 1 message, 0 answers,"));
     CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
     CHECK(app_command(a, "/set temperature 0", &err) == 0 && app_session(a)->settings.temperature == 0);
     CHECK(app_command(a, "/think off", &err) == 0 && app_session(a)->settings.thinking == 0);

@@ -97,6 +97,7 @@ int main(void)
     CHECK(command_parse("/load", 5, &c, &e) != 0 && !strcmp(e.msg, "/load needs an argument: /load NAME|FILE"));
     /* a bare word is a format asked for, not a file name; a file takes a dot or a slash */
     parse_fails("/export html", "/export html: the format is md or json");
+    parse_fails("/export json out.json extra", "/export out.json extra: one PATH, without spaces");
     c = parse_ok("/export ./html");
     CHECK(!strcmp(c.arg, "./html") && c.format == EXPORT_MARKDOWN);
     CHECK(parse_ok("/export t.json").format == EXPORT_JSON);
