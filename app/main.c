@@ -72,10 +72,15 @@ static int read_script(const app_options *o, script *s, int *code)
         *code = fail(EXIT_USAGE, message);
         return -1;
     }
-    int rc = script_parse(s, o->script_path, text, size, &err);
+    strbuf every_error = {0};
+    int rc = script_parse_all(s, o->script_path, text, size, &every_error, &err);
     free(text);
     if (rc) {
-        fprintf(stderr, "%s\n", err.msg);
+        if (every_error.failed || !every_error.len)
+            fprintf(stderr, "%s\n", err.msg);
+        else
+            fputs(every_error.data, stderr);
+        free(every_error.data);
         *code = EXIT_SCRIPT;
         return -1;
     }

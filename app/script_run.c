@@ -40,15 +40,16 @@ static int check_expect(const script *s, const script_item *it, app *a)
 
 int script_check(const script *s)
 {
+    int bad = 0;
     for (int i = 0; i < s->n_items; i++) {
         const script_item *it = &s->items[i];
         kimi_err err = {0};
         if (it->kind == SCRIPT_COMMAND && app_command_check(it->text, &err)) {
             line_error(s, it, err.msg);
-            return 1;
+            bad = 1;
         }
     }
-    return 0;
+    return bad;
 }
 
 int script_run(const script *s, app *a, plain_ui *ui, int keep_going)

@@ -8,7 +8,8 @@
 #include "app/chat/script.h"
 #include "ui/plain.h"
 
-/* Check every command line (before the model loads): 0, or 1 with "file:line: why" printed. */
+/* Check every command line (before the model loads): 0, or 1 with "file:line: why" printed for
+ * each bad one. */
 int script_check(const script *s);
 /* Run the items in order; stops at the first failing line unless keep_going. */
 int script_run(const script *s, app *a, plain_ui *ui, int keep_going);

@@ -1,6 +1,7 @@
 /* input: the multi-line line editor of the full-screen view (no curses: unit-tested alone). */
 #include "ui/input.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +95,9 @@ int input_is_empty(const input *in) { return in->t.len == 0; }
 
 void input_set_text(input *in, const char *s, size_t len)
 {
-    text_set(&in->t, s, len);
-    in->cursor = in->t.len;
+    text_set(&in->t, "", 0);
+    in->cursor = 0;
+    input_insert(in, s, len);
 }
 
 void input_clear(input *in)
@@ -129,11 +131,8 @@ void input_insert(input *in, const char *s, size_t len)
         if (u[i] == '\r') {
             text_append(&clean.s, &clean.len, &clean.cap, "\n", 1);
             i += i + 1 < len && u[i + 1] == '\n' ? 2 : 1;
-        } else if (u[i] == '\t') {
-            text_append(&clean.s, &clean.len, &clean.cap, "    ", 4);
-            i++;
-        } else if (u[i] == '\n') {
-            text_append(&clean.s, &clean.len, &clean.cap, "\n", 1);
+        } else if (u[i] == '\n' || u[i] == '\t') {
+            text_append(&clean.s, &clean.len, &clean.cap, s + i, 1);
             i++;
         } else if (u[i] < 0x20 || u[i] == 0x7f) {
             i++;
@@ -279,6 +278,19 @@ void input_edit_apply(input *in, input_edit op)
 
 /* ---- layout ---- */
 
+/* The cluster at s[p] of a row at column col (of room): a tab reaches the next tab stop, as
+ * the view shows it (text_displayable), but never past the row's end. */
+static size_t cluster_in_row(const char *s, size_t e, size_t p, int col, int room, int *w)
+{
+    if (s[p] == '\t') {
+        *w = TEXT_TAB_STOP - col % TEXT_TAB_STOP;
+        if (col < room && col + *w > room)
+            *w = room - col;
+        return 1;
+    }
+    return text_cluster(s, e, p, w);
+}
+
 int input_layout(const input *in, int width, input_row *rows, int cap, int *cur_row, int *cur_col)
 {
     int room = width - INPUT_PROMPT_WIDTH;
@@ -307,7 +319,7 @@ int input_layout(const input *in, int width, input_row *rows, int cap, int *cur_
         }
         int w;
         size_t e = line_end(in, p);
-        size_t len = text_cluster(s, e, p, &w);
+        size_t len = cluster_in_row(s, e, p, col, room, &w);
         if (col + w > room && col > 0) {
             if (row < cap)
                 rows[row] = (input_row){start, p};
@@ -341,7 +353,7 @@ static size_t offset_at(const input *in, const input_row *r, int col)
     int x = INPUT_PROMPT_WIDTH, w;
     size_t p = r->start;
     while (p < r->end) {
-        size_t len = text_cluster(in->t.s, r->end, p, &w);
+        size_t len = cluster_in_row(in->t.s, r->end, p, x - INPUT_PROMPT_WIDTH, INT_MAX, &w);
         if (x + w > col)
             break;
         x += w;

@@ -20,14 +20,14 @@ void input_free(input *in);
 /* The text being edited (NUL-terminated, len bytes) and the cursor as a byte offset. */
 const char *input_text(const input *in, size_t *len);
 size_t input_cursor(const input *in);
-/* Replace the text (cursor at the end): /edit, history. */
+/* Replace the text (cursor at the end): /edit, history; cleaned as input_insert cleans. */
 void input_set_text(input *in, const char *s, size_t len);
 void input_clear(input *in);
 int input_is_empty(const input *in);
 
-/* Insert text at the cursor. CR LF and CR become LF; a tab becomes four spaces; other control
- * characters are dropped (pasted text cannot smuggle escapes in); each byte of ill-formed UTF-8
- * becomes U+FFFD. */
+/* Insert text at the cursor. CR LF and CR become LF; a tab stays a tab (sent as typed, shown
+ * up to the next multiple of TEXT_TAB_STOP columns); other control characters are dropped
+ * (pasted text cannot smuggle escapes in); each byte of ill-formed UTF-8 becomes U+FFFD. */
 void input_insert(input *in, const char *s, size_t len);
 
 typedef enum {
@@ -71,7 +71,9 @@ const char *input_search_query(const input *in);
 int input_search_failed(const input *in); /* the query matches nothing */
 
 /* The text laid out in rows of width columns (prompt included: each row starts at column
- * INPUT_PROMPT_WIDTH); rows break at newlines and at the width, between clusters. */
+ * INPUT_PROMPT_WIDTH); rows break at newlines and at the width, between clusters; a tab
+ * reaches the next tab stop from the row's start, cut at the row's end (text_displayable
+ * shows a row that way). */
 typedef struct {
     size_t start, end;  /* the row's bytes of the text (no newline) */
 } input_row;

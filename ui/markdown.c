@@ -696,6 +696,9 @@ static size_t try_table(ctx *c, const char *text, size_t n, size_t p)
         size_t a = rows_text.len;
         text_displayable(&rows_text, text + q, qe - q);
         rows[n_rows++] = (span){a, rows_text.len};
+        /* apart: a row's last cell and the next row's first would be one piece (add_piece joins
+           adjacent text) where the rows have no outer pipes */
+        strbuf_add(&rows_text, "\n", 1);
         if (n_rows == 2) {
             int align[MAX_TABLE_COLUMNS];
             span cells[MAX_TABLE_COLUMNS];
@@ -726,20 +729,27 @@ void md_layout(styled_lines *out, const char *text, size_t n, const md_options *
     styled_lines_truncate(out, cp->n_lines);
     ctx c = {.out = out, .o = o, .st = cp->state};
     int plain = o->flags & MD_PLAIN;
+    /* the line before had a '|': it may be a table's header or last row, decided by this line,
+       so a checkpoint here waits until this line is whole */
+    int after_pipe = 0;
     for (size_t p = cp->offset; p < n;) {
         size_t next, end = line_end(text, n, p, &next);
         int maybe_table = !plain && !c.st.in_fence && memchr(text + p, '|', end - p);
         if (!maybe_table) {
-            cp->state = c.st;
-            cp->offset = p;
-            cp->n_lines = out->n_lines;
+            if (!after_pipe || end < n) {
+                cp->state = c.st;
+                cp->offset = p;
+                cp->n_lines = out->n_lines;
+            }
         } else {
             size_t after = try_table(&c, text, n, p);
             if (after != p) {
                 p = after;
+                after_pipe = 1;
                 continue;
             }
         }
+        after_pipe = maybe_table;
         c.line.len = 0;
         text_displayable(&c.line, text + p, end - p);
         const char *s = c.line.data ? c.line.data : "";

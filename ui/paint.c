@@ -1,6 +1,8 @@
 /* paint: theme styles as curses attributes and colour pairs; frames of rows into a window. */
 #include "ui/paint.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <wchar.h>
 #include <term.h>
@@ -115,12 +117,76 @@ void paint_style(WINDOW *w, const paint_palette *p, int element, int extra)
     wattr_set(w, p->attr[element] | paint_attrs((unsigned)extra), (short)0, &pair);
 }
 
-/* ncurses measures a character at a time with wcwidth(); the render model measures grapheme
- * clusters. Where they disagree (an emoji with a skin tone or ZWJ sequence: 4+ columns to
- * wcwidth, 2 on screen; a narrow symbol with VS16: 1 to wcwidth, 2 here), the cluster is painted
- * as its first character padded with spaces to the model's width, so curses' idea of the
- * cursor and the terminal's never drift apart and every later column stays where the model put
- * it. */
+/* Clusters painted as placeholders, to be written over them after the next doupdate(): screen
+ * position, the style they were painted in, and the cluster's bytes (NUL-terminated). */
+typedef struct {
+    int y, x;
+    attr_t attrs;
+    int pair;
+    char *text;
+} cluster_overlay;
+
+static cluster_overlay *overlays;
+static int n_overlays, cap_overlays;
+
+static void overlay_add(WINDOW *w, int y, int x, const char *s, size_t len)
+{
+    if (n_overlays == cap_overlays) {
+        int cap = cap_overlays ? cap_overlays * 2 : 16;
+        cluster_overlay *grown = realloc(overlays, sizeof *grown * (size_t)cap);
+        if (!grown)
+            return; /* the placeholder stays: the layout is right, the cluster shows its first character */
+        overlays = grown;
+        cap_overlays = cap;
+    }
+    char *text = malloc(len + 1);
+    if (!text)
+        return;
+    memcpy(text, s, len);
+    text[len] = 0;
+    cluster_overlay *o = &overlays[n_overlays++];
+    o->y = getbegy(w) + y;
+    o->x = getbegx(w) + x;
+    short pair_short;
+    o->pair = 0;
+    wattr_get(w, &o->attrs, &pair_short, &o->pair);
+    o->text = text;
+}
+
+void paint_overlays_discard(void)
+{
+    for (int i = 0; i < n_overlays; i++)
+        free(overlays[i].text);
+    n_overlays = 0;
+}
+
+void paint_overlays_flush(void)
+{
+    if (!n_overlays)
+        return;
+    int y0 = getcury(curscr), x0 = getcurx(curscr);
+    for (int i = 0; i < n_overlays; i++) {
+        cluster_overlay *o = &overlays[i];
+        /* -1, -1: the cursor's place is not known after the terminal drew a cluster, so the
+           move is absolute */
+        mvcur(-1, -1, o->y, o->x);
+        vid_attr(o->attrs, (short)o->pair, &o->pair);
+        putp(o->text);
+    }
+    vid_attr(A_NORMAL, 0, NULL);
+    mvcur(-1, -1, y0, x0);
+    fflush(stdout);
+    paint_overlays_discard();
+}
+
+/* ncurses measures a character at a time with wcwidth() and keeps at most CCHARW_MAX code
+ * points in a cell; the render model measures grapheme clusters the way the terminal draws
+ * them (text_set_terminal). Where the two disagree (an emoji with a skin tone or a ZWJ
+ * sequence: 4+ columns to wcwidth, 2 on a terminal that joins them; a narrow symbol with VS16;
+ * a cluster of more code points than a cell holds) curses gets a placeholder of the model's
+ * width (the first character padded with spaces), so its idea of the cursor and the
+ * terminal's never drift apart, and the whole cluster is written over the placeholder after
+ * the update (paint_overlays_flush): every code point reaches the terminal. */
 void paint_text(WINDOW *w, const char *s, size_t len)
 {
     size_t ascii = 0;
@@ -134,7 +200,7 @@ void paint_text(WINDOW *w, const char *s, size_t len)
     while (p < len) {
         int cw;
         size_t n = text_cluster(s, len, p, &cw);
-        int curses_w = 0;
+        int curses_w = 0, cell_points = 0, most_points = 0;
         wchar_t first = 0;
         mbstate_t st = {0};
         for (size_t q = p; q < p + n;) {
@@ -147,11 +213,16 @@ void paint_text(WINDOW *w, const char *s, size_t len)
             int ww = wcwidth(wc);
             if (!first)
                 first = wc;
+            if (ww != 0)
+                cell_points = 0;
+            if (++cell_points > most_points)
+                most_points = cell_points;
             curses_w += ww < 0 ? 1 : ww;
             q += k;
         }
-        if (curses_w != cw) {
+        if (curses_w != cw || most_points > CCHARW_MAX) {
             waddnstr(w, s + run, (int)(p - run));
+            int y = getcury(w), x = getcurx(w);
             int fw = first ? wcwidth(first) : -1;
             if (fw >= 0 && fw <= cw) {
                 wchar_t one[2] = {first, 0};
@@ -161,6 +232,8 @@ void paint_text(WINDOW *w, const char *s, size_t len)
             }
             for (int k = fw; k < cw; k++)
                 waddch(w, ' ');
+            if (cw > 0 && x + cw <= getmaxx(w))
+                overlay_add(w, y, x, s + p, n);
             run = p + n;
         }
         p += n;

@@ -41,9 +41,19 @@ void paint_palette_init(paint_palette *p, const theme *t, paint_depth depth);
 void paint_style(WINDOW *w, const paint_palette *p, int element, int extra);
 
 /* Add UTF-8 text at the cursor, each grapheme cluster as wide as text_width says: a cluster
- * wcwidth() would measure otherwise (skin tones, ZWJ sequences, VS16) is painted as its first
- * character padded with spaces, so curses and the terminal agree on every later column. */
+ * wcwidth() would measure otherwise (skin tones, ZWJ sequences, VS16) or one with more code
+ * points than a curses cell holds is painted as its first character padded with spaces, so
+ * curses and the terminal agree on every later column, and remembered to be written whole
+ * over that placeholder by paint_overlays_flush. */
 void paint_text(WINDOW *w, const char *s, size_t len);
+
+/* After doupdate(): write the clusters painted as placeholders since the last call over their
+ * placeholders, in their style, and put the cursor back where curses has it. */
+void paint_overlays_flush(void);
+
+/* Forget the placeholders painted since the last flush (what they are on is hidden, e.g. under
+ * the F1 help). */
+void paint_overlays_discard(void);
 
 /* Paint one transcript row at screen row y (cleared first, in the text style), each span at
  * its column. */

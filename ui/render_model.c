@@ -539,7 +539,8 @@ static void tool_top(block *b, int width)
 {
     styled_lines *l = &b->deco;
     char state[96], secs[32] = "";
-    if (b->seconds >= 0)
+    /* a denied call never ran: a duration would be the time the prompt waited */
+    if (b->seconds >= 0 && b->tool_state != RM_TOOL_DENIED)
         format_seconds(secs, sizeof secs, b->seconds);
     snprintf(state, sizeof state, "%s%s%s", b->state_label ? b->state_label : tool_state_word(b->tool_state),
              *secs ? " " : "", secs);
@@ -679,7 +680,7 @@ static void ensure_layout(render_model *rm, block *b)
             b->seg[b->n_seg - 1].lead = 1;
         if (shown < n) {
             char hint[48];
-            snprintf(hint, sizeof hint, "… +%zu lines", n - shown);
+            snprintf(hint, sizeof hint, "… +%zu line%s", n - shown, n - shown == 1 ? "" : "s");
             int col = 0;
             add_text(&b->deco, &col, hint, THEME_FOLD_HINT, 0);
             styled_lines_end_line(&b->deco);

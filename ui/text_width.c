@@ -25,6 +25,23 @@ static int is_regional_indicator(int32_t cp)
     return cp >= 0x1F1E6 && cp <= 0x1F1FF;
 }
 
+static int is_skin_tone(int32_t cp)
+{
+    return cp >= 0x1F3FB && cp <= 0x1F3FF;
+}
+
+static text_terminal terminal;
+
+void text_set_terminal(const text_terminal *t)
+{
+    terminal = t ? *t : (text_terminal){0};
+}
+
+static int clamp_width(int w)
+{
+    return w < 0 ? 0 : w > 2 ? 2 : w;
+}
+
 size_t text_cluster(const char *s, size_t n, size_t pos, int *width)
 {
     size_t next;
@@ -38,6 +55,9 @@ size_t text_cluster(const char *s, size_t n, size_t pos, int *width)
         }
     }
     int32_t state = 0;
+    /* the cluster is one glyph, or several where the terminal keeps parts apart: total holds
+       the finished glyphs, w the widest code point of the current one */
+    int total = 0;
     int w = utf8proc_charwidth(cp);
     int regional = is_regional_indicator(cp);
     int32_t prev = cp;
@@ -47,14 +67,20 @@ size_t text_cluster(const char *s, size_t n, size_t pos, int *width)
         if (utf8proc_grapheme_break_stateful(prev, c, &state))
             break;
         int cw = utf8proc_charwidth(c);
-        if (c == 0xFE0F || (regional && is_regional_indicator(c)))
-            cw = 2;
-        if (cw > w)
+        if (cw > 0 && ((terminal.splits_zwj && prev == 0x200D) ||
+                       (terminal.splits_modifiers && is_skin_tone(c)))) {
+            total += clamp_width(w);
             w = cw;
+        } else {
+            if ((c == 0xFE0F && !terminal.narrow_vs16) || (regional && is_regional_indicator(c)))
+                cw = 2;
+            if (cw > w)
+                w = cw;
+        }
         prev = c;
         p = next;
     }
-    *width = w < 0 ? 0 : w > 2 ? 2 : w;
+    *width = total + clamp_width(w);
     return p - pos;
 }
 

@@ -9,12 +9,27 @@
 
 enum { TEXT_TAB_STOP = 8 };
 
+/* How the terminal draws what Unicode's grapheme rules join, as its cursor position reports
+ * tell (ui/term_probe): a terminal that keeps the parts apart gives each its own columns, and
+ * the layout must count them or every later column drifts. All zero (the default): the
+ * cluster widths below, as kitty, WezTerm, foot, iTerm2 and Windows Terminal draw them. */
+typedef struct {
+    int splits_modifiers;   /* a skin tone after its emoji takes its own 2 columns (xterm, tmux 3.3) */
+    int splits_zwj;         /* each member of a ZWJ sequence takes its own columns (xterm) */
+    int narrow_vs16;        /* VS16 does not widen a narrow symbol: ❤️ is 1 column (xterm, tmux 3.3) */
+} text_terminal;
+
+/* Set how widths are counted from now on for the whole process (the full-screen view, once,
+ * before laying anything out); NULL restores the cluster widths. */
+void text_set_terminal(const text_terminal *t);
+
 /* The grapheme cluster at s[pos..n) (pos < n, s displayable: see text_displayable): returns its
  * length in bytes (>= 1) and stores its width in columns in *width: 2 for East Asian wide
  * characters, emoji presentation (U+FE0F), ZWJ emoji sequences, skin tones and
  * regional-indicator flag pairs; 0 for a cluster of only zero-width marks or format
  * characters; 1 otherwise. A cluster's width is that of its widest code point, so combining
- * marks and joined emoji never add columns. */
+ * marks and joined emoji never add columns, except where text_set_terminal says the terminal
+ * draws the parts apart: then each part (an emoji, a skin tone, a ZWJ member) adds its own. */
 size_t text_cluster(const char *s, size_t n, size_t pos, int *width);
 
 /* Display width of s[0..n). */

@@ -349,28 +349,3 @@ int theme_load_file(theme *t, const char *path, kimi_err *err)
     free(data);
     return rc;
 }
-
-int theme_load_named(theme *t, const char *name, const char *const *dirs, int n_dirs,
-                     kimi_err *err)
-{
-    if (!*name || strchr(name, '/'))
-        return kimi_fail(err, KIMI_ERR_USAGE, "theme '%s': a name, not a path", name);
-    char searched[256] = "";
-    size_t used = 0;
-    for (int i = 0; i < n_dirs; i++) {
-        char path[4096];
-        int n = snprintf(path, sizeof path, "%s/%s.theme", dirs[i], name);
-        if (n < 0 || (size_t)n >= sizeof path)
-            continue;
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            fclose(f);
-            return theme_load_file(t, path, err);
-        }
-        int w = snprintf(searched + used, sizeof searched - used, "%s%s", i ? ", " : "", dirs[i]);
-        if (w > 0)
-            used = used + (size_t)w < sizeof searched ? used + (size_t)w : sizeof searched - 1;
-    }
-    return kimi_fail(err, KIMI_ERR_USAGE, "theme '%s' not found (searched: %s)", name,
-                     n_dirs ? searched : "no folders");
-}

@@ -87,11 +87,6 @@ int theme_load_file(theme *t, const char *path, kimi_err *err);
 /* The same from text[0..n); where names it in errors ("default.theme"). */
 int theme_load_text(theme *t, const char *text, size_t n, const char *where, kimi_err *err);
 
-/* Find NAME.theme in dirs[0..n_dirs) (first match wins) and load it. NAME may not contain '/'.
- * A name found nowhere is KIMI_ERR_USAGE listing the folders searched. */
-int theme_load_named(theme *t, const char *name, const char *const *dirs, int n_dirs,
-                     kimi_err *err);
-
 /* "user_label" for THEME_USER_LABEL; NULL when out of range. */
 const char *theme_element_name(int element);
 /* The element of a name, or -1. */

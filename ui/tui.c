@@ -5,6 +5,7 @@
 #include <langinfo.h>
 #include <limits.h>
 #include <locale.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <curses.h>
 #include <term.h>
 
+#include "app/chat/commands.h"
 #include "app/chat/paths.h"
 #include "engine/base/array.h"
 #include "ui/input.h"
@@ -25,6 +27,7 @@
 #include "ui/progress_text.h"
 #include "ui/render_model.h"
 #include "ui/signal_pipe.h"
+#include "ui/term_probe.h"
 #include "ui/text_width.h"
 #include "ui/theme.h"
 
@@ -83,6 +86,7 @@ struct tui {
     int n_block_message, block_message_cap;
     int streamed_message;           /* the message the streamed blocks will be (the answer to come) */
     int pending_rebuild;            /* session_reset came during app_open */
+    int new_conversation;           /* /new or /load is running: its reset starts the view clean */
     strbuf startup_notes;           /* notes said during app_open ("\0"-separated) */
     typed_key *typed_ahead;         /* [n_typed_ahead] keys that came while the model loaded,
                                        handled once the chat is up */
@@ -153,9 +157,22 @@ static void install_signals(void)
         return;
     struct sigaction crash = {.sa_handler = on_crash, .sa_flags = SA_RESETHAND | SA_NODEFER};
     sigemptyset(&crash.sa_mask);
-    int crashes[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
-    for (size_t i = 0; i < sizeof crashes / sizeof *crashes; i++)
-        sigaction(crashes[i], &crash, NULL);
+    /* every other signal whose default action ends the process (a crash, kill -QUIT, -USR1,
+       an alarm, a CPU or file size limit); one already ignored or handled is left as it is */
+    int fatal[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGQUIT, SIGTRAP, SIGSYS, SIGUSR1, SIGUSR2,
+                   SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGPOLL,
+#ifdef SIGSTKFLT
+                   SIGSTKFLT,
+#endif
+#ifdef SIGPWR
+                   SIGPWR,
+#endif
+    };
+    for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++) {
+        struct sigaction now;
+        if (sigaction(fatal[i], NULL, &now) == 0 && now.sa_handler == SIG_DFL)
+            sigaction(fatal[i], &crash, NULL);
+    }
 }
 
 
@@ -234,24 +251,6 @@ static void add_block(tui *t, rm_block_kind kind, const char *text)
     t->dirty = 1;
 }
 
-static int theme_dirs(char **dirs)
-{
-    int n = 0;
-    char *config = paths_config_dir(NULL);
-    if (config) {
-        size_t len = strlen(config) + 8;
-        dirs[n] = malloc(len);
-        if (dirs[n]) {
-            snprintf(dirs[n], len, "%s/themes", config);
-            n++;
-        }
-        free(config);
-    }
-    if ((dirs[n] = paths_themes_dir(NULL)))
-        n++;
-    return n;
-}
-
 /* The palette for the theme; says so when the terminal's colour pairs ran out. */
 static void apply_palette(tui *t)
 {
@@ -268,13 +267,13 @@ static void apply_palette(tui *t)
 
 static int load_theme(tui *t, const char *name, kimi_err *err)
 {
-    char *dirs[2] = {0};
-    int n = theme_dirs(dirs);
+    char *file = paths_theme_file(name, err);
+    if (!file)
+        return err->code;
     theme th;
     theme_init_default(&th);
-    int rc = theme_load_named(&th, name, (const char *const *)dirs, n, err);
-    for (int i = 0; i < n; i++)
-        free(dirs[i]);
+    int rc = theme_load_file(&th, file, err);
+    free(file);
     if (rc)
         return rc;
     t->th = th;
@@ -655,7 +654,13 @@ static void on_error(void *user, const char *line)
 static void on_session_reset(void *user, int kept)
 {
     tui *t = user;
-    if (t->a)
+    if (t->a && t->new_conversation) {
+        /* another conversation: what was said about the old one (errors, /stats, /help) goes */
+        render_model_truncate(t->rm, 0);
+        t->n_block_message = 0;
+        t->shown_messages = 0;
+        show_session_from(t, 0);
+    } else if (t->a)
         show_session_from(t, kept);
     else
         t->pending_rebuild = 1;
@@ -675,8 +680,6 @@ static int on_view_command(void *user, const char *name, const char *arg, kimi_e
 {
     tui *t = user;
     if (!strcmp(name, "theme")) {
-        if (!*arg)
-            return kimi_fail(err, KIMI_ERR_INPUT, "/theme: which one? (default, light, high-contrast, mono)");
         if (load_theme(t, arg, err))
             return err->code;
         char line[160];
@@ -944,7 +947,12 @@ static void paint_input(tui *t, int top)
             put_cut(t, top + i, 0, "↑ ", THEME_FOLD_HINT, 0);
         paint_style(stdscr, &t->pal, THEME_INPUT, 0);
         move(top + i, INPUT_PROMPT_WIDTH);
-        paint_text(stdscr, text + rows[r].start, rows[r].end - rows[r].start);
+        /* tabs as input_layout counts them: to the next stop, cut at the row's end */
+        strbuf shown = {0};
+        text_displayable(&shown, text + rows[r].start, rows[r].end - rows[r].start);
+        if (!shown.failed && shown.len)
+            paint_text(stdscr, shown.data, text_fit(shown.data, shown.len, t->cols - INPUT_PROMPT_WIDTH, NULL));
+        free(shown.data);
     }
     if (t->input_top + t->input_h < n)
         put_cut(t, top + t->input_h - 1, t->cols - 2, "↓", THEME_FOLD_HINT, 0);
@@ -1034,9 +1042,12 @@ static void paint_now(tui *t)
         curs_set(0);
     }
     wnoutrefresh(stdscr);
-    if (t->help)
+    if (t->help) {
+        paint_overlays_discard(); /* under the help window */
         paint_help(t);
+    }
     doupdate();
+    paint_overlays_flush();
     t->dirty = t->force = t->input_dirty = 0;
     t->last_paint = now_s();
 }
@@ -1113,11 +1124,19 @@ static void submit(tui *t)
     }
     input_history_add(t->in, copy, len);
     kimi_err err = {0};
-    /* cleared first: /edit fills the input while the line runs; a line that fails comes back */
+    /* cleared first: /edit fills the input while the line runs; a message that could not be
+       sent comes back, a command that failed does not (its error is on screen, Up recalls it,
+       and the next command is not typed onto its end) */
     input_clear(t->in);
-    if (app_submit_line(t->a, copy, len, &err) == 0)
+    command c;
+    kimi_err parse_err = {0};
+    t->new_conversation = copy[0] == '/' && command_parse(copy, len, &c, &parse_err) == 0 &&
+                          (c.id == CMD_NEW || c.id == CMD_LOAD);
+    int rc = app_submit_line(t->a, copy, len, &err);
+    t->new_conversation = 0;
+    if (rc == 0)
         render_model_scroll_to_bottom(t->rm);
-    else
+    else if (copy[0] != '/')
         input_set_text(t->in, copy, len);
     free(copy);
 }
@@ -1374,11 +1393,30 @@ static void take_key(tui *t, int key, int is_char, int alt)
         t->typed_ahead[t->n_typed_ahead++] = (typed_key){key, is_char, alt};
 }
 
+/* Enter with text right behind it (within the escape delay: faster than anyone types) is a
+ * line break inside pasted text, where the terminal does not bracket pastes; only while the
+ * input is being edited (Enter means something else in the transcript or a prompt). The key
+ * read to tell goes to *next (rc in *next_rc; ERR when none came). */
+static int enter_in_paste(const tui *t, wint_t *next, int *next_rc)
+{
+    *next_rc = ERR;
+    if (t->paste || t->focus || t->help || t->approval >= 0 || input_searching(t->in))
+        return 0;
+    struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+    if (poll(&p, 1, get_escdelay()) <= 0)
+        return 0;
+    *next_rc = get_wch(next);
+    /* text follows; Enter then Esc (or a function key) are two keys */
+    return *next_rc == OK && *next != 27 && *next != 127 && (*next >= 32 || *next == '\r' || *next == '\t');
+}
+
 static void read_keys(tui *t)
 {
     wint_t ch;
     int rc;
-    while ((rc = get_wch(&ch)) != ERR) {
+    int read_ahead = 0; /* ch, rc hold a key already read */
+    while (read_ahead || (rc = get_wch(&ch)) != ERR) {
+        read_ahead = 0;
         int alt = 0;
         if (rc == OK && ch == 27 && !t->paste) {
             /* Esc with another key right behind it: Alt-key; alone: Esc */
@@ -1394,6 +1432,21 @@ static void read_keys(tui *t)
             }
             rc = rc2;
             ch = next;
+        }
+        if (rc == OK && ch == '\r' && !alt) {
+            wint_t next;
+            int next_rc;
+            if (enter_in_paste(t, &next, &next_rc))
+                ch = '\n'; /* a paste without bracketed paste: keep its line breaks */
+            take_key(t, (int)ch, 1, 0);
+            if (t->quit)
+                break;
+            if (next_rc != ERR) {
+                ch = next;
+                rc = next_rc;
+                read_ahead = 1;
+            }
+            continue;
         }
         take_key(t, (int)ch, rc == OK, alt);
         if (t->quit)
@@ -1454,6 +1507,11 @@ tui *tui_new(const app_options *opt)
         setlocale(LC_CTYPE, "en_US.UTF-8");
     if (tcgetattr(STDIN_FILENO, &saved_termios) == 0)
         have_saved_termios = 1;
+    /* widths as this terminal draws emoji clusters; one that does not answer in time gets
+       Unicode's cluster widths */
+    text_terminal drawn;
+    if (term_probe_clusters(STDIN_FILENO, STDOUT_FILENO, 300, &drawn) == 0)
+        text_set_terminal(&drawn);
     if (opt->no_alt_screen) {
         /* push what the screen shows into the scrollback: the view is drawn over a blank screen */
         struct winsize ws;

@@ -1073,9 +1073,9 @@ static void show_stats(app *a)
         strbuf_printf(&b, "speculation %s: %ld of %ld drafted tokens accepted (%.0f%%) since the start\n",
                       a->gen->speculation, a->accepted_tokens, a->drafted_tokens,
                       a->drafted_tokens ? 100.0 * (double)a->accepted_tokens / (double)a->drafted_tokens : 0.0);
-    strbuf_printf(&b, "session: %d messages, %d answers, %d tokens generated · temperature %g · top_p %g · "
+    strbuf_printf(&b, "session: %d message%s, %d answer%s, %d tokens generated · temperature %g · top_p %g · "
                       "top_k %d · max_tokens %d · seed %llu · thinking %s",
-                  s->conv.n_messages, answers, generated, (double)s->settings.temperature,
+                  s->conv.n_messages, s->conv.n_messages == 1 ? "" : "s", answers, answers == 1 ? "" : "s", generated, (double)s->settings.temperature,
                   (double)s->settings.top_p, s->settings.top_k, s->settings.max_tokens,
                   (unsigned long long)s->settings.seed, s->settings.thinking ? "on" : "off");
     if (b.data)
@@ -1287,6 +1287,15 @@ static int run_command(app *a, command *c, kimi_err *err)
     case CMD_EXPORT: return export_session(a, c, err);
     case CMD_STATS: show_stats(a); return 0;
     case CMD_THEME:
+        if (!c->arg[0]) { /* which there are */
+            char *names = paths_theme_names();
+            if (!names)
+                return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+            say_info(a, "themes: %s (/theme NAME to switch)", *names ? names : "none installed");
+            free(names);
+            return 0;
+        }
+        return view_command(a, c, c->arg, err);
     case CMD_REASONING: return view_command(a, c, c->arg, err);
     }
     return 0;

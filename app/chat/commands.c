@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/chat/sampling_range.h"
+
 typedef enum { ARG_NONE, ARG_OPTIONAL, ARG_REQUIRED } arg_kind;
 
 static const struct {
@@ -32,7 +34,7 @@ static const struct {
     {"sessions", NULL, CMD_SESSIONS, ARG_NONE, "/sessions                   list saved sessions"},
     {"export", NULL, CMD_EXPORT, ARG_OPTIONAL, "/export [md|json] [PATH]    write the transcript (default md, in the current folder)"},
     {"stats", NULL, CMD_STATS, ARG_NONE, "/stats                      tokens, cache reuse and speed of the last answer and the session"},
-    {"theme", NULL, CMD_THEME, ARG_REQUIRED, "/theme NAME                 colours of the full-screen view"},
+    {"theme", NULL, CMD_THEME, ARG_OPTIONAL, "/theme [NAME]               colours of the full-screen view (no NAME: list them)"},
     {"reasoning", NULL, CMD_REASONING, ARG_REQUIRED, "/reasoning collapsed|expanded|hidden   how reasoning is shown"},
 };
 
@@ -63,57 +65,27 @@ static char *first_word(char *s, char **rest)
     return s;
 }
 
-static int parse_number(const command *c, const char *key, const char *text, double lo, double hi,
-                        int lo_open, double *out, kimi_err *err)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (!*text || *end || errno || !isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
-        return kimi_fail(err, KIMI_ERR_INPUT, "/%s %s %s: must be a number in %s%g, %g]", c->name, key, text,
-                         lo_open ? "(" : "[", lo, hi);
-    *out = v;
-    return 0;
-}
-
-static int parse_integer(const command *c, const char *key, const char *text, uint64_t max,
-                         uint64_t *out, kimi_err *err)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (!isdigit((unsigned char)*text) || *end || errno || v > max)
-        return kimi_fail(err, KIMI_ERR_INPUT, "/%s %s %s: must be a whole number from 0 to %llu", c->name, key,
-                         text, (unsigned long long)max);
-    *out = v;
-    return 0;
-}
-
 static int parse_set(command *c, char *args, kimi_err *err)
 {
     char *value, *key = first_word(args, &value);
     if (!*value || strpbrk(value, " \t"))
         return kimi_fail(err, KIMI_ERR_INPUT, "/set %s: give one value (/set temperature|top_p|top_k|max_tokens|seed VALUE)", key);
-    if (!strcmp(key, "temperature")) {
-        c->setting = SET_TEMPERATURE;
-        return parse_number(c, key, value, 0, 100, 0, &c->number, err);
-    }
-    if (!strcmp(key, "top_p")) {
-        c->setting = SET_TOP_P;
-        return parse_number(c, key, value, 0, 1, 1, &c->number, err);
-    }
-    if (!strcmp(key, "top_k")) {
-        c->setting = SET_TOP_K;
-        return parse_integer(c, key, value, 1u << 30, &c->integer, err);
-    }
-    if (!strcmp(key, "max_tokens")) {
-        c->setting = SET_MAX_TOKENS;
-        return parse_integer(c, key, value, 1u << 30, &c->integer, err);
-    }
-    if (!strcmp(key, "seed")) {
-        c->setting = SET_SEED;
-        return parse_integer(c, key, value, UINT64_MAX, &c->integer, err);
-    }
+    static const struct {
+        const char *key;
+        setting_id id;
+        sampling_setting range;
+    } settings[] = {
+        {"temperature", SET_TEMPERATURE, SAMPLING_TEMPERATURE}, {"top_p", SET_TOP_P, SAMPLING_TOP_P},
+        {"top_k", SET_TOP_K, SAMPLING_TOP_K}, {"max_tokens", SET_MAX_TOKENS, SAMPLING_MAX_TOKENS},
+        {"seed", SET_SEED, SAMPLING_SEED},
+    };
+    for (size_t i = 0; i < sizeof settings / sizeof *settings; i++)
+        if (!strcmp(key, settings[i].key)) {
+            char what[160];
+            snprintf(what, sizeof what, "/set %s %.100s", key, value);
+            c->setting = settings[i].id;
+            return sampling_parse(settings[i].range, value, what, KIMI_ERR_INPUT, &c->number, &c->integer, err);
+        }
     return kimi_fail(err, KIMI_ERR_INPUT, "/set %s: unknown setting (temperature, top_p, top_k, max_tokens, seed)", key);
 }
 
@@ -160,6 +132,9 @@ static int parse_export(command *c, char *args, kimi_err *err)
             c->format = EXPORT_JSON;
         memmove(c->arg, word, n + 1);
     }
+    /* one PATH: "out.json extra" would be a file named so */
+    if (strpbrk(c->arg, " \t"))
+        return kimi_fail(err, KIMI_ERR_INPUT, "/export %s: one PATH, without spaces (/export [md|json] [PATH])", c->arg);
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "app/chat/paths.h"
+#include "app/chat/sampling_range.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/device_plan.h"
 #include "engine/runtime/speculate.h"
@@ -71,10 +72,10 @@ static const flag_def flags[] = {
     {NULL, 0, NULL, 0, "Sampling"},
     {"think", 0, "on|off", OPT_THINK, "reasoning before the answer (default: on)"},
     {"no-think", 0, NULL, OPT_NO_THINK, "same as --think off"},
-    {"temperature", 0, "T", OPT_TEMPERATURE, "T >= 0, 0 = greedy (default 1.0; 0.6 not thinking)"},
+    {"temperature", 0, "T", OPT_TEMPERATURE, "0..100, 0 = greedy (default 1.0; 0.6 not thinking)"},
     {"top-p", 0, "P", OPT_TOP_P, "nucleus sampling, 0 < P <= 1 (default: 0.95)"},
-    {"top-k", 0, "K", OPT_TOP_K, "keep the K likeliest tokens (default 0: off)"},
-    {"max-tokens", 0, "N", OPT_MAX_TOKENS, "cap on tokens per answer (default 0: no cap)"},
+    {"top-k", 0, "K", OPT_TOP_K, "the K likeliest tokens, 0..2^30 (default 0: off)"},
+    {"max-tokens", 0, "N", OPT_MAX_TOKENS, "tokens per answer, 0..2^30 (default 0: no cap)"},
     {"seed", 0, "N", OPT_SEED, "random seed, 0..2^64-1 (default: from the clock)"},
     {NULL, 0, NULL, 0, "Tools"},
     {"tools", 0, "FILE", OPT_TOOLS, "tool declarations, JSON (default: the demo's tools)"},
@@ -181,21 +182,6 @@ static int parse_double(const char *s, double *out, const char *range, const cha
     return 0;
 }
 
-static int parse_u64(const char *s, uint64_t *out, const char *what, kimi_err *err)
-{
-    if (!isdigit((unsigned char)s[0]))
-        return kimi_fail(err, KIMI_ERR_USAGE, "%s: not an integer (must be 0..18446744073709551615)", what);
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end)
-        return kimi_fail(err, KIMI_ERR_USAGE, "%s: not an integer (must be 0..18446744073709551615)", what);
-    if (errno == ERANGE)
-        return kimi_fail(err, KIMI_ERR_USAGE, "%s: out of range (must be 0..18446744073709551615)", what);
-    *out = (uint64_t)v;
-    return 0;
-}
-
 /* NAME,NAME,... of tool names (letters, digits, _ . -), or "all" alone. */
 static int check_allow_tools(const char *v, const char *what, kimi_err *err)
 {
@@ -222,6 +208,7 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
                  const char *what, kimi_err *err)
 {
     double d;
+    uint64_t u;
     if (!from_config) {
         unsigned bit = id == OPT_THINK || id == OPT_NO_THINK ? OPTIONS_SET_THINKING
                      : id == OPT_TEMPERATURE ? OPTIONS_SET_TEMPERATURE
@@ -298,25 +285,25 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         return 0;
     case OPT_NO_THINK: o->thinking = 0; return 0;
     case OPT_TEMPERATURE:
-        if (parse_double(v, &d, ">= 0", what, err))
+        if (sampling_parse(SAMPLING_TEMPERATURE, v, what, KIMI_ERR_USAGE, &d, &u, err))
             return KIMI_ERR_USAGE;
-        if (d < 0 || d > FLT_MAX)
-            return kimi_fail(err, KIMI_ERR_USAGE, "%s: must be a finite number, >= 0", what);
         o->temperature = (float)d;
         o->has_temperature = 1;
         return 0;
     case OPT_TOP_P:
-        if (parse_double(v, &d, "in (0, 1]", what, err))
+        if (sampling_parse(SAMPLING_TOP_P, v, what, KIMI_ERR_USAGE, &d, &u, err))
             return KIMI_ERR_USAGE;
-        if (!(d > 0 && d <= 1))
-            return kimi_fail(err, KIMI_ERR_USAGE, "%s: must be in (0, 1]", what);
         o->top_p = (float)d;
         o->has_top_p = 1;
         return 0;
-    case OPT_TOP_K: return parse_int(v, 0, INT_MAX, &o->top_k, "0..2147483647", what, err);
-    case OPT_MAX_TOKENS: return parse_int(v, 0, INT_MAX, &o->max_tokens, "0..2147483647", what, err);
+    case OPT_TOP_K:
+    case OPT_MAX_TOKENS:
+        if (sampling_parse(id == OPT_TOP_K ? SAMPLING_TOP_K : SAMPLING_MAX_TOKENS, v, what, KIMI_ERR_USAGE, &d, &u, err))
+            return KIMI_ERR_USAGE;
+        *(id == OPT_TOP_K ? &o->top_k : &o->max_tokens) = (int)u;
+        return 0;
     case OPT_SEED:
-        if (parse_u64(v, &o->seed, what, err))
+        if (sampling_parse(SAMPLING_SEED, v, what, KIMI_ERR_USAGE, &d, &o->seed, err))
             return KIMI_ERR_USAGE;
         o->has_seed = 1;
         return 0;
@@ -342,6 +329,14 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         if (!*v || v[0] == '.' || strchr(v, '/'))
             return kimi_fail(err, KIMI_ERR_USAGE, "%s: not a theme name (themes/NAME.theme)", what);
         ps->theme_chosen = 1;
+        {
+            /* now, before anything loads: a misspelt theme is a usage error, not a surprise */
+            kimi_err why = {0};
+            char *file = paths_theme_file(v, &why);
+            free(file);
+            if (!file)
+                return kimi_fail(err, KIMI_ERR_USAGE, "%s: %s", what, why.msg);
+        }
         return set_string(&o->theme, v, what, err);
     case OPT_NO_COLOR: o->no_color = 1; return 0;
     case OPT_MOUSE: o->mouse = 1; return 0;

@@ -1,6 +1,7 @@
 /* paths: the XDG directories kimi-chat writes to and the lookup of the files it ships. */
 #include "app/chat/paths.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -190,4 +191,93 @@ char *paths_demo_model_dir(kimi_err *err)
 char *paths_themes_dir(kimi_err *err)
 {
     return resource_dir("the themes directory", "KIMI_THEMES_DIR", "themes", "themes", KIMI_ERR_IO, err);
+}
+
+/* The folders themes are looked up in, the user's first: fills dirs, returns how many. */
+static int theme_dirs(char *dirs[2])
+{
+    int n = 0;
+    kimi_err ignored = {0};
+    char *config = paths_config_dir(&ignored);
+    if (config) {
+        dirs[n] = path_format(&ignored, "%s/themes", config);
+        n += dirs[n] != NULL;
+        free(config);
+    }
+    dirs[n] = paths_themes_dir(&ignored);
+    n += dirs[n] != NULL;
+    return n;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char *paths_theme_names(void)
+{
+    char *dirs[2];
+    int n_dirs = theme_dirs(dirs);
+    char *names[256];
+    int n = 0, failed = 0;
+    static const char ext[] = ".theme";
+    for (int i = 0; i < n_dirs; i++) {
+        DIR *d = opendir(dirs[i]);
+        struct dirent *e;
+        while (d && (e = readdir(d)) && n < (int)(sizeof names / sizeof *names)) {
+            size_t len = strlen(e->d_name);
+            if (len <= sizeof ext - 1 || e->d_name[0] == '.' || strcmp(e->d_name + len - (sizeof ext - 1), ext))
+                continue;
+            if (!(names[n] = strndup(e->d_name, len - (sizeof ext - 1))))
+                failed = 1;
+            else
+                n++;
+        }
+        if (d)
+            closedir(d);
+        free(dirs[i]);
+    }
+    qsort(names, (size_t)n, sizeof *names, compare_names);
+    size_t total = 1;
+    for (int i = 0; i < n; i++)
+        total += strlen(names[i]) + 2;
+    char *out = failed ? NULL : malloc(total);
+    if (out) {
+        out[0] = 0;
+        for (int i = 0; i < n; i++)
+            if (!i || strcmp(names[i], names[i - 1])) {
+                if (out[0])
+                    strcat(out, ", ");
+                strcat(out, names[i]);
+            }
+    }
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    return out;
+}
+
+char *paths_theme_file(const char *name, kimi_err *err)
+{
+    if (!*name || strchr(name, '/')) {
+        kimi_fail(err, KIMI_ERR_USAGE, "theme '%s': a name, not a path", name);
+        return NULL;
+    }
+    char *dirs[2];
+    int n_dirs = theme_dirs(dirs);
+    char *found = NULL;
+    for (int i = 0; i < n_dirs; i++) {
+        char *path = found ? NULL : path_format(err, "%s/%s.theme", dirs[i], name);
+        if (path && access(path, R_OK) == 0)
+            found = path;
+        else
+            free(path);
+        free(dirs[i]);
+    }
+    if (!found) {
+        char *names = paths_theme_names();
+        kimi_fail(err, KIMI_ERR_USAGE, "theme '%s' not found (themes: %s)", name,
+                  names && *names ? names : "none installed");
+        free(names);
+    }
+    return found;
 }

@@ -41,4 +41,13 @@ int paths_mkdir_p(const char *dir, kimi_err *err);
 char *paths_demo_model_dir(kimi_err *err);
 char *paths_themes_dir(kimi_err *err);
 
+/* The file of theme NAME (no '/'): $XDG_CONFIG_HOME/kimi-chat/themes/NAME.theme, else the
+ * shipped themes/NAME.theme. Returns it malloc'ed, or NULL and err (KIMI_ERR_USAGE: "theme
+ * 'neon' not found (themes: default, high-contrast, light, mono)"). */
+char *paths_theme_file(const char *name, kimi_err *err);
+
+/* The themes there are, sorted, without duplicates: "default, high-contrast, light, mono"
+ * (malloc'ed; "" when none is found; NULL when out of memory). */
+char *paths_theme_names(void);
+
 #endif

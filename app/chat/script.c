@@ -335,20 +335,22 @@ static int parse_line(script *s, builder *b, int line, const char *a, const char
     return add_item(s, b, SCRIPT_TURN, line, a, n, err) ? 0 : KIMI_ERR_NOMEM;
 }
 
-int script_parse(script *s, const char *name, const char *text, size_t len, kimi_err *err)
+int script_parse_all(script *s, const char *name, const char *text, size_t len, strbuf *every_error,
+                     kimi_err *err)
 {
     memset(s, 0, sizeof *s);
     if (!(s->name = strdup(strcmp(name, "-") ? name : "<stdin>")))
         return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", name);
     builder b = {0};
-    int line = 0, rc = 0;
+    int line = 0, rc = 0, first_rc = 0;
     const char *p = text, *end = text + len;
     while (p < end && !rc) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *a = p, *e = nl ? nl : end;
         p = nl ? nl + 1 : end;
         if (line == INT_MAX) {
-            rc = script_fail(err, s, line, "too many lines");
+            if (!first_rc)
+                first_rc = script_fail(err, s, line, "too many lines");
             break;
         }
         line++;
@@ -360,11 +362,32 @@ int script_parse(script *s, const char *name, const char *text, size_t len, kimi
             e--;
         if (a == e || *a == '#')
             continue;
-        rc = parse_line(s, &b, line, a, e, &p, end, &line, err);
+        int opens_block = e - a == 3 && !memcmp(a, triple, 3);
+        kimi_err line_err = {0};
+        rc = parse_line(s, &b, line, a, e, &p, end, &line, &line_err);
+        if (rc) {
+            if (!first_rc)
+                *err = line_err;
+            if (every_error) {
+                strbuf_str(every_error, line_err.msg);
+                strbuf_add(every_error, "\n", 1);
+            }
+            first_rc = first_rc ? first_rc : rc;
+            /* one bad line does not hide the next: go on, unless memory ran out or an
+               unterminated """ took the rest of the file */
+            if (rc == KIMI_ERR_INPUT && !opens_block)
+                rc = 0;
+        }
     }
+    rc = first_rc;
     if (rc)
         script_free(s);
     return rc;
+}
+
+int script_parse(script *s, const char *name, const char *text, size_t len, kimi_err *err)
+{
+    return script_parse_all(s, name, text, len, NULL, err);
 }
 
 void script_free(script *s)

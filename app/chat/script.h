@@ -24,6 +24,7 @@
 #include <regex.h>
 #include <stddef.h>
 
+#include "engine/base/array.h"
 #include "engine/base/error.h"
 
 typedef enum {
@@ -59,6 +60,12 @@ typedef struct {
  * here)", "demo.kc:7: /expect matches: bad regular expression: ..."). Unknown slash commands
  * are not this parser's business (commands.h checks them before the script runs). */
 int script_parse(script *s, const char *name, const char *text, size_t len, kimi_err *err);
+
+/* The same, and every bad line's message, newline-terminated, in file order, appended to
+ * every_error: parsing goes on after a bad line (unless memory runs out or an unterminated """
+ * takes the rest of the file), so one run reports them all; err holds the first. */
+int script_parse_all(script *s, const char *name, const char *text, size_t len, strbuf *every_error,
+                     kimi_err *err);
 void script_free(script *s);
 
 /* Whether the /expect item holds for the last answer: its content[0..content_len) (NUL bytes

@@ -27,6 +27,10 @@ expect() {
 }
 
 expect 2 '^kimi-chat: --frobnicate: unknown flag' -- --frobnicate
+# a theme that does not exist: a usage error naming the themes there are, one line, before the
+# model loads (nothing about loading on stderr)
+expect 2 "^kimi-chat: --theme neon: theme 'neon' not found \(themes: default, high-contrast, light, mono\)$" -- --theme neon --prompt hi
+[[ $(wc -l < "$tmp/err") -eq 1 ]] || { echo "FAIL: --theme neon: more than one line on stderr"; cat "$tmp/err"; failed=$((failed + 1)); }
 "$kimi_chat" --version | grep -qx "kimi-chat [0-9]*\.[0-9]*\.[0-9]*" ||
     { echo "FAIL: --version says '$("$kimi_chat" --version)'"; failed=$((failed + 1)); }
 expect 2 '^kimi-chat: --tp 0: must be 1..8' -- --tp 0 --prompt hi
@@ -39,6 +43,15 @@ expect 2 "^kimi-chat: --load $tmp: is a folder" -- --load "$tmp" --prompt hi
 expect 2 "^kimi-chat: $tmp: cannot read: it is a folder" -- --tools "$tmp" --prompt hi
 printf 'Hello! Who are you?\n/frobnicate now\n' > "$tmp/bad.kc"
 expect 1 "^$tmp/bad.kc:2: unknown command /frobnicate" -- --script "$tmp/bad.kc"
+# every bad line, each as file:line, and nothing else (the model is not loaded)
+printf 'Hello!\n/frobnicate now\n/set temperature 150\n/expect sometimes x\n/expect nothing\nOk\n' > "$tmp/bad2.kc"
+expect 1 "^$tmp/bad2.kc:4: /expect sometimes" -- --script "$tmp/bad2.kc"
+grep -q "^$tmp/bad2.kc:5: /expect nothing" "$tmp/err" || { echo "FAIL: bad2.kc: line 5 not reported"; cat "$tmp/err"; failed=$((failed + 1)); }
+[[ $(wc -l < "$tmp/err") -eq 2 ]] || { echo "FAIL: bad2.kc: not two lines on stderr"; cat "$tmp/err"; failed=$((failed + 1)); }
+printf 'Hello!\n/frobnicate now\n/set temperature 150\n' > "$tmp/bad3.kc"
+expect 1 "^$tmp/bad3.kc:2: unknown command /frobnicate" -- --script "$tmp/bad3.kc"
+grep -q "^$tmp/bad3.kc:3: /set temperature 150: must be a number in \[0, 100\]" "$tmp/err" || { echo "FAIL: bad3.kc: line 3 not reported"; cat "$tmp/err"; failed=$((failed + 1)); }
+[[ $(wc -l < "$tmp/err") -eq 2 ]] || { echo "FAIL: bad3.kc: not two lines on stderr"; cat "$tmp/err"; failed=$((failed + 1)); }
 printf 'Hello! Who are you?\n/expect contains banana\nWhat time is it?\n' > "$tmp/expect.kc"
 expect 1 "^$tmp/expect.kc:2: /expect contains \"banana\"" -- --script "$tmp/expect.kc" --temperature 0
 grep -q "What time" "$tmp/out" && { echo "FAIL: the script went on after a failed /expect"; failed=$((failed + 1)); }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Editing the input: a line ending in \ continues on a new line with the text before it kept,
 # and the lines are sent together; /edit puts that message back into the input (and drops the
-# exchange); a command that fails stays in the input to be corrected.
+# exchange); a command that fails leaves the input empty (the next command is not glued to it)
+# and Up brings it back to be corrected.
 . "$(dirname "$0")/lib.sh"
 start main 80 24
 wait_ready
@@ -27,5 +28,12 @@ wait_for '^>$'
 tm send-keys -t "$PANE" -l '/set temperature hot'
 tm send-keys -t "$PANE" Enter
 wait_for 'must be a number'
-screen | grep -q '^> /set temperature hot$' || fail "the failed command left the input"
+wait_for '^>$'
+tm send-keys -t "$PANE" -l '/reasoning sideways'
+tm send-keys -t "$PANE" Enter
+wait_for 'sideways'
+wait_for '^>$'
+screen | grep -q 'hot/reasoning' && fail "the next command was glued to the failed one"
+tm send-keys -t "$PANE" Up Up
+wait_for '^> /set temperature hot$'
 echo PASS

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Notes are not messages: /retry, /undo and /system redraw the conversation from the session, and
 # the startup notes and command output (/stats) stay on screen, in order, with the exchange each
-# command keeps shown once.
+# command keeps shown once. /new and /load start another conversation: the view starts clean
+# (the old notes, errors and /stats output go), with the command's confirmation.
 . "$(dirname "$0")/lib.sh"
 STARTUP='^       demo model: a 3\.6 M-parameter toy'
-STATS='^       session: [0-9]+ messages, [0-9]+ answers'
+STATS='^       session: [0-9]+ messages?, [0-9]+ answers?'
 QUESTION='^  you  hi there$'
 start main 80 40
 wait_ready
@@ -53,4 +54,32 @@ wait_for '^       dropped the last exchange$'
 screen | grep -qE -- "$QUESTION" && fail "/undo kept the exchange"
 line_of "$STARTUP" "/undo dropped the startup note" >/dev/null
 line_of "$STATS" "/undo dropped the /stats output" >/dev/null
+
+# /new: nothing of the old conversation stays on screen
+tm send-keys -t "$PANE" -l '/bogus'
+tm send-keys -t "$PANE" Enter
+wait_for 'bogus'
+tm send-keys -t "$PANE" -l 'hi again'
+tm send-keys -t "$PANE" Enter
+wait_for '^  you  hi again$'
+wait_ready 60
+tm send-keys -t "$PANE" -l '/save keep'
+tm send-keys -t "$PANE" Enter
+wait_for 'saved'
+tm send-keys -t "$PANE" -l '/new'
+tm send-keys -t "$PANE" Enter
+wait_for '^       new conversation$'
+for old in "$STATS" "$STARTUP" 'bogus' 'hi again'; do
+  screen | grep -qE -- "$old" && fail "/new left '$old' on screen"
+done
+# /load: the loaded conversation and its confirmation, nothing said before
+tm send-keys -t "$PANE" -l '/stats'
+tm send-keys -t "$PANE" Enter
+wait_for "$STATS"
+tm send-keys -t "$PANE" -l '/load keep'
+tm send-keys -t "$PANE" Enter
+wait_for '^       loaded .*keep'
+screen | grep -qE -- '^  you  hi again$' || fail "/load does not show the loaded conversation"
+screen | grep -qE -- "$STATS" && fail "/load left the /stats output on screen"
+screen | grep -qE -- 'new conversation' && fail "/load left the /new note on screen"
 echo PASS

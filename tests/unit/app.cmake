@@ -10,7 +10,7 @@ kimi_unit_test(test_script SOURCES test_script.c DEPS kimi_script)
 # /expect matches against a 1 MB answer: a second or so; quadratic matching took minutes
 add_test(NAME test_script_big_answer COMMAND test_script --big-answer)
 set_tests_properties(test_script_big_answer PROPERTIES LABELS unit TIMEOUT 30)
-kimi_unit_test(test_options SOURCES test_options.c DEPS kimi_options)
+kimi_unit_test(test_options SOURCES test_options.c DEPS kimi_options kimi_commands)
 # The man page renders without warnings with groff and man (groff-base and man-db, installed by
 # tests/install-deps.sh). Always registered: a machine without them fails the test, saying so.
 add_test(NAME test_man_page COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_man_page.sh ${CMAKE_SOURCE_DIR}/app/kimi-chat.1)

@@ -304,10 +304,12 @@ static void test_answer_and_commands(void)
     send(a, "q");
     CHECK(app_command(a, "/new", &err) == 0 && n_msgs(a) == 1);
     CHECK_INT(rec.reset_kept, 1);                   /* the system prompt stays */
+    CHECK(app_command(a, "/stats", &err) == 0 && strstr(rec.info, "session: 1 message, 0 answers,"));
     CHECK(app_command(a, "/system", &err) == 0 && n_msgs(a) == 0);
     CHECK(app_command(a, "/set temperature 0", &err) == 0 && app_session(a)->settings.temperature == 0);
     CHECK(app_command(a, "/think off", &err) == 0 && app_session(a)->settings.thinking == 0);
     CHECK(app_command(a, "/stats", &err) == 0 && strstr(rec.info, "temperature 0"));
+    CHECK(app_command(a, "/theme", &err) == 0 && strstr(rec.info, "themes: default, high-contrast, light, mono"));
     CHECK(app_command(a, "/bogus", &err) != 0 && strstr(err.msg, "/bogus"));
     CHECK(app_command(a, "/undo", &err) != 0 && strstr(err.msg, "no exchange to drop"));
     CHECK(app_command(a, "/edit", &err) != 0 && strstr(err.msg, "/edit: there is no exchange to edit"));

@@ -93,9 +93,11 @@ int main(void)
     parse_fails("/load", "/load needs an argument");
     /* the syntax alone, not the help line's padding and description */
     kimi_err e = {0};
-    CHECK(command_parse("/theme", 6, &c, &e) != 0 && !strcmp(e.msg, "/theme needs an argument: /theme NAME"));
+    CHECK(command_parse("/theme", 6, &c, &e) == 0 && c.id == CMD_THEME && !c.arg[0]); /* lists them */
+    CHECK(command_parse("/load", 5, &c, &e) != 0 && !strcmp(e.msg, "/load needs an argument: /load NAME|FILE"));
     /* a bare word is a format asked for, not a file name; a file takes a dot or a slash */
     parse_fails("/export html", "/export html: the format is md or json");
+    parse_fails("/export json out.json extra", "/export out.json extra: one PATH, without spaces");
     c = parse_ok("/export ./html");
     CHECK(!strcmp(c.arg, "./html") && c.format == EXPORT_MARKDOWN);
     CHECK(parse_ok("/export t.json").format == EXPORT_JSON);

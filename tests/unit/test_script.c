@@ -376,6 +376,29 @@ static void test_big_turn(void)
     free(block);
 }
 
+/* Several bad lines: every one is reported, in file order, each as file:line; the first is in
+ * err. An unterminated """ still ends the parse (it takes the rest of the file). */
+static void test_every_bad_line(void)
+{
+    const char text[] = "hi\n/expect sometimes x\nok\n\"\"\"x\n/expect matches (\n/set top_p 1\n"
+                        "\"\"\"\nnever closed\n/expect nothing\n";
+    script s;
+    kimi_err err = {0};
+    strbuf all = {0};
+    CHECK_INT(script_parse_all(&s, "t.kc", text, sizeof text - 1, &all, &err), KIMI_ERR_INPUT);
+    CHECK_STR(err.msg, "t.kc:2: /expect sometimes: unknown kind (contains, matches or tool)");
+    CHECK(!all.failed && all.data);
+    const char *want[] = {"t.kc:2: ", "t.kc:4: ", "t.kc:5: ", "t.kc:7: unterminated"};
+    const char *p = all.data ? all.data : "";
+    int lines = 0;
+    for (const char *nl; (nl = strchr(p, '\n')); p = nl + 1, lines++)
+        if (lines < 4)
+            CHECK_MSG(!strncmp(p, want[lines], strlen(want[lines])), "line %d: %.*s", lines, (int)(nl - p), p);
+    CHECK_INT(lines, 4);
+    CHECK(s.items == NULL && s.name == NULL);
+    free(all.data);
+}
+
 /* /expect matches on a 1 MB answer (issue 18): unanchored patterns that never match made
  * glibc's regexec quadratic (53 s on 150 KB); each now answers in one pass. It runs alone
  * (test_script_big_answer) under a 30 s ctest timeout, which is what catches a slow matcher;
@@ -430,5 +453,6 @@ int main(int argc, char **argv)
     test_no_final_newline();
     test_stdin_name();
     test_big_turn();
+    test_every_bad_line();
     return check_finish();
 }

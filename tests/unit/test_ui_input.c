@@ -30,15 +30,42 @@ static void test_insert_and_clusters(void)
     CHECK_INT(input_cursor(in), 1);
     input_edit_apply(in, INPUT_RIGHT);
     CHECK_INT(input_cursor(in), 9);
-    /* pasted text: CR LF and CR are newlines, tabs spaces, escapes (C0 and C1) dropped, and
-       each byte of bad UTF-8 U+FFFD, with what follows it kept */
+    /* pasted text: CR LF and CR are newlines, tabs kept, escapes (C0 and C1) dropped, and each
+       byte of bad UTF-8 U+FFFD, with what follows it kept */
     input_clear(in);
     const char pasted[] = "x\r\ny\rz\tq\033[31m\xff\xc2\x85!\xfe bad";
     input_insert(in, pasted, sizeof pasted - 1);
-    CHECK_STR(text(in), "x\ny\nz    q[31m\xEF\xBF\xBD!\xEF\xBF\xBD bad");
+    CHECK_STR(text(in), "x\ny\nz\tq[31m\xEF\xBF\xBD!\xEF\xBF\xBD bad");
+    /* /edit and history put text in through the same cleaning, the cursor at its end */
+    input_set_text(in, pasted, sizeof pasted - 1);
+    CHECK_STR(text(in), "x\ny\nz\tq[31m\xEF\xBF\xBD!\xEF\xBF\xBD bad");
+    CHECK_INT(input_cursor(in), strlen("x\ny\nz\tq[31m\xEF\xBF\xBD!\xEF\xBF\xBD bad"));
     CHECK(!input_is_empty(in));
     input_clear(in);
     CHECK(input_is_empty(in));
+    input_free(in);
+}
+
+/* A tab is shown to the next stop of 8 from the row's start, cut at the row's end, and the
+ * cursor after it stands there. */
+static void test_tabs(void)
+{
+    input *in = input_new();
+    int cr, cc;
+    input_insert(in, "ab\tc", 4);
+    input_edit_apply(in, INPUT_LEFT);  /* before c: after the tab */
+    input_layout(in, 80, NULL, 0, &cr, &cc);
+    CHECK_INT(cc, INPUT_PROMPT_WIDTH + 8);
+    input_edit_apply(in, INPUT_LEFT);  /* before the tab: one step */
+    CHECK_INT(input_cursor(in), 2);
+    /* a row of 10 columns: "abcdefghi" then a tab fills the one column left */
+    input_set_text(in, "abcdefghi\tz", 11);
+    input_row rows[4];
+    int n = input_layout(in, 10 + INPUT_PROMPT_WIDTH, rows, 4, &cr, &cc);
+    CHECK_INT(n, 2);
+    CHECK_INT(rows[0].end, 10);  /* the tab ends the first row */
+    CHECK_INT(cr, 1);
+    CHECK_INT(cc, INPUT_PROMPT_WIDTH + 1);
     input_free(in);
 }
 
@@ -188,6 +215,7 @@ static void test_search(void)
 int main(void)
 {
     test_insert_and_clusters();
+    test_tabs();
     test_kills_and_words();
     test_layout_and_lines();
     test_history();

@@ -338,8 +338,9 @@ static void test_plain(void)
     styled_lines_free(&l);
 }
 
-/* Feed text in chunks of k bytes, resuming each time; the result must equal a full layout. */
-static void check_streamed(const char *text, int width, int flags, size_t k)
+/* Feed text in chunks of k bytes (or, with a seed, of random sizes 1..64), resuming each
+ * time; the result must equal a full layout. */
+static void check_streamed_by(const char *text, int width, int flags, size_t k, unsigned *seed)
 {
     styled_lines full = layout(text, width, flags);
     styled_lines l;
@@ -350,6 +351,10 @@ static void check_streamed(const char *text, int width, int flags, size_t k)
     size_t n = strlen(text);
     size_t max_redo = 0;
     for (size_t end = 0; end < n;) {
+        if (seed) {
+            *seed = *seed * 1103515245u + 12345u;
+            k = 1 + (*seed >> 16) % 64;
+        }
         end = end + k < n ? end + k : n;
         size_t redo = end - cp.offset;
         max_redo = redo > max_redo ? redo : max_redo;
@@ -362,8 +367,8 @@ static void check_streamed(const char *text, int width, int flags, size_t k)
         same = a->off == b->off && a->len == b->len && a->col == b->col && a->width == b->width &&
                a->element == b->element && a->attrs == b->attrs;
     }
-    CHECK_MSG(same, "streamed in %zu-byte chunks at width %d: %zu lines, full layout %zu", k,
-              width, l.n_lines, full.n_lines);
+    CHECK_MSG(same, "streamed in %s%zu-byte chunks at width %d: %zu lines, full layout %zu",
+              seed ? "random (the last " : "", k, width, l.n_lines, full.n_lines);
     for (size_t i = 0; !same && i < l.n_lines && i < full.n_lines; i++)
         if (strcmp(line(&l, i), line(&full, i)) || l.lines[i].n_runs != full.lines[i].n_runs)
             fprintf(stderr, "  line %zu: streamed \"%s\" (%u runs), full \"%s\" (%u runs)\n", i,
@@ -372,6 +377,11 @@ static void check_streamed(const char *text, int width, int flags, size_t k)
     CHECK_MSG(max_redo < 400, "a resume redid %zu bytes", max_redo);
     styled_lines_free(&l);
     styled_lines_free(&full);
+}
+
+static void check_streamed(const char *text, int width, int flags, size_t k)
+{
+    check_streamed_by(text, width, flags, k, NULL);
 }
 
 static void test_streaming(void)
@@ -387,6 +397,42 @@ static void test_streaming(void)
         check_streamed(doc, 80, 0, k);
         check_streamed(doc, 30, MD_PLAIN, k);
     }
+}
+
+/* Tables without outer pipes are tables (cells apart, not merged). */
+static void test_table_no_outer_pipes(void)
+{
+    styled_lines l = layout("one | two\n--- | :-:\nalpha | beta\n", 40, 0);
+    CHECK_INT(l.n_lines, 5); /* top border, header, rule, one row, bottom border */
+    CHECK_STR(line(&l, 1), "│ one   │ two  │");
+    CHECK_STR(line(&l, 3), "│ alpha │ beta │");
+    styled_lines_free(&l);
+}
+
+/* Property: any of these texts laid out whole equals the same text streamed in random chunks of
+ * 1..64 bytes: tables with and without outer pipes, alignment colons, CJK cells, escaped pipes
+ * and code spans with pipes, lists and fenced code around them. */
+static void test_streamed_corpus(void)
+{
+    static const char *corpus[] = {
+        "Intro line.\n| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |\nAfter.\n",
+        "one | two\n--- | ---\nalpha | beta\ngamma | delta\n\nThe end.\n",
+        "| left | center | right |\n|:-----|:------:|------:|\n| l | c | r |\n| long cell | x | 1.5 |\n",
+        "name | " DONG JING "\n:-- | --:\n" ZHONG WEN " | " ZI "\nx | " ZHONG "\n",
+        "| cmd | what |\n|---|---|\n| `a | b` | a code span with a pipe |\n| x \\| y | escaped \\| pipe |\n",
+        "- item one\n- item two\n  | not | a table |\n\n1. first\n2. second\n",
+        "```\n| in | code |\n|---|---|\n```\n| out | side |\n|---|---|\n| 1 | 2 |\n",
+        "a | b\n-|-\n1 | 2\nplain text after a table without a blank line\n",
+        "| only | header |\nnot a delimiter\n| x | y |\n",
+        "text | with | pipes but no table\n- a list after it\n- and | pipes\n",
+        "| a | b |\n|---|---|\n| 1 | 2 |\n\n| c | d |\n|---|---|\n| 3 | 4 |",
+    };
+    unsigned seed = 2026;
+    for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++)
+        for (int round = 0; round < 40; round++) {
+            check_streamed_by(corpus[i], round % 2 ? 24 : 80, 0, 0, &seed);
+            check_streamed_by(corpus[i], 30, 0, 1 + (size_t)round % 7, NULL);
+        }
 }
 
 /* Random text made of markdown's characters, wide and combining clusters, controls and broken
@@ -443,6 +489,8 @@ int main(void)
     test_table_cjk();
     test_plain();
     test_streaming();
+    test_table_no_outer_pipes();
+    test_streamed_corpus();
     test_random();
     return check_finish();
 }

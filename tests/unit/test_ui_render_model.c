@@ -166,6 +166,15 @@ static void test_tool_box(void)
     CHECK_STR(rows_a[2], "       │ → line 1                                          │");
     CHECK_STR(rows_a[4], "       │   line 3                                          │");
     CHECK_STR(rows_a[5], "       │ … +7 lines                                        │");
+    render_model_set_tool_result(rm, t, numbered(4), strlen(numbered(4)), NULL);
+    all_rows(rm, 60, rows_a);
+    CHECK_STR(rows_a[5], "       │ … +1 line                                         │");
+    /* a denied call shows no duration (it never ran) */
+    render_model_set_tool_state(rm, t, RM_TOOL_DENIED, NULL, 2.5, NULL);
+    all_rows(rm, 60, rows_a);
+    CHECK_STR(rows_a[0], "  kimi ┌ get_weather  functions.get_weather:0 ─ denied ────┐");
+    render_model_set_tool_state(rm, t, RM_TOOL_DONE, NULL, 0.3, NULL);
+    render_model_set_tool_result(rm, t, numbered(10), strlen(numbered(10)), NULL);
     CHECK(render_model_is_folded(rm, t));
     const rm_frame *f = render_model_frame(rm);
     int state_element = -1;

@@ -7,6 +7,7 @@
 #include "tests/unit/ui_line_text.h"
 #include "ui/styled_lines.h"
 #include "ui/text_width.h"
+#include "ui/term_probe.h"
 #include "ui/theme.h"
 #include "ui/wrap.h"
 
@@ -52,6 +53,32 @@ static void test_clusters(void)
     CHECK_INT(text_fit(FAMILY "ab", strlen(FAMILY "ab"), 1, &w), 0); /* never half a cluster */
     CHECK_INT(text_fit(E_ACUTE "b", 4, 1, &w), 3);                   /* the mark stays attached */
     CHECK_INT(w, 1);
+}
+
+/* A terminal that draws the parts of a cluster apart (tmux 3.3, xterm): the layout counts each
+ * part's columns, so the columns after it are where the terminal puts them. */
+static void test_terminal_profiles(void)
+{
+    text_set_terminal(&(text_terminal){.splits_modifiers = 1, .narrow_vs16 = 1});
+    check_cluster(THUMBS_TONE "x", sizeof THUMBS_TONE - 1, 4); /* one cluster, two glyphs */
+    check_cluster(HEART_VS16 "x", sizeof HEART_VS16 - 1, 1);
+    check_cluster(FAMILY "x", sizeof FAMILY - 1, 2);           /* ZWJ still joins */
+    check_cluster(FLAG_FR, sizeof FLAG_FR - 1, 2);
+    check_cluster(E_ACUTE "x", 3, 1);
+    text_set_terminal(&(text_terminal){.splits_zwj = 1});
+    check_cluster(FAMILY "x", sizeof FAMILY - 1, 6);
+    check_cluster(THUMBS_TONE, sizeof THUMBS_TONE - 1, 2);
+    check_cluster(HEART_VS16, sizeof HEART_VS16 - 1, 2);
+    CHECK_INT(text_fit(FAMILY "ab", strlen(FAMILY "ab"), 5, NULL), 0); /* never part of a cluster */
+    /* what the cursor reports after 👍🏽, ❤️ and 👨‍👩 tell (columns 1-based) */
+    text_terminal t;
+    term_probe_decide(5, 2, 3, &t);
+    CHECK(t.splits_modifiers && t.narrow_vs16 && !t.splits_zwj);
+    term_probe_decide(3, 3, 5, &t);
+    CHECK(!t.splits_modifiers && !t.narrow_vs16 && t.splits_zwj);
+    text_set_terminal(NULL);
+    check_cluster(FAMILY "x", sizeof FAMILY - 1, 2);
+    check_cluster(THUMBS_TONE, sizeof THUMBS_TONE - 1, 2);
 }
 
 static void check_displayable(const char *in, size_t n, const char *want)
@@ -210,6 +237,7 @@ static void test_wrap_prefix_and_styles(void)
 int main(void)
 {
     test_clusters();
+    test_terminal_profiles();
     test_displayable();
     test_wrap_ascii();
     test_wrap_unicode();

@@ -1,0 +1,42 @@
+/* sampling_range: a table of ranges and strtod/strtoull with every way a value can be bad. */
+#include "app/chat/sampling_range.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+static const struct {
+    int is_number;
+    double lo, hi;      /* numbers: [lo, hi], or (lo, hi] when lo_open */
+    int lo_open;
+    uint64_t max;       /* whole numbers: 0 .. max */
+} ranges[] = {
+    [SAMPLING_TEMPERATURE] = {1, 0, 100, 0, 0},
+    [SAMPLING_TOP_P] = {1, 0, 1, 1, 0},
+    [SAMPLING_TOP_K] = {0, 0, 0, 0, 1u << 30},
+    [SAMPLING_MAX_TOKENS] = {0, 0, 0, 0, 1u << 30},
+    [SAMPLING_SEED] = {0, 0, 0, 0, UINT64_MAX},
+};
+
+int sampling_parse(sampling_setting s, const char *text, const char *what, int code, double *number,
+                   uint64_t *integer, kimi_err *err)
+{
+    char *end;
+    errno = 0;
+    if (ranges[s].is_number) {
+        double v = isspace((unsigned char)text[0]) ? NAN : strtod(text, &end);
+        if (!*text || *end || !isfinite(v) || v < ranges[s].lo || v > ranges[s].hi ||
+            (ranges[s].lo_open && v == ranges[s].lo))
+            return kimi_fail(err, code, "%s: must be a number in %s%g, %g]", what,
+                             ranges[s].lo_open ? "(" : "[", ranges[s].lo, ranges[s].hi);
+        *number = v;
+        return 0;
+    }
+    unsigned long long v = isdigit((unsigned char)text[0]) ? strtoull(text, &end, 10) : 0;
+    if (!isdigit((unsigned char)text[0]) || *end || errno == ERANGE || v > ranges[s].max)
+        return kimi_fail(err, code, "%s: must be a whole number from 0 to %llu", what,
+                         (unsigned long long)ranges[s].max);
+    *integer = v;
+    return 0;
+}
