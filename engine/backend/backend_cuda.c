@@ -635,8 +635,8 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
  * slots or more run them as BF16 GEMMs (their tokens' rows gathered, results scattered to
  * their slots of routed_y), the rest the grouped GEMV, one launch pair per run of consecutive
  * experts (engine/backend/device_plan.h device_moe_plan_make). */
-static int experts_split_step(struct cuda_backend *be, rank_device *rd, const layer_device *ld, const int *offsets,
-                              const int *order)
+static int experts_split_step(struct cuda_backend *be, rank_device *rd, const layer_device *ld, int T,
+                              const int *offsets, const int *order)
 {
     const model_config *c = be->cfg;
     const device_workspace *l = &rd->layout;
@@ -653,7 +653,7 @@ static int experts_split_step(struct cuda_backend *be, rank_device *rd, const la
                                       cudaMemcpyDeviceToHost, s);
     if (!status)
         status = (int)cudaStreamSynchronize(s);
-    if (!status && device_moe_plan_make(host_offsets, experts, DEVICE_EXPERT_GEMM_MIN_TOKENS, gemm, runs, &plan))
+    if (!status && device_moe_plan_make(host_offsets, experts, T, DEVICE_EXPERT_GEMM_MIN_TOKENS, gemm, runs, &plan))
         status = (int)cudaErrorInvalidValue;
     float *x = ws(rd, l->x), *gathered = ws(rd, l->expert_x), *act = ws(rd, l->expert_act);
     float *up = ws(rd, l->expert_up), *y = ws(rd, l->expert_y);
@@ -731,7 +731,7 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
         STEP_TRY(moe_group_cuda(chosen, T * k, c->experts, offsets, order, s));
         /* no expert can reach DEVICE_EXPERT_GEMM_MIN_TOKENS in a shorter step: skip the host read */
         if (be->prefill_gemm && T >= DEVICE_EXPERT_GEMM_MIN_TOKENS) {
-            STEP_TRY(experts_split_step(be, rd, ld, offsets, order));
+            STEP_TRY(experts_split_step(be, rd, ld, T, offsets, order));
         } else {
             STEP_TRY(mlp_gate_up_grouped_cuda(ld->table + 1, offsets, order, c->experts, k, x, c->hidden, moe_inter,
                                               ws(rd, l->act), s));

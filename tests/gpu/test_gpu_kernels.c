@@ -370,10 +370,22 @@ static void check_kv_rope_cache(long position, int tokens)
     free(got_cache);
 }
 
-static void check_route(int experts, int top_k, int n_group, int topk_group, int with_bias, int tokens)
+/* poison: token t's logits are made non-finite by pattern t % 4 (none; all NaN; NaN at every
+ * third expert and +inf at one; -inf and NaN halves), so both backends must follow the one
+ * ranking rule of kernels/moe_routing_math.h. */
+static void check_route(int experts, int top_k, int n_group, int topk_group, int with_bias, int tokens, int poison)
 {
     moe_routing_config c = {experts, top_k, n_group, topk_group, 1, 2.827f};
     float *logits = random_floats((size_t)tokens * experts, 4.0f), *bias = random_floats((size_t)experts, 0.05f);
+    for (int t = 0; poison && t < tokens; t++)
+        for (int e = 0; e < experts; e++) {
+            float *l = &logits[(size_t)t * experts + e];
+            switch (t % 4) {
+            case 1: *l = NAN; break;
+            case 2: *l = e % 3 == 0 ? NAN : e == experts / 2 ? INFINITY : *l; break;
+            case 3: *l = e < experts / 2 ? -INFINITY : NAN; break;
+            }
+        }
     float *scratch = malloc(moe_route_scratch_floats(&c) * sizeof(float));
     int want_chosen[8 * 64], got_chosen[8 * 64];
     float want_w[8 * 64], got_w[8 * 64];
@@ -392,7 +404,8 @@ static void check_route(int experts, int top_k, int n_group, int topk_group, int
               "routing %d experts top %d groups %d/%d, %d tokens: choice differs", experts, top_k, n_group, topk_group,
               tokens);
     for (int k = 0; k < tokens * top_k; k++)
-        CHECK_MSG(close_to(got_w[k], want_w[k], fabsf(want_w[k]), 2e-6f), "routing weight %d: gpu %.9g cpu %.9g", k,
+        CHECK_MSG((isnan(got_w[k]) && isnan(want_w[k])) || close_to(got_w[k], want_w[k], fabsf(want_w[k]), 2e-6f),
+                  "routing weight %d: gpu %.9g cpu %.9g", k,
                   got_w[k], want_w[k]);
     cudaFree(dl);
     cudaFree(db);
@@ -726,10 +739,12 @@ int main(void)
     check_kv_rope_cache(4097, 1);
     check_kv_rope_cache(131071, 1);
     check_kv_rope_cache(100, 8);
-    check_route(384, 8, 1, 1, 1, 1);
-    check_route(16, 4, 4, 2, 1, 1);
-    check_route(64, 6, 8, 3, 0, 1);
-    check_route(384, 8, 1, 1, 1, 8);
+    check_route(384, 8, 1, 1, 1, 1, 0);
+    check_route(16, 4, 4, 2, 1, 1, 0);
+    check_route(64, 6, 8, 3, 0, 1, 0);
+    check_route(384, 8, 1, 1, 1, 8, 0);
+    check_route(384, 8, 1, 1, 1, 8, 1);
+    check_route(64, 6, 8, 3, 1, 8, 1);
     check_moe(16, 8, 7168, 256, 1, 1);
     check_moe(8, 2, 192, 64, 0, 1);
     check_moe(16, 8, 7168, 256, 1, 5);
