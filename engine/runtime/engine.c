@@ -55,6 +55,7 @@ struct engine {
     struct {
         request *r;
         int done, total;            /* tokens before the current forward call; to prefill */
+        double reached;             /* tokens through every layer, fractional (on_layer's count) */
         double start, last_report;  /* now_seconds() */
     } prefill;
 
@@ -192,7 +193,6 @@ static void emit_error(engine *e, const request *r, const char *message)
 
 static void emit_done(engine *e, const request *r, engine_stats *st)
 {
-    st->prefill_tok_s = st->prefill_seconds > 0 ? st->prefilled_tokens / st->prefill_seconds : 0;
     st->decode_tok_s = st->decode_seconds > 0 ? st->decode_steps / st->decode_seconds : 0;
     engine_event ev = {.kind = ENGINE_EVENT_DONE, .request = r->id, .stats = *st};
     push_event(e, &ev);
@@ -231,6 +231,7 @@ static int on_layer(void *user, double tokens_done)
     if (atomic_load(&e->prefill.r->cancelled))
         return 1;
     double done = e->prefill.done + tokens_done;
+    e->prefill.reached = done;
     if (done < e->prefill.total && now_seconds() - e->prefill.last_report >= PROGRESS_INTERVAL)
         emit_prefill_progress(e, done);
     return 0;
@@ -248,6 +249,14 @@ static int forward_append(engine *e, const int32_t *tokens, int n, int want_logi
     return kv_cache_append(&e->cache, tokens, n, err);
 }
 
+/* The prefill's time and rate, whether it completed or stopped part-way (prefill.reached). */
+static void prefill_end(engine *e, engine_stats *st, double t0)
+{
+    st->prefill_seconds = now_seconds() - t0;
+    st->prefill_tok_s = st->prefill_seconds > 0 ? e->prefill.reached / st->prefill_seconds : 0;
+    e->prefill.r = NULL;
+}
+
 static void run_request(engine *e, request *r)
 {
     engine_stats st = {.prompt_tokens = r->n_tokens, .stop_id = -1, .stop_reason = ENGINE_STOP_CANCELLED};
@@ -263,11 +272,14 @@ static void run_request(engine *e, request *r)
     long reused = kv_cache_reusable(&e->cache, r->tokens, r->n_tokens);
     kv_cache_truncate(&e->cache, reused);
     st.reused_tokens = (int)reused;
-    st.prefilled_tokens = r->n_tokens - (int)reused;
 
+    /* Until the prefill completes, prefilled_tokens counts the chunks kept in the cache and
+     * prefill.reached the work done (a chunk stopped part-way in proportion), so a prefill
+     * cancelled or failing part-way reports what it did, not the whole prompt. */
     double t0 = now_seconds();
     e->prefill.r = r;
-    e->prefill.total = st.prefilled_tokens;
+    e->prefill.total = r->n_tokens - (int)reused;
+    e->prefill.reached = 0;
     e->prefill.start = e->prefill.last_report = t0;
     for (int done = (int)reused; done < r->n_tokens;) {
         if (atomic_load(&r->cancelled))
@@ -280,13 +292,15 @@ static void run_request(engine *e, request *r)
         if (rc)
             goto failed;
         done += n;
+        st.prefilled_tokens = done - (int)reused;
+        e->prefill.reached = st.prefilled_tokens;
     }
     emit_prefill_progress(e, st.prefilled_tokens);
     e->prefill.r = NULL;
     if (r->first_logits)
         memcpy(r->first_logits, e->logits, (size_t)e->info.vocab * sizeof *e->logits);
     int32_t token = sampler_sample(&smp, e->logits);
-    st.prefill_seconds = now_seconds() - t0;
+    prefill_end(e, &st, t0);
 
     for (;;) {
         if (token < 0) {
@@ -320,9 +334,11 @@ static void run_request(engine *e, request *r)
     goto finish;
 
 stopped:
-    st.prefill_seconds = now_seconds() - t0;
+    prefill_end(e, &st, t0);
     goto finish;
 failed:
+    if (e->prefill.r)
+        prefill_end(e, &st, t0);
     emit_error(e, r, err.msg);
     st.stop_reason = ENGINE_STOP_ERROR;
 finish:
@@ -367,6 +383,11 @@ static void *scheduler_main(void *arg)
 
 /* ---- requests ---- */
 
+long engine_positions_needed(int n_tokens, int max_new_tokens)
+{
+    return (long)n_tokens + (max_new_tokens > 0 ? max_new_tokens : 1) - 1;
+}
+
 int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *err)
 {
     if (req->n_tokens < 1 || !req->tokens)
@@ -383,7 +404,7 @@ int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *
     int rc = sampler_params_check(&req->sampling, err);
     if (rc)
         return kimi_err_prefix(err, rc, "request");
-    long need = (long)req->n_tokens + (req->max_new_tokens > 0 ? req->max_new_tokens : 1);
+    long need = engine_positions_needed(req->n_tokens, req->max_new_tokens);
     if (need > e->info.max_context) {
         char hint[128] = "";
         if (e->info.max_fit > e->info.max_context)
@@ -391,9 +412,13 @@ int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *
                      e->info.max_fit);
         else if (e->info.max_fit == e->info.max_context)
             snprintf(hint, sizeof hint, ", the largest context that fits in the memory budget");
-        return kimi_fail(err, KIMI_ERR_STATE,
-                         "context full: prompt %d + max_new_tokens %d = %ld positions > %ld in the KV cache%s",
-                         req->n_tokens, req->max_new_tokens, need, e->info.max_context, hint);
+        if (req->max_new_tokens > 0)
+            return kimi_fail(err, KIMI_ERR_STATE,
+                             "context full: prompt %d + max_new_tokens %d - 1 (the last new token takes no position) "
+                             "= %ld positions > %ld in the KV cache%s",
+                             req->n_tokens, req->max_new_tokens, need, e->info.max_context, hint);
+        return kimi_fail(err, KIMI_ERR_STATE, "context full: the prompt's %d positions > %ld in the KV cache%s",
+                         req->n_tokens, e->info.max_context, hint);
     }
 
     request *r = calloc(1, sizeof *r);

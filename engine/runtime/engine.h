@@ -134,10 +134,13 @@ const char *engine_stop_reason_name(engine_stop_reason reason);
 typedef struct {
     int prompt_tokens;              /* n_tokens of the request */
     int reused_tokens;              /* prompt tokens whose cache entries were reused */
-    int prefilled_tokens;           /* prompt_tokens - reused_tokens: run in the prefill */
+    int prefilled_tokens;           /* prompt tokens the prefill ran into the cache: prompt_tokens -
+                                       reused_tokens, or, when it was cancelled or failed part-way,
+                                       its finished chunks (0 for a request cancelled while queued) */
     int generated_tokens;           /* TOKEN events sent (the stop id included) */
     double prefill_seconds;         /* the prefill forward passes and the first sample */
-    double prefill_tok_s;           /* prefilled_tokens / prefill_seconds */
+    double prefill_tok_s;           /* tokens through every layer / prefill_seconds: prefilled_tokens,
+                                       plus a chunk stopped part-way in proportion */
     int decode_steps;               /* one-token forward passes (generated_tokens - 1 at most) */
     double decode_seconds;          /* those steps and their sampling (queue waits excluded) */
     double decode_tok_s;            /* decode_steps / decode_seconds */
@@ -170,9 +173,13 @@ const engine_info *engine_get_info(const engine *e);
 const model_config *engine_model_config(const engine *e);
 const model_weights *engine_weights(const engine *e);
 
+/* Cache positions a request needs: its prompt and every new token but the last, which is
+ * sampled and sent without a forward pass (max_new_tokens 0 counts as one new token). */
+long engine_positions_needed(int n_tokens, int max_new_tokens);
+
 /* Queue a request; *id identifies its events. Checked here, so a bad request never runs:
  * empty prompt, ids outside the vocabulary, bad sampling values, and a request that does not
- * fit (n_tokens + max_new_tokens > max_context; the message names the largest context the
+ * fit (engine_positions_needed > max_context; the message names the largest context the
  * memory budget holds) are KIMI_ERR_INPUT / KIMI_ERR_STATE errors. */
 int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *err);
 
