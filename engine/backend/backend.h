@@ -15,7 +15,9 @@ typedef enum { BACKEND_CPU, BACKEND_CUDA } backend_kind;
 typedef struct {
     backend_kind kind;
     int tp;                     /* ranks, 1..8, divides the head count */
-    int threads_per_rank;       /* CPU workers per rank; 0 = all cores / tp */
+    int threads_per_rank;       /* CPU workers per rank; 0 = usable CPUs / tp (engine/base/cpu_count.h).
+                                 * Waits spin briefly only when tp * threads + 1 (the calling thread)
+                                 * fit in the usable CPUs; KIMI_CPU_SPIN=auto|on|off overrides it */
     long max_context;           /* KV cache positions to reserve */
     /* Optional (NULL = none): called during a prefill (a backend_forward of n > 1 tokens) on
      * the thread that called backend_forward, after every layer, with how many of the call's

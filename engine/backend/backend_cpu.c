@@ -6,9 +6,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "engine/backend/forward.h"
+#include "engine/base/cpu_count.h"
 #include "engine/backend/spin_barrier.h"
 #include "engine/backend/tp_comm.h"
 #include "engine/backend/worker_pool.h"
@@ -102,18 +102,22 @@ int cpu_backend_open(cpu_backend **out, const model_weights *mw, const backend_o
     struct cpu_backend *be = calloc(1, sizeof *be);
     if (!be)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the CPU backend");
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cores = cores > 0 ? cores : 1;
+    int cores = cpu_usable_count();
+    int spin_mode = cpu_spin_mode_parse(getenv("KIMI_CPU_SPIN"));
+    if (spin_mode < 0) {
+        free(be);
+        return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CPU_SPIN=%s: must be auto, on (1) or off (0)",
+                         getenv("KIMI_CPU_SPIN"));
+    }
     be->mw = mw;
     be->tp = opt->tp;
     be->capacity = opt->max_context;
     be->on_layer = opt->on_layer;
     be->on_layer_user = opt->on_layer_user;
-    be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank
-                                                 : (cores / opt->tp > 1 ? (int)(cores / opt->tp) : 1);
-    /* Spinning only pays when every worker has a core of its own (the calling thread mostly
-     * sleeps in the step barrier while the ranks work). */
-    be->spin = (long)be->tp * be->threads_per_rank <= cores;
+    be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank : (cores / opt->tp > 1 ? cores / opt->tp : 1);
+    /* Spinning only pays when every worker, and the calling thread that waits in the step
+     * barriers, has a CPU of its own; otherwise a spinner steals its peer's time slice. */
+    be->spin = cpu_spin_pays((cpu_spin_mode)spin_mode, (long)be->tp * be->threads_per_rank, cores);
     spin_barrier_init(&be->step_start, be->tp + 1, be->spin);
     spin_barrier_init(&be->step_done, be->tp + 1, be->spin);
     if ((rc = tp_comm_open(&be->comm, be->tp, (size_t)CHUNK_TOKENS * (size_t)c->hidden, be->spin, err))) {

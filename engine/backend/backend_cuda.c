@@ -40,6 +40,7 @@
 #include "engine/backend/device_plan.h"
 #include "engine/backend/spin_barrier.h"
 #include "kernels/cpu/numeric.h"
+#include "engine/base/cpu_count.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemm.h"
@@ -1204,9 +1205,8 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
 /* Start the rank threads (they wait for their first job). */
 static int threads_start(struct cuda_backend *be, kimi_err *err)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    /* spinning only pays when every rank thread and the caller have a core */
-    int spin = cores > be->tp;
+    /* spinning only pays when every rank thread and the caller have a CPU of their own */
+    int spin = cpu_spin_pays(CPU_SPIN_AUTO, be->tp, cpu_usable_count());
     spin_barrier_init(&be->job_start, be->tp + 1, spin);
     spin_barrier_init(&be->job_done, be->tp + 1, spin);
     spin_barrier_init(&be->ranks_meet, be->tp, spin);

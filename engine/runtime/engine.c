@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/base/cpu_count.h"
 #include "engine/runtime/kv_cache.h"
 
 /* Prompt tokens per forward call during prefill: a prefill stopped by a cancel (seen between
@@ -596,10 +597,11 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     char threads_note[96] = "";
     info->threads_per_rank = opt->threads_per_rank;
     if (opt->backend == BACKEND_CPU) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        /* the CPUs this process may use (affinity, cgroup quota), as backend_cpu counts them */
+        long cores = cpu_usable_count();
         if (info->threads_per_rank == 0) {
             info->threads_per_rank = cores > opt->tp ? (int)(cores / opt->tp) : 1;
-            snprintf(threads_note, sizeof threads_note, " (%ld online cores / tp %d)", cores, opt->tp);
+            snprintf(threads_note, sizeof threads_note, " (%ld usable CPUs / tp %d)", cores, opt->tp);
         }
         info->load_threads = opt->load_threads > 0 ? opt->load_threads : default_load_threads(cores);
     }

@@ -60,7 +60,8 @@ typedef struct {
     const char *model_dir;
     backend_kind backend;           /* BACKEND_CPU or BACKEND_CUDA */
     int tp;                         /* tensor-parallel ranks, 1..8, dividing the head count */
-    int threads_per_rank;           /* CPU workers per rank; 0 = online cores / tp (at least 1) */
+    int threads_per_rank;           /* CPU workers per rank; 0 = usable CPUs (engine/base/cpu_count.h)
+                                       / tp (at least 1) */
     int load_threads;               /* CPU: threads reading the weights in; 0 = 2 per online
                                        core, 4 to 16 (disk reads wait more than they compute) */
     long max_context;               /* KV cache positions; 0 = as many as the memory budget holds */
