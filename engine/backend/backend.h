@@ -79,6 +79,14 @@ long backend_capacity(const backend *be);
 int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
                     const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err);
 
+/* backend_forward fails with KIMI_ERR_MODEL when an activation becomes NaN or infinite (a
+ * poisoned weight, an overflow), naming the first layer whose output held one ("the token
+ * embeddings" before layer 0); the cache entries of that call are then undefined. The fp16
+ * cache saturates finite values beyond +-65504 instead (both backends alike): */
+
+/* Cache values saturated to +-65504 since the last call (or the open), then reset to 0. */
+long backend_take_cache_clamps(backend *be);
+
 /* Copy the fp16 cache of positions [0, n_pos) as [layer][position][kv_lora | rope] (rank 0). */
 int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err);
 

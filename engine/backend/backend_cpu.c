@@ -184,7 +184,7 @@ static void run_step(struct cpu_backend *be, const int32_t *tokens, int n, long 
 int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long start_pos,
                     const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err)
 {
-    (void)err;  /* the request was checked by backend_forward; a step cannot fail */
+    /* the request was checked by backend_forward; a step fails only on non-finite activations */
     const model_config *c = &be->mw->cfg;
     int chunk_rows[CHUNK_TOKENS];
     float *chunk_out[CHUNK_TOKENS];
@@ -202,11 +202,19 @@ int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long star
         for (int layer = 0; layer < layers; layer += per_step) {
             int end = layer + per_step < layers ? layer + per_step : layers;
             run_step(be, tokens + first, count, start_pos + first, layer, end, chunk_rows, n_rows, chunk_out);
+            int nonfinite = rank_model_take_nonfinite(be->ranks[0].model);
+            if (nonfinite != RANK_ALL_FINITE)
+                return backend_nonfinite_fail(err, nonfinite, start_pos + first, count);
             if (per_step < layers && be->on_layer(be->on_layer_user, first + (double)count * end / layers))
                 return BACKEND_STOPPED;
         }
     }
     return 0;
+}
+
+long cpu_backend_take_clamps(cpu_backend *be)
+{
+    return rank_model_take_clamps(be->ranks[0].model);
 }
 
 int cpu_backend_read_kv(cpu_backend *be, long n_pos, uint16_t *out, kimi_err *err)

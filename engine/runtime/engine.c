@@ -305,8 +305,9 @@ static void run_request(engine *e, request *r)
 
     for (;;) {
         if (token < 0) {
-            kimi_fail(&err, KIMI_ERR_STATE, "the forward pass produced no finite logit at position %ld",
-                      e->cache.n - 1);
+            kimi_fail(&err, KIMI_ERR_MODEL, "the forward pass produced no finite logit at position %ld: the "
+                      "activations were finite through the last layer, so the final norm or lm_head made them NaN "
+                      "or inf", e->cache.n - 1);
             goto failed;
         }
         emit_token(e, r, token, st.generated_tokens++);
@@ -344,6 +345,7 @@ failed:
     st.stop_reason = ENGINE_STOP_ERROR;
 finish:
     e->prefill.r = NULL;
+    st.cache_clamps = backend_take_cache_clamps(e->be);
     sampler_free(&smp);
     emit_done(e, r, &st);
 }

@@ -147,6 +147,8 @@ typedef struct {
     double decode_tok_s;            /* decode_steps / decode_seconds */
     engine_stop_reason stop_reason;
     int32_t stop_id;                /* the stop id when stop_reason is ENGINE_STOP_TOKEN, else -1 */
+    long cache_clamps;              /* fp16 cache values saturated to +-65504 (backend_take_cache_clamps):
+                                       activations past the fp16 range, kept finite */
 } engine_stats;
 
 typedef enum {

@@ -82,11 +82,29 @@ __global__ void allreduce_local_kernel(rank_buffers bufs, int ranks, size_t n)
     }
 }
 
+/* A cache value as fp16, saturated to +-65504 (kernels/half_math.h), the saturations counted. */
+__device__ __forceinline__ uint16_t cache_half(float value, unsigned *clamps)
+{
+    if (clamps && half_math_overflows(value))
+        atomicAdd(clamps, 1u);
+    return half_from_float_saturate(value);
+}
+
+/* flag = max(flag, code) when any of values[0..n) is NaN or infinite. */
+__global__ void nonfinite_flag_kernel(const float *values, size_t n, int code, int *flag)
+{
+    int bad = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        bad |= !isfinite(values[i]);
+    if (__syncthreads_or(bad) && threadIdx.x == 0)
+        atomicMax(flag, code);
+}
+
 __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int kv_lora, int rope,
                                                                  const float *kv_norm, float eps, float *q, int heads,
                                                                  int nope, const double *inv_freq,
                                                                  double cos_sin_scale, const int *pos,
-                                                                 uint16_t *cache)
+                                                                 uint16_t *cache, unsigned *clamps)
 {
     __shared__ double partial[kThreads / 32];
     __shared__ float cos_table[128], sin_table[128];
@@ -106,14 +124,14 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
     for (int i = threadIdx.x; i < kv_lora; i += kThreads) {
         float value = rmsnorm_element(kv[i], inverse_rms, kv_norm[i]);
         kv[i] = value;
-        entry[i] = half_from_float(value);
+        entry[i] = cache_half(value, clamps);
     }
     __syncthreads(); /* cos/sin tables */
     float *k_pe = kv + kv_lora;
     for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
         rope_rotate_pair(&k_pe[2 * i], &k_pe[2 * i + 1], cos_table[i], sin_table[i]);
-        entry[kv_lora + 2 * i] = half_from_float(k_pe[2 * i]);
-        entry[kv_lora + 2 * i + 1] = half_from_float(k_pe[2 * i + 1]);
+        entry[kv_lora + 2 * i] = cache_half(k_pe[2 * i], clamps);
+        entry[kv_lora + 2 * i + 1] = cache_half(k_pe[2 * i + 1], clamps);
     }
     int q_width = nope + rope;
     for (int i = threadIdx.x; i < heads * (rope / 2); i += kThreads) {
@@ -443,14 +461,24 @@ extern "C" int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, 
 
 extern "C" int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q,
                                       int heads, int nope, const double *inv_freq, double cos_sin_scale,
-                                      const int *pos, uint16_t *cache, int tokens, void *stream)
+                                      const int *pos, uint16_t *cache, unsigned *clamps, int tokens, void *stream)
 {
     if (rope % 2 || rope > 256)
         return (int)cudaErrorInvalidValue;
     if (tokens <= 0)
         return 0;
     kv_rope_cache_kernel<<<(unsigned)tokens, kThreads, 0, (cudaStream_t)stream>>>(
-        kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos, cache);
+        kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos, cache, clamps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int nonfinite_flag_cuda(const float *values, size_t n, int code, int *flag, void *stream)
+{
+    if (n == 0)
+        return 0;
+    size_t blocks = (n + 255) / 256;
+    nonfinite_flag_kernel<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, (cudaStream_t)stream>>>(values, n,
+                                                                                                      code, flag);
     return (int)cudaGetLastError();
 }
 
