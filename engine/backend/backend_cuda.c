@@ -1314,6 +1314,9 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
             wanted += logit_rows[j] >= first && logit_rows[j] < first + T;
         for (int t = 0; t < T; t++)
             weight_matrix_decode_row(&be->mw->embed.w, tokens[first + t], be->host_h + (size_t)t * hidden);
+        for (size_t i = 0; i < (size_t)T * hidden; i++)   /* as the CPU ranks check theirs */
+            if (!isfinite(be->host_h[i]))
+                return backend_nonfinite_fail(err, -1, start_pos + first, T);
         *be->host_pos = (int)(start_pos + first);
         be->step_tokens = T;
         be->step_logits = wanted > 0;
@@ -1336,9 +1339,6 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
         be->cache_clamps += (long)(unsigned)be->host_numerics[0];
         if (be->host_numerics[1] > 0)
             return backend_nonfinite_fail(err, c->layers - be->host_numerics[1], start_pos + first, T);
-        for (size_t i = 0; i < (size_t)T * hidden; i++)
-            if (!isfinite(be->host_h[i]))
-                return backend_nonfinite_fail(err, -1, start_pos + first + (long)(i / hidden), 1);
         if (be->prefill_trace && T > 1) {
             long routed = 0;    /* slots of the step: tokens x top_k, every MoE layer and rank */
             for (int layer = 0; layer < c->layers; layer++)
