@@ -1,6 +1,7 @@
 /* half_math: fp16 and bf16 conversions written once for the CPU kernels (C) and the CUDA
  * kernels (__host__ __device__), so the fp16 KV cache is rounded with the same arithmetic on
- * both backends (round to nearest even, subnormals, overflow to infinity, NaN kept NaN). */
+ * both backends (round to nearest even, subnormals, overflow to infinity or, for the cache,
+ * saturated to +-65504; NaN kept NaN). */
 #ifndef KIMI_KERNELS_HALF_MATH_H
 #define KIMI_KERNELS_HALF_MATH_H
 
@@ -54,6 +55,24 @@ static inline KIMI_HOST_DEVICE uint16_t half_from_float(float value)
     if (shift > 31)
         return sign;
     return sign | (uint16_t)half_math_shift_round_even(mantissa | 0x800000u, shift);
+}
+
+/* Whether a finite value rounds past the largest fp16 (65504), i.e. half_from_float gives
+ * infinity for it. */
+static inline KIMI_HOST_DEVICE int half_math_overflows(float value)
+{
+    return (half_math_float_bits(value) & 0x7FFFFFFFu) >= 0x477FF000u && value - value == 0.0f;
+}
+
+/* float -> fp16 bits for the KV cache: as half_from_float, but a finite value beyond the fp16
+ * range saturates to +-65504 instead of becoming infinity (an infinite cache entry turns the
+ * attention's online softmax into inf - inf = NaN for every later token); infinities and NaN
+ * stay what they are (a non-finite activation, reported as such). */
+static inline KIMI_HOST_DEVICE uint16_t half_from_float_saturate(float value)
+{
+    if (half_math_overflows(value))
+        return (uint16_t)(((half_math_float_bits(value) >> 16) & 0x8000) | 0x7BFF);
+    return half_from_float(value);
 }
 
 /* IEEE binary16 bits -> float (exact). */

@@ -1,6 +1,7 @@
 /* generator_local: the in-process engine behind the generator interface (render, submit, parse). */
 #include "app/chat/generator_local.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +79,9 @@ static int local_start(generator *base, const generator_request *req, kimi_err *
         .sampling = {.temperature = req->temperature, .top_k = req->top_k, .top_p = req->top_p,
                      .seed = req->seed},
     };
-    if (r.n_ids > (size_t)g->base.context_limit) {
+    /* the engine's rule (engine_positions_needed): a conversation of exactly the context still
+     * gets its first answer token; a max_tokens that does not fit is the engine's message */
+    if (r.n_ids > (size_t)INT_MAX || engine_positions_needed((int)r.n_ids, 0) > g->base.context_limit) {
         int rc = kimi_fail(err, KIMI_ERR_STATE, "the conversation is %zu tokens, more than the %ld-token context: /new starts afresh, /undo drops the last exchange",
                            r.n_ids, g->base.context_limit);
         chat_rendering_free(&r);

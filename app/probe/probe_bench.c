@@ -150,12 +150,12 @@ int probe_generate(int argc, char **argv)
         json_t *ids = json_array();
         for (int i = 0; i < n_out; i++)
             json_array_append_new(ids, json_integer(out[i]));
-        json_t *o = json_pack("{s:i, s:o, s:s%, s:s, s:i, s:f, s:f, s:i, s:i, s:i}", "prompt_tokens", (int)n_prompt,
-                              "ids", ids, "text", text, text_len, "stop_reason",
+        json_t *o = json_pack("{s:i, s:o, s:s%, s:s, s:i, s:f, s:f, s:i, s:i, s:i, s:I}", "prompt_tokens",
+                              (int)n_prompt, "ids", ids, "text", text, text_len, "stop_reason",
                               engine_stop_reason_name(st.stop_reason), "generated_tokens", st.generated_tokens,
                               "prefill_tok_s", st.prefill_tok_s, "decode_tok_s", st.decode_tok_s, "decode_steps",
                               st.decode_steps, "drafted_tokens", st.drafted_tokens, "accepted_tokens",
-                              st.accepted_tokens);
+                              st.accepted_tokens, "cache_clamps", (json_int_t)st.cache_clamps);
         char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
         if (line)
             printf("%s\n", line);
@@ -367,6 +367,7 @@ int probe_bench(int argc, char **argv)
         json_object_set_new(o, "speculate", json_integer(info->speculate));
         json_object_set_new(o, "drafted_tokens", json_integer(st.drafted_tokens));
         json_object_set_new(o, "accepted_tokens", json_integer(st.accepted_tokens));
+        json_object_set_new(o, "cache_clamps", json_integer((json_int_t)st.cache_clamps));
         json_object_set_new(o, "weight_bytes", json_integer((json_int_t)info->weight_bytes));
         json_object_set_new(o, "bytes_per_token", json_real(bytes_per_token));
         json_object_set_new(o, "bytes_per_token_method",

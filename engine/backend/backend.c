@@ -2,6 +2,7 @@
  * without CUDA answers --backend cuda with an error that says so. */
 #include "engine/backend/backend_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 struct backend {
@@ -53,7 +54,30 @@ int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *
     (void)be, (void)n_pos, (void)out;
     return kimi_fail(err, KIMI_ERR_STATE, "%s", no_cuda);
 }
+
+long cuda_backend_take_clamps(cuda_backend *be)
+{
+    (void)be;
+    return 0;
+}
 #endif
+
+int backend_nonfinite_fail(kimi_err *err, int layer, long pos, int n)
+{
+    char where[64];
+    if (layer < 0)
+        snprintf(where, sizeof where, "the token embeddings");
+    else
+        snprintf(where, sizeof where, "the output of layer %d", layer);
+    return kimi_fail(err, KIMI_ERR_MODEL,
+                     "non-finite activations (NaN or inf) first in %s, at positions %ld..%ld: a broken weight or an "
+                     "overflow; the request stops", where, pos, pos + n - 1);
+}
+
+long backend_take_cache_clamps(backend *be)
+{
+    return be->kind == BACKEND_CUDA ? cuda_backend_take_clamps(be->cuda) : cpu_backend_take_clamps(be->cpu);
+}
 
 int backend_memory(const model_weights *mw, const backend_options *opt, size_t *rank_budget_bytes,
                    size_t *rank_fixed_bytes, kimi_err *err)

@@ -15,7 +15,9 @@ typedef enum { BACKEND_CPU, BACKEND_CUDA } backend_kind;
 typedef struct {
     backend_kind kind;
     int tp;                     /* ranks, 1..8, divides the head count */
-    int threads_per_rank;       /* CPU workers per rank; 0 = all cores / tp */
+    int threads_per_rank;       /* CPU workers per rank; 0 = usable CPUs / tp (engine/base/cpu_count.h).
+                                 * Waits spin briefly only when tp * threads + 1 (the calling thread)
+                                 * fit in the usable CPUs; KIMI_CPU_SPIN=auto|on|off overrides it */
     long max_context;           /* KV cache positions to reserve */
     /* Optional (NULL = none): called during a prefill (a backend_forward of n > 1 tokens) on
      * the thread that called backend_forward, after every layer, with how many of the call's
@@ -76,6 +78,14 @@ long backend_capacity(const backend *be);
  * an error code, or BACKEND_STOPPED (see backend_options.on_layer). */
 int backend_forward(backend *be, const int32_t *tokens, int n, long start_pos,
                     const int *logit_rows, int n_logit_rows, float *logits, kimi_err *err);
+
+/* backend_forward fails with KIMI_ERR_MODEL when an activation becomes NaN or infinite (a
+ * poisoned weight, an overflow), naming the first layer whose output held one ("the token
+ * embeddings" before layer 0); the cache entries of that call are then undefined. The fp16
+ * cache saturates finite values beyond +-65504 instead (both backends alike): */
+
+/* Cache values saturated to +-65504 since the last call (or the open), then reset to 0. */
+long backend_take_cache_clamps(backend *be);
 
 /* Run tokens[0..n) at positions start_pos.. as n one-token decode steps would, in one pass
  * (speculative decoding verifies a draft this way): logits is [n][vocab], row j the logits

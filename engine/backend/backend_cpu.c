@@ -6,9 +6,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "engine/backend/forward.h"
+#include "engine/base/cpu_count.h"
 #include "engine/backend/spin_barrier.h"
 #include "engine/backend/tp_comm.h"
 #include "engine/backend/worker_pool.h"
@@ -103,18 +103,22 @@ int cpu_backend_open(cpu_backend **out, const model_weights *mw, const backend_o
     struct cpu_backend *be = calloc(1, sizeof *be);
     if (!be)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the CPU backend");
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cores = cores > 0 ? cores : 1;
+    int cores = cpu_usable_count();
+    int spin_mode = cpu_spin_mode_parse(getenv("KIMI_CPU_SPIN"));
+    if (spin_mode < 0) {
+        free(be);
+        return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CPU_SPIN=%s: must be auto, on (1) or off (0)",
+                         getenv("KIMI_CPU_SPIN"));
+    }
     be->mw = mw;
     be->tp = opt->tp;
     be->capacity = opt->max_context;
     be->on_layer = opt->on_layer;
     be->on_layer_user = opt->on_layer_user;
-    be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank
-                                                 : (cores / opt->tp > 1 ? (int)(cores / opt->tp) : 1);
-    /* Spinning only pays when every worker has a core of its own (the calling thread mostly
-     * sleeps in the step barrier while the ranks work). */
-    be->spin = (long)be->tp * be->threads_per_rank <= cores;
+    be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank : (cores / opt->tp > 1 ? cores / opt->tp : 1);
+    /* Spinning only pays when every worker, and the calling thread that waits in the step
+     * barriers, has a CPU of its own; otherwise a spinner steals its peer's time slice. */
+    be->spin = cpu_spin_pays((cpu_spin_mode)spin_mode, (long)be->tp * be->threads_per_rank, cores);
     spin_barrier_init(&be->step_start, be->tp + 1, be->spin);
     spin_barrier_init(&be->step_done, be->tp + 1, be->spin);
     if ((rc = tp_comm_open(&be->comm, be->tp, (size_t)CHUNK_TOKENS * (size_t)c->hidden, be->spin, err))) {
@@ -181,7 +185,7 @@ static void run_step(struct cpu_backend *be, const int32_t *tokens, int n, long 
 int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long start_pos,
                     const int *logit_rows, int n_logit_rows, float *logits, int per_token_decode, kimi_err *err)
 {
-    (void)err;  /* the request was checked by backend_forward; a step cannot fail */
+    /* the request was checked by backend_forward; a step fails only on non-finite activations */
     const model_config *c = &be->mw->cfg;
     be->per_token_decode = per_token_decode;
     int chunk_rows[CHUNK_TOKENS];
@@ -200,11 +204,19 @@ int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long star
         for (int layer = 0; layer < layers; layer += per_step) {
             int end = layer + per_step < layers ? layer + per_step : layers;
             run_step(be, tokens + first, count, start_pos + first, layer, end, chunk_rows, n_rows, chunk_out);
+            int nonfinite = rank_model_take_nonfinite(be->ranks[0].model);
+            if (nonfinite != RANK_ALL_FINITE)
+                return backend_nonfinite_fail(err, nonfinite, start_pos + first, count);
             if (per_step < layers && be->on_layer(be->on_layer_user, first + (double)count * end / layers))
                 return BACKEND_STOPPED;
         }
     }
     return 0;
+}
+
+long cpu_backend_take_clamps(cpu_backend *be)
+{
+    return rank_model_take_clamps(be->ranks[0].model);
 }
 
 int cpu_backend_read_kv(cpu_backend *be, long n_pos, uint16_t *out, kimi_err *err)

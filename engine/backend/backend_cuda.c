@@ -26,6 +26,7 @@
 #include "engine/backend/backend_impl.h"
 
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -39,6 +40,7 @@
 #include "engine/backend/cuda_comm.h"
 #include "engine/backend/device_plan.h"
 #include "engine/backend/spin_barrier.h"
+#include "engine/base/cpu_count.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/forward.h"
@@ -83,6 +85,8 @@ typedef struct rank_device {
     gemv_scratch gemv;
     gemm_context gemm;          /* cuBLASLt plans are per thread: one per rank */
     int *pos;                   /* device: the position of the step */
+    int *numerics;              /* device [2]: [0] cache values saturated (unsigned), [1] the first
+                                   layer whose output was non-finite as layers - layer (0: none) */
     double *inv_freq;           /* device: [rope / 2] */
     float *logits;              /* rank 0, device [DEVICE_MAX_TOKENS * vocab]: the gathered logits,
                                    rank r's block [T][its vocab columns] at T * col_begin[r] */
@@ -117,6 +121,8 @@ struct cuda_backend {
     float *host_h;              /* pinned [DEVICE_PREFILL_TOKENS][hidden]: the embedding rows of the step */
     int *host_pos;              /* pinned: the step's first position */
     float *host_logits;         /* pinned [DEVICE_MAX_TOKENS * vocab], laid out as rank 0's logits */
+    int *host_numerics;         /* pinned [2]: rank 0's numerics of the last step */
+    long cache_clamps;          /* saturated cache values since backend_take_numerics */
     int broken;                 /* a failed step aborted the NCCL communicators */
 
     /* the rank threads and the job they run next (written by the calling thread before job_start) */
@@ -457,6 +463,8 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
     rd->gemv = (gemv_scratch){rd->ws + rd->layout.gemv_partials, (unsigned *)(rd->ws + rd->layout.gemv_counters),
                               device_max_gemv_rows(c, &rd->shard), be->sm_count};
     CUDA_TRY(cudaMalloc((void **)&rd->pos, sizeof(int)), "position");
+    CUDA_TRY(cudaMalloc((void **)&rd->numerics, 2 * sizeof(int)), "numerics");
+    CUDA_TRY(cudaMemsetAsync(rd->numerics, 0, 2 * sizeof(int), rd->stream), "numerics clear");
     size_t pairs = (size_t)(c->qk_rope_dim / 2);
     CUDA_TRY(cudaMalloc((void **)&rd->inv_freq, pairs * sizeof(double)), "rope table");
     CUDA_TRY(cudaMemcpyAsync(rd->inv_freq, be->rope.inv_freq, pairs * sizeof(double), cudaMemcpyHostToDevice,
@@ -504,6 +512,7 @@ static void rank_close(struct cuda_backend *be, rank_device *rd)
     cudaFree(rd->cache);
     cudaFree(rd->ws);
     cudaFree(rd->pos);
+    cudaFree(rd->numerics);
     cudaFree(rd->inv_freq);
     cudaFree(rd->logits);
     gemm_context_destroy(&rd->gemm);
@@ -605,7 +614,7 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     STEP_TRY(project(be, rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
     STEP_TRY(mla_kv_rope_cache_cuda(kv, c->kv_lora_rank, c->qk_rope_dim, ld->kv_a_norm, c->rms_norm_eps, q, rd->heads,
                                     c->qk_nope_dim, rd->inv_freq, be->cos_sin_scale, rd->pos,
-                                    layer_cache(be, rd, layer), T, s));
+                                    layer_cache(be, rd, layer), (unsigned *)rd->numerics, T, s));
     STEP_TRY(mla_absorb_q_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, q, q_width, ws(rd, l->q_latent),
                                T, s));
     if (T == 1)
@@ -635,8 +644,8 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
  * slots or more run them as BF16 GEMMs (their tokens' rows gathered, results scattered to
  * their slots of routed_y), the rest the grouped GEMV, one launch pair per run of consecutive
  * experts (engine/backend/device_plan.h device_moe_plan_make). */
-static int experts_split_step(struct cuda_backend *be, rank_device *rd, const layer_device *ld, const int *offsets,
-                              const int *order)
+static int experts_split_step(struct cuda_backend *be, rank_device *rd, const layer_device *ld, int T,
+                              const int *offsets, const int *order)
 {
     const model_config *c = be->cfg;
     const device_workspace *l = &rd->layout;
@@ -653,7 +662,7 @@ static int experts_split_step(struct cuda_backend *be, rank_device *rd, const la
                                       cudaMemcpyDeviceToHost, s);
     if (!status)
         status = (int)cudaStreamSynchronize(s);
-    if (!status && device_moe_plan_make(host_offsets, experts, DEVICE_EXPERT_GEMM_MIN_TOKENS, gemm, runs, &plan))
+    if (!status && device_moe_plan_make(host_offsets, experts, T, DEVICE_EXPERT_GEMM_MIN_TOKENS, gemm, runs, &plan))
         status = (int)cudaErrorInvalidValue;
     float *x = ws(rd, l->x), *gathered = ws(rd, l->expert_x), *act = ws(rd, l->expert_act);
     float *up = ws(rd, l->expert_up), *y = ws(rd, l->expert_y);
@@ -731,7 +740,7 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
         STEP_TRY(moe_group_cuda(chosen, T * k, c->experts, offsets, order, s));
         /* no expert can reach DEVICE_EXPERT_GEMM_MIN_TOKENS in a shorter step: skip the host read */
         if (be->prefill_gemm && T >= DEVICE_EXPERT_GEMM_MIN_TOKENS) {
-            STEP_TRY(experts_split_step(be, rd, ld, offsets, order));
+            STEP_TRY(experts_split_step(be, rd, ld, T, offsets, order));
         } else {
             STEP_TRY(mlp_gate_up_grouped_cuda(ld->table + 1, offsets, order, c->experts, k, x, c->hidden, moe_inter,
                                               ws(rd, l->act), s));
@@ -791,6 +800,9 @@ static int rank_step_enqueue(struct cuda_backend *be, rank_device *rd, int T, in
         const float *next = last ? (with_logits ? rd->final_norm : NULL) : rd->layers[layer + 1].input_norm;
         if (reduce_into_h(be, rd, T, next))
             return rd->err.code;
+        LAUNCH_TRY(nonfinite_flag_cuda(ws(rd, l->h), (size_t)T * (size_t)c->hidden, c->layers - layer,
+                                       rd->numerics + 1, rd->stream),
+                   "non-finite check");
     }
     if (!with_logits)
         return 0;
@@ -990,6 +1002,19 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
             rank_gives_up(be, rd);
         }
     }
+    /* rank 0's numerics of the step to the host, then every rank's cleared for the next (ranks
+     * hold the same h and the same cache replica, so rank 0's say it for all) */
+    if (!status) {
+        cudaError_t copied = rd->rank == 0 ? cudaMemcpyAsync(be->host_numerics, rd->numerics, 2 * sizeof(int),
+                                                             cudaMemcpyDeviceToHost, rd->stream)
+                                           : cudaSuccess;
+        if (copied == cudaSuccess)
+            copied = cudaMemsetAsync(rd->numerics, 0, 2 * sizeof(int), rd->stream);
+        if (copied != cudaSuccess) {
+            status = cuda_fail(err, copied, "numerics");
+            rank_gives_up(be, rd);
+        }
+    }
     /* Every rank has enqueued its step or given up. A rank that gave up leaves the others'
      * NCCL collectives waiting on their devices: abort them before anyone waits. */
     spin_barrier_wait(&be->ranks_meet);
@@ -1106,6 +1131,7 @@ static void backend_free(struct cuda_backend *be)
     cudaFreeHost(be->host_h);
     cudaFreeHost(be->host_pos);
     cudaFreeHost(be->host_logits);
+    cudaFreeHost(be->host_numerics);
     free(be);
 }
 
@@ -1189,6 +1215,7 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
     CUDA_TRY(cudaHostAlloc((void **)&be->host_pos, sizeof(int), cudaHostAllocPortable), "pinned");
     CUDA_TRY(cudaHostAlloc((void **)&be->host_logits, T * (size_t)c->vocab * sizeof(float), cudaHostAllocPortable),
              "pinned");
+    CUDA_TRY(cudaHostAlloc((void **)&be->host_numerics, 2 * sizeof(int), cudaHostAllocPortable), "pinned");
     if (be->devices.comm == DEVICE_COMM_NCCL) {
         if (cuda_comm_open_nccl(&be->comm, be->tp, be->devices.device, err))
             return err->code;
@@ -1204,9 +1231,8 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
 /* Start the rank threads (they wait for their first job). */
 static int threads_start(struct cuda_backend *be, kimi_err *err)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    /* spinning only pays when every rank thread and the caller have a core */
-    int spin = cores > be->tp;
+    /* spinning only pays when every rank thread and the caller have a CPU of their own */
+    int spin = cpu_spin_pays(CPU_SPIN_AUTO, be->tp, cpu_usable_count());
     spin_barrier_init(&be->job_start, be->tp + 1, spin);
     spin_barrier_init(&be->job_done, be->tp + 1, spin);
     spin_barrier_init(&be->ranks_meet, be->tp, spin);
@@ -1288,6 +1314,9 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
             wanted += logit_rows[j] >= first && logit_rows[j] < first + T;
         for (int t = 0; t < T; t++)
             weight_matrix_decode_row(&be->mw->embed.w, tokens[first + t], be->host_h + (size_t)t * hidden);
+        for (size_t i = 0; i < (size_t)T * hidden; i++)   /* as the CPU ranks check theirs */
+            if (!isfinite(be->host_h[i]))
+                return backend_nonfinite_fail(err, -1, start_pos + first, T);
         *be->host_pos = (int)(start_pos + first);
         be->step_tokens = T;
         be->step_logits = wanted > 0;
@@ -1307,6 +1336,9 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
             *err = rd->err;
             return kimi_err_prefix(err, rd->status, "rank %d of %d (device %d)", failed, be->tp, rd->device);
         }
+        be->cache_clamps += (long)(unsigned)be->host_numerics[0];
+        if (be->host_numerics[1] > 0)
+            return backend_nonfinite_fail(err, c->layers - be->host_numerics[1], start_pos + first, T);
         if (be->prefill_trace && T > 1) {
             long routed = 0;    /* slots of the step: tokens x top_k, every MoE layer and rank */
             for (int layer = 0; layer < c->layers; layer++)
@@ -1330,6 +1362,13 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
         }
     }
     return 0;
+}
+
+long cuda_backend_take_clamps(cuda_backend *be)
+{
+    long clamps = be->cache_clamps;
+    be->cache_clamps = 0;
+    return clamps;
 }
 
 int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *err)

@@ -14,6 +14,11 @@ long cpu_backend_capacity(const cpu_backend *be);
 int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long start_pos, const int *logit_rows,
                         int n_logit_rows, float *logits, int per_token_decode, kimi_err *err);
 int cpu_backend_read_kv(cpu_backend *be, long n_pos, uint16_t *out, kimi_err *err);
+long cpu_backend_take_clamps(cpu_backend *be);
+
+/* The error of a forward call whose activations became NaN or infinite: layer (-1: the token
+ * embeddings) is the first whose output held one, positions [pos, pos + n) the step's. */
+int backend_nonfinite_fail(kimi_err *err, int layer, long pos, int n);
 
 typedef struct cuda_backend cuda_backend;
 int cuda_backend_memory(const model_weights *mw, const backend_options *opt, size_t *rank_budget_bytes,
@@ -24,5 +29,6 @@ long cuda_backend_capacity(const cuda_backend *be);
 int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long start_pos, const int *logit_rows,
                          int n_logit_rows, float *logits, kimi_err *err);
 int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *err);
+long cuda_backend_take_clamps(cuda_backend *be);
 
 #endif

@@ -194,16 +194,16 @@ int device_step_tokens(int first, int n, const int *logit_rows, int n_logit_rows
     return before > 0 ? before : short_step;
 }
 
-int device_moe_plan_make(const int *offsets, int experts, int min_tokens, device_gemm_expert *gemm,
+int device_moe_plan_make(const int *offsets, int experts, int tokens, int min_tokens, device_gemm_expert *gemm,
                          device_expert_run *runs, device_moe_plan *out)
 {
     memset(out, 0, sizeof *out);
-    if (experts < 0 || (experts > 0 && offsets[0] != 0))
+    if (experts < 0 || (experts > 0 && offsets[0] != 0) || tokens < 0 || tokens > DEVICE_PREFILL_TOKENS)
         return -1;
     int run_first = -1, run_last = -1;  /* the open run's first and last experts with slots */
     for (int e = 0; e <= experts; e++) {
         int count = e < experts ? offsets[e + 1] - offsets[e] : 0;
-        if (count < 0)
+        if (count < 0 || count > tokens)
             return -1;
         int as_gemm = e < experts && count >= min_tokens && count > 0;
         if ((as_gemm || e == experts) && run_first >= 0) {
@@ -214,7 +214,7 @@ int device_moe_plan_make(const int *offsets, int experts, int min_tokens, device
             break;
         if (as_gemm) {
             int rows = (int)round_up((size_t)count, DEVICE_EXPERT_GEMM_ROW_STEP);
-            rows = rows <= DEVICE_PREFILL_TOKENS ? rows : count > DEVICE_PREFILL_TOKENS ? count : DEVICE_PREFILL_TOKENS;
+            rows = rows <= DEVICE_PREFILL_TOKENS ? rows : DEVICE_PREFILL_TOKENS;   /* count <= tokens fits */
             gemm[out->n_gemm++] = (device_gemm_expert){e, offsets[e], count, rows};
             out->gemm_slots += count;
         } else if (count > 0) {

@@ -157,8 +157,11 @@ typedef struct {
     int n_gemm, gemm_slots;     /* experts in gemm[], their slots */
     int n_runs, gemv_slots;     /* runs in runs[], their slots */
 } device_moe_plan;
-/* gemm and runs: [experts] each. Returns 0, or -1 when offsets do not start at 0 and ascend. */
-int device_moe_plan_make(const int *offsets, int experts, int min_tokens, device_gemm_expert *gemm,
+/* gemm and runs: [experts] each; tokens: the step's (at most DEVICE_PREFILL_TOKENS, what the
+ * workspace's expert buffers hold). Returns 0, or -1 when offsets do not start at 0 and ascend,
+ * or an expert has more slots than the step has tokens (routing chose it twice for a token),
+ * so no plan ever has more rows than the workspace holds. */
+int device_moe_plan_make(const int *offsets, int experts, int tokens, int min_tokens, device_gemm_expert *gemm,
                          device_expert_run *runs, device_moe_plan *out);
 
 typedef struct {

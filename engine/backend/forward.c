@@ -8,6 +8,7 @@
  * and their weighted sum). */
 #include "engine/backend/forward.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +74,8 @@ struct rank_model {
     moe_routing_config routing;
     worker_pool *pool;
     tp_comm *comm;
+    int nonfinite_layer;        /* rank 0: the first layer with a non-finite output (RANK_ALL_FINITE) */
+    long cache_clamps;          /* cache values saturated to +-65504 */
 
     /* Activations of one chunk, T = max_tokens. */
     float *h;                   /* [T][hidden] residual stream */
@@ -211,7 +214,7 @@ static void attention_block(rank_model *m, int layer, int n, long start_pos, int
         float *kv_t = m->kv + (size_t)t * kv_width;
         rmsnorm(kv_t, kv_t, &lw->kv_a_norm, c->rms_norm_eps);
         rope_apply(kv_t + c->kv_lora_rank, cos_t, sin_t, rope);
-        float_row_to_f16(kv_t, (size_t)kv_width, cache_entry(m, layer, start_pos + t));
+        m->cache_clamps += (long)float_row_to_f16_saturate(kv_t, (size_t)kv_width, cache_entry(m, layer, start_pos + t));
         for (int hd = 0; hd < m->heads; hd++)
             rope_apply(m->q + ((size_t)t * m->heads + hd) * q_width + c->qk_nope_dim, cos_t, sin_t, rope);
     }
@@ -370,6 +373,20 @@ static void logits_block(rank_model *m, const int *rows, int n_rows, float *cons
     tp_comm_gather_columns(m->comm, m->rank, m->logits_part, n_rows, vocab_part, m->shard.vocab.begin, logit_out);
 }
 
+/* Rank 0 notes the first layer (-1: the embeddings) whose output h holds a NaN or inf. */
+static void watch_finite(rank_model *m, int layer, int n)
+{
+    if (m->rank != 0 || m->nonfinite_layer != RANK_ALL_FINITE)
+        return;
+    const float *h = m->h;
+    size_t count = (size_t)n * (size_t)m->cfg->hidden;
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(h[i])) {
+            m->nonfinite_layer = layer;
+            return;
+        }
+}
+
 void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, int layer_begin, int layer_end,
                   const int *logit_rows, int n_logit_rows, float *const *logit_out, int per_token_decode)
 {
@@ -380,12 +397,29 @@ void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, i
         float *cos_t = m->cos_sin + (size_t)t * rope;
         rope_cos_sin(&m->rope, start_pos + t, cos_t, cos_t + rope / 2);
     }
+    if (layer_begin == 0)
+        watch_finite(m, -1, n);
     for (int layer = layer_begin; layer < layer_end; layer++) {
         attention_block(m, layer, n, start_pos, per_token_decode);
         mlp_block(m, layer, n);
+        watch_finite(m, layer, n);
     }
     if (layer_end == c->layers && n_logit_rows > 0)
         logits_block(m, logit_rows, n_logit_rows, logit_out);
+}
+
+int rank_model_take_nonfinite(rank_model *m)
+{
+    int layer = m->nonfinite_layer;
+    m->nonfinite_layer = RANK_ALL_FINITE;
+    return layer;
+}
+
+long rank_model_take_clamps(rank_model *m)
+{
+    long clamps = m->cache_clamps;
+    m->cache_clamps = 0;
+    return clamps;
 }
 
 const uint16_t *rank_model_cache(const rank_model *m, int layer)
@@ -524,6 +558,7 @@ int rank_model_open(rank_model **out, const rank_setup *setup, kimi_err *err)
     m->mw = setup->mw;
     m->cfg = c;
     m->rank = setup->rank;
+    m->nonfinite_layer = RANK_ALL_FINITE;
     m->tp = setup->tp;
     m->capacity = setup->capacity;
     m->max_tokens = setup->max_tokens;

@@ -39,6 +39,14 @@ void rank_model_close(rank_model *m);
 void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, int layer_begin, int layer_end,
                   const int *logit_rows, int n_logit_rows, float *const *logit_out, int per_token_decode);
 
+/* What the numbers of rank_forward did (rank 0 watches; the ranks share h and the cache
+ * contents): the first layer since the last take whose output held NaN or inf (-1: the token
+ * embeddings; RANK_ALL_FINITE: none), and the cache values saturated to +-65504 since the last
+ * take. Each take resets what it reads. */
+#define RANK_ALL_FINITE (-2)
+int rank_model_take_nonfinite(rank_model *m);
+long rank_model_take_clamps(rank_model *m);
+
 /* This rank's cache of one layer: [capacity][kv_lora_rank | qk_rope_dim] fp16. */
 const uint16_t *rank_model_cache(const rank_model *m, int layer);
 

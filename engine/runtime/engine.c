@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/base/cpu_count.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/speculate.h"
 
@@ -57,6 +58,7 @@ struct engine {
     struct {
         request *r;
         int done, total;            /* tokens before the current forward call; to prefill */
+        double reached;             /* tokens through every layer, fractional (on_layer's count) */
         double start, last_report;  /* now_seconds() */
     } prefill;
 
@@ -194,7 +196,6 @@ static void emit_error(engine *e, const request *r, const char *message)
 
 static void emit_done(engine *e, const request *r, engine_stats *st)
 {
-    st->prefill_tok_s = st->prefill_seconds > 0 ? st->prefilled_tokens / st->prefill_seconds : 0;
     st->decode_tok_s = st->decode_seconds > 0 ? st->decoded_tokens / st->decode_seconds : 0;
     engine_event ev = {.kind = ENGINE_EVENT_DONE, .request = r->id, .stats = *st};
     push_event(e, &ev);
@@ -233,6 +234,7 @@ static int on_layer(void *user, double tokens_done)
     if (atomic_load(&e->prefill.r->cancelled))
         return 1;
     double done = e->prefill.done + tokens_done;
+    e->prefill.reached = done;
     if (done < e->prefill.total && now_seconds() - e->prefill.last_report >= PROGRESS_INTERVAL)
         emit_prefill_progress(e, done);
     return 0;
@@ -336,6 +338,14 @@ static int verify_draft(engine *e, const request *r, sampler *smp, int32_t token
     return 0;
 }
 
+/* The prefill's time and rate, whether it completed or stopped part-way (prefill.reached). */
+static void prefill_end(engine *e, engine_stats *st, double t0)
+{
+    st->prefill_seconds = now_seconds() - t0;
+    st->prefill_tok_s = st->prefill_seconds > 0 ? e->prefill.reached / st->prefill_seconds : 0;
+    e->prefill.r = NULL;
+}
+
 static void run_request(engine *e, request *r)
 {
     engine_stats st = {.prompt_tokens = r->n_tokens, .stop_id = -1, .stop_reason = ENGINE_STOP_CANCELLED};
@@ -351,11 +361,14 @@ static void run_request(engine *e, request *r)
     long reused = kv_cache_reusable(&e->cache, r->tokens, r->n_tokens);
     kv_cache_truncate(&e->cache, reused);
     st.reused_tokens = (int)reused;
-    st.prefilled_tokens = r->n_tokens - (int)reused;
 
+    /* Until the prefill completes, prefilled_tokens counts the chunks kept in the cache and
+     * prefill.reached the work done (a chunk stopped part-way in proportion), so a prefill
+     * cancelled or failing part-way reports what it did, not the whole prompt. */
     double t0 = now_seconds();
     e->prefill.r = r;
-    e->prefill.total = st.prefilled_tokens;
+    e->prefill.total = r->n_tokens - (int)reused;
+    e->prefill.reached = 0;
     e->prefill.start = e->prefill.last_report = t0;
     for (int done = (int)reused; done < r->n_tokens;) {
         if (atomic_load(&r->cancelled))
@@ -368,21 +381,24 @@ static void run_request(engine *e, request *r)
         if (rc)
             goto failed;
         done += n;
+        st.prefilled_tokens = done - (int)reused;
+        e->prefill.reached = st.prefilled_tokens;
     }
     emit_prefill_progress(e, st.prefilled_tokens);
     e->prefill.r = NULL;
     if (r->first_logits)
         memcpy(r->first_logits, e->logits, (size_t)e->info.vocab * sizeof *e->logits);
     int32_t token = sampler_sample(&smp, e->logits);
-    st.prefill_seconds = now_seconds() - t0;
+    prefill_end(e, &st, t0);
 
     speculate_policy policy;
     speculate_policy_init(&policy, e->info.speculate);
     int32_t draft[SPECULATE_MAX_DRAFT];
     for (;;) {
         if (token < 0) {
-            kimi_fail(&err, KIMI_ERR_STATE, "the forward pass produced no finite logit at position %ld",
-                      e->cache.n - 1);
+            kimi_fail(&err, KIMI_ERR_MODEL, "the forward pass produced no finite logit at position %ld: the "
+                      "activations were finite through the last layer, so the final norm or lm_head made them NaN "
+                      "or inf", e->cache.n - 1);
             goto failed;
         }
         if (emit_generated(e, r, token, &st))
@@ -412,13 +428,16 @@ static void run_request(engine *e, request *r)
     goto finish;
 
 stopped:
-    st.prefill_seconds = now_seconds() - t0;
+    prefill_end(e, &st, t0);
     goto finish;
 failed:
+    if (e->prefill.r)
+        prefill_end(e, &st, t0);
     emit_error(e, r, err.msg);
     st.stop_reason = ENGINE_STOP_ERROR;
 finish:
     e->prefill.r = NULL;
+    st.cache_clamps = backend_take_cache_clamps(e->be);
     sampler_free(&smp);
     emit_done(e, r, &st);
 }
@@ -459,6 +478,11 @@ static void *scheduler_main(void *arg)
 
 /* ---- requests ---- */
 
+long engine_positions_needed(int n_tokens, int max_new_tokens)
+{
+    return (long)n_tokens + (max_new_tokens > 0 ? max_new_tokens : 1) - 1;
+}
+
 int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *err)
 {
     if (req->n_tokens < 1 || !req->tokens)
@@ -475,7 +499,7 @@ int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *
     int rc = sampler_params_check(&req->sampling, err);
     if (rc)
         return kimi_err_prefix(err, rc, "request");
-    long need = (long)req->n_tokens + (req->max_new_tokens > 0 ? req->max_new_tokens : 1);
+    long need = engine_positions_needed(req->n_tokens, req->max_new_tokens);
     if (need > e->info.max_context) {
         char hint[128] = "";
         if (e->info.max_fit > e->info.max_context)
@@ -483,9 +507,13 @@ int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *
                      e->info.max_fit);
         else if (e->info.max_fit == e->info.max_context)
             snprintf(hint, sizeof hint, ", the largest context that fits in the memory budget");
-        return kimi_fail(err, KIMI_ERR_STATE,
-                         "context full: prompt %d + max_new_tokens %d = %ld positions > %ld in the KV cache%s",
-                         req->n_tokens, req->max_new_tokens, need, e->info.max_context, hint);
+        if (req->max_new_tokens > 0)
+            return kimi_fail(err, KIMI_ERR_STATE,
+                             "context full: prompt %d + max_new_tokens %d - 1 (the last new token takes no position) "
+                             "= %ld positions > %ld in the KV cache%s",
+                             req->n_tokens, req->max_new_tokens, need, e->info.max_context, hint);
+        return kimi_fail(err, KIMI_ERR_STATE, "context full: the prompt's %d positions > %ld in the KV cache%s",
+                         req->n_tokens, e->info.max_context, hint);
     }
 
     request *r = calloc(1, sizeof *r);
@@ -666,10 +694,11 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     char threads_note[96] = "";
     info->threads_per_rank = opt->threads_per_rank;
     if (opt->backend == BACKEND_CPU) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        /* the CPUs this process may use (affinity, cgroup quota), as backend_cpu counts them */
+        long cores = cpu_usable_count();
         if (info->threads_per_rank == 0) {
             info->threads_per_rank = cores > opt->tp ? (int)(cores / opt->tp) : 1;
-            snprintf(threads_note, sizeof threads_note, " (%ld online cores / tp %d)", cores, opt->tp);
+            snprintf(threads_note, sizeof threads_note, " (%ld usable CPUs / tp %d)", cores, opt->tp);
         }
         info->load_threads = opt->load_threads > 0 ? opt->load_threads : default_load_threads(cores);
     }

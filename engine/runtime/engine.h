@@ -60,7 +60,8 @@ typedef struct {
     const char *model_dir;
     backend_kind backend;           /* BACKEND_CPU or BACKEND_CUDA */
     int tp;                         /* tensor-parallel ranks, 1..8, dividing the head count */
-    int threads_per_rank;           /* CPU workers per rank; 0 = online cores / tp (at least 1) */
+    int threads_per_rank;           /* CPU workers per rank; 0 = usable CPUs (engine/base/cpu_count.h)
+                                       / tp (at least 1) */
     int load_threads;               /* CPU: threads reading the weights in; 0 = 2 per online
                                        core, 4 to 16 (disk reads wait more than they compute) */
     long max_context;               /* KV cache positions; 0 = as many as the memory budget holds */
@@ -141,10 +142,13 @@ const char *engine_stop_reason_name(engine_stop_reason reason);
 typedef struct {
     int prompt_tokens;              /* n_tokens of the request */
     int reused_tokens;              /* prompt tokens whose cache entries were reused */
-    int prefilled_tokens;           /* prompt_tokens - reused_tokens: run in the prefill */
+    int prefilled_tokens;           /* prompt tokens the prefill ran into the cache: prompt_tokens -
+                                       reused_tokens, or, when it was cancelled or failed part-way,
+                                       its finished chunks (0 for a request cancelled while queued) */
     int generated_tokens;           /* TOKEN events sent (the stop id included) */
     double prefill_seconds;         /* the prefill forward passes and the first sample */
-    double prefill_tok_s;           /* prefilled_tokens / prefill_seconds */
+    double prefill_tok_s;           /* tokens through every layer / prefill_seconds: prefilled_tokens,
+                                       plus a chunk stopped part-way in proportion */
     int decode_steps;               /* forward passes after the first token: one-token steps and
                                        speculative verify steps (generated_tokens - 1 at most) */
     int decoded_tokens;             /* tokens those passes produced (generated_tokens - 1 at most) */
@@ -154,6 +158,8 @@ typedef struct {
     int accepted_tokens;            /* of those, taken (each saved one decode step) */
     engine_stop_reason stop_reason;
     int32_t stop_id;                /* the stop id when stop_reason is ENGINE_STOP_TOKEN, else -1 */
+    long cache_clamps;              /* fp16 cache values saturated to +-65504 (backend_take_cache_clamps):
+                                       activations past the fp16 range, kept finite */
 } engine_stats;
 
 typedef enum {
@@ -181,9 +187,13 @@ const engine_info *engine_get_info(const engine *e);
 const model_config *engine_model_config(const engine *e);
 const model_weights *engine_weights(const engine *e);
 
+/* Cache positions a request needs: its prompt and every new token but the last, which is
+ * sampled and sent without a forward pass (max_new_tokens 0 counts as one new token). */
+long engine_positions_needed(int n_tokens, int max_new_tokens);
+
 /* Queue a request; *id identifies its events. Checked here, so a bad request never runs:
  * empty prompt, ids outside the vocabulary, bad sampling values, and a request that does not
- * fit (n_tokens + max_new_tokens > max_context; the message names the largest context the
+ * fit (engine_positions_needed > max_context; the message names the largest context the
  * memory budget holds) are KIMI_ERR_INPUT / KIMI_ERR_STATE errors. */
 int engine_submit(engine *e, const engine_request *req, uint64_t *id, kimi_err *err);
 

@@ -81,7 +81,7 @@ int32_t sampler_argmax(const float *logits, int n)
     int32_t best = -1;
     float best_value = 0;
     for (int i = 0; i < n; i++) {
-        if (!isfinite(logits[i]))
+        if (isnan(logits[i]) || logits[i] == -INFINITY)
             continue;
         if (best < 0 || logits[i] > best_value) {
             best = i;
@@ -151,11 +151,18 @@ static int distribution(sampler *s, const float *logits, double *total_out)
     double max_logit = logits[best], temperature = p->temperature;
     sampler_candidate *c = s->scratch;
     int n = 0;
-    for (int i = 0; i < s->vocab; i++) {
-        if (!isfinite(logits[i]))
-            continue;
-        double z = ((double)logits[i] - max_logit) / temperature;
-        c[n++] = (sampler_candidate){i, z < -FLT_MAX ? -INFINITY : (float)z};
+    if (max_logit == INFINITY) {
+        /* +inf is certain: the +inf ids share all the mass equally (z = 0), the rest have none */
+        for (int i = best; i < s->vocab; i++)
+            if (logits[i] == INFINITY)
+                c[n++] = (sampler_candidate){i, 0.0f};
+    } else {
+        for (int i = 0; i < s->vocab; i++) {
+            if (!isfinite(logits[i]))
+                continue;
+            double z = ((double)logits[i] - max_logit) / temperature;
+            c[n++] = (sampler_candidate){i, z < -FLT_MAX ? -INFINITY : (float)z};
+        }
     }
 
     if (p->top_k > 0 && p->top_k < n) {

@@ -1,6 +1,10 @@
 /* sampler: picks the next token id from a row of logits (greedy, temperature, top-k, top-p)
  * with a seedable RNG, so that a run with the same seed repeats exactly.
  *
+ * Non-finite logits: NaN is ignored (never picked), -inf has probability 0, +inf is certain:
+ * when any logit is +inf, only the +inf ids can come out, greedy taking the lowest and sampling
+ * taking one uniformly among them (each z = 0, then steps 2-4 as usual).
+ *
  * Order of operations for temperature > 0:
  *   1. z_i = (logit_i - max logit) / temperature over every id with a finite logit (the same
  *      softmax as logit_i / temperature, computed in double so that a tiny temperature cannot
@@ -49,7 +53,7 @@ int sampler_params_check(const sampler_params *p, kimi_err *err);
 int sampler_init(sampler *s, int vocab, const sampler_params *p, kimi_err *err);
 void sampler_free(sampler *s);
 
-/* Next id from logits [vocab]; -1 when no logit is finite (a broken forward pass). */
+/* Next id from logits [vocab]; -1 when every logit is NaN or -inf (a broken forward pass). */
 int32_t sampler_sample(sampler *s, const float *logits);
 
 /* Speculative decoding's rule for a deterministic draft (one proposed id): accept the draft
@@ -60,7 +64,8 @@ int32_t sampler_sample(sampler *s, const float *logits);
  * Draws one uniform for the test and, on rejection, one for the new id. */
 int32_t sampler_sample_draft(sampler *s, const float *logits, int32_t draft, int *accepted);
 
-/* Argmax of logits [n] with the lowest id on ties, ignoring NaN; -1 when none is finite. */
+/* Argmax of logits [n] with the lowest id on ties (+inf included), ignoring NaN and -inf; -1
+ * when every logit is one of those. */
 int32_t sampler_argmax(const float *logits, int n);
 
 /* The RNG alone, for tests: a uniform double in [0, 1) and the raw 64-bit output. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cpu/numeric.h"
+#include "kernels/half_math.h"
 
 void f16_row_to_float(const uint16_t *in, size_t n, float *out)
 {
@@ -24,8 +25,12 @@ void f16_row_to_float(const uint16_t *in, size_t n, float *out)
     }
 }
 
-void float_row_to_f16(const float *in, size_t n, uint16_t *out)
+size_t float_row_to_f16_saturate(const float *in, size_t n, uint16_t *out)
 {
-    for (size_t i = 0; i < n; i++)
-        out[i] = float_to_f16(in[i]);
+    size_t clamped = 0;
+    for (size_t i = 0; i < n; i++) {
+        clamped += (size_t)half_math_overflows(in[i]);
+        out[i] = half_from_float_saturate(in[i]);
+    }
+    return clamped;
 }

@@ -68,11 +68,17 @@ int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, void *strea
 
 /* The tail of the MLA projections of token t < tokens at position p = *pos + t:
  *   kv[t] [kv_lora | rope]: latent = rmsnorm(latent, kv_norm); k_pe = rope(k_pe) -> fp16 into
- *   cache + p * (kv_lora + rope); and q_pe = rope(q_pe) for every head of q[t] [heads][nope +
- *   rope]. cos/sin of pair i: (float)(cos(p * inv_freq[i]) * scale). */
+ *   cache + p * (kv_lora + rope), saturated to +-65504 as on the CPU (kernels/half_math.h
+ *   half_from_float_saturate), each saturation added to *clamps (device; NULL: not counted);
+ *   and q_pe = rope(q_pe) for every head of q[t] [heads][nope + rope]. cos/sin of pair i:
+ *   (float)(cos(p * inv_freq[i]) * scale). */
 int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q, int heads,
                            int nope, const double *inv_freq, double cos_sin_scale, const int *pos,
-                           uint16_t *cache, int tokens, void *stream);
+                           uint16_t *cache, unsigned *clamps, int tokens, void *stream);
+
+/* *flag (device) = max(*flag, code) when any of values[0..n) (device) is NaN or infinite: the
+ * first layer whose output is non-finite, with codes falling as the layers rise. */
+int nonfinite_flag_cuda(const float *values, size_t n, int code, int *flag, void *stream);
 
 /* Flash-decoding attention over the fp16 latent cache [positions][kv_lora | rope] for the
  * queries of tokens t < tokens at positions *pos + t (causal: keys 0..*pos + t):

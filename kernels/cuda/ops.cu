@@ -82,11 +82,29 @@ __global__ void allreduce_local_kernel(rank_buffers bufs, int ranks, size_t n)
     }
 }
 
+/* A cache value as fp16, saturated to +-65504 (kernels/half_math.h), the saturations counted. */
+__device__ __forceinline__ uint16_t cache_half(float value, unsigned *clamps)
+{
+    if (clamps && half_math_overflows(value))
+        atomicAdd(clamps, 1u);
+    return half_from_float_saturate(value);
+}
+
+/* flag = max(flag, code) when any of values[0..n) is NaN or infinite. */
+__global__ void nonfinite_flag_kernel(const float *values, size_t n, int code, int *flag)
+{
+    int bad = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        bad |= !isfinite(values[i]);
+    if (__syncthreads_or(bad) && threadIdx.x == 0)
+        atomicMax(flag, code);
+}
+
 __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int kv_lora, int rope,
                                                                  const float *kv_norm, float eps, float *q, int heads,
                                                                  int nope, const double *inv_freq,
                                                                  double cos_sin_scale, const int *pos,
-                                                                 uint16_t *cache)
+                                                                 uint16_t *cache, unsigned *clamps)
 {
     __shared__ double partial[kThreads / 32];
     __shared__ float cos_table[128], sin_table[128];
@@ -106,14 +124,14 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
     for (int i = threadIdx.x; i < kv_lora; i += kThreads) {
         float value = rmsnorm_element(kv[i], inverse_rms, kv_norm[i]);
         kv[i] = value;
-        entry[i] = half_from_float(value);
+        entry[i] = cache_half(value, clamps);
     }
     __syncthreads(); /* cos/sin tables */
     float *k_pe = kv + kv_lora;
     for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
         rope_rotate_pair(&k_pe[2 * i], &k_pe[2 * i + 1], cos_table[i], sin_table[i]);
-        entry[kv_lora + 2 * i] = half_from_float(k_pe[2 * i]);
-        entry[kv_lora + 2 * i + 1] = half_from_float(k_pe[2 * i + 1]);
+        entry[kv_lora + 2 * i] = cache_half(k_pe[2 * i], clamps);
+        entry[kv_lora + 2 * i + 1] = cache_half(k_pe[2 * i + 1], clamps);
     }
     int q_width = nope + rope;
     for (int i = threadIdx.x; i < heads * (rope / 2); i += kThreads) {
@@ -123,18 +141,18 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
     }
 }
 
-/* Index of the better of two candidates: larger value, then lower index; -1 is no candidate. */
+/* The better of two candidates under the routing rank rule (kernels/moe_routing_math.h: larger
+ * key, then lower index; taken keys and index -1 are no candidate). */
 __device__ __forceinline__ void better_of(float *value, int *index, float other_value, int other_index)
 {
-    if (other_index < 0)
-        return;
-    if (*index < 0 || other_value > *value || (other_value == *value && other_index < *index)) {
+    if (moe_rank_better(other_value, other_index, *value, *index)) {
         *value = other_value;
         *index = other_index;
     }
 }
 
-/* The block's arg-max of values[0..n) (the CPU's strict '>' scan: the lowest index among equals). */
+/* The block's arg-max of the untaken keys values[0..n) (the CPU's scan: the lowest index among
+ * equals), -1 when all are taken. */
 __device__ int block_arg_max(const float *values, int n, float *red_value, int *red_index)
 {
     float best_value = 0.0f;
@@ -169,45 +187,44 @@ __global__ void __launch_bounds__(kThreads) route_kernel(moe_routing_config c, c
     weights += (size_t)blockIdx.x * c.top_k;
     int experts = c.experts, groups = c.n_group > 1 ? c.n_group : 1, group_size = experts / groups;
     float *score = route_shared;                    /* [experts] */
-    float *biased = score + experts;                /* [experts] */
-    float *group_score = biased + experts;          /* [groups] */
-    float *group_taken = group_score + groups;      /* [groups] */
-    float *chosen_weight = group_taken + groups;    /* [top_k] */
+    float *key = score + experts;                   /* [experts] rank key of score + bias; taken once chosen */
+    float *group_key = key + experts;               /* [groups] */
+    float *chosen_weight = group_key + groups;      /* [top_k] */
     __shared__ float red_value[kThreads / 32];
     __shared__ int red_index[kThreads / 32];
 
     for (int e = threadIdx.x; e < experts; e += kThreads) {
         score[e] = moe_sigmoid(logits[e]);
-        biased[e] = score[e] + (bias ? bias[e] : 0.0f);
+        key[e] = moe_rank_key(score[e] + (bias ? bias[e] : 0.0f));
     }
     __syncthreads();
     if (groups > 1) {
-        for (int g = threadIdx.x; g < groups; g += kThreads) {
-            group_score[g] = moe_group_score(biased + (size_t)g * group_size, group_size);
-            group_taken[g] = 0.0f;
-        }
+        for (int g = threadIdx.x; g < groups; g += kThreads)
+            group_key[g] = moe_rank_key(moe_group_score(key + (size_t)g * group_size, group_size));
         __syncthreads();
         if (threadIdx.x == 0) {
+            /* the kept groups are marked taken in group_key, then the others' experts in key */
             for (int k = 0; k < c.topk_group && k < groups; k++) {
                 int best = -1;
                 for (int g = 0; g < groups; g++)
-                    if (!group_taken[g] && (best < 0 || group_score[g] > group_score[best]))
+                    if (moe_rank_better(group_key[g], g, best >= 0 ? group_key[best] : 0.0f, best))
                         best = g;
-                group_taken[best] = 1.0f;
+                group_key[best] = MOE_RANK_TAKEN;
             }
         }
         __syncthreads();
         for (int e = threadIdx.x; e < experts; e += kThreads)
-            if (!group_taken[e / group_size])
-                biased[e] = -INFINITY;
+            if (!moe_rank_is_taken(group_key[e / group_size]))
+                key[e] = MOE_RANK_TAKEN;
         __syncthreads();
     }
+    /* the config check guarantees topk_group * group_size >= top_k: an untaken expert is left */
     for (int k = 0; k < c.top_k; k++) {
-        int best = block_arg_max(biased, experts, red_value, red_index);
+        int best = block_arg_max(key, experts, red_value, red_index);
         if (threadIdx.x == 0) {
             chosen[k] = best;
             chosen_weight[k] = score[best];
-            biased[best] = -INFINITY;
+            key[best] = MOE_RANK_TAKEN;
         }
         __syncthreads();
     }
@@ -444,14 +461,24 @@ extern "C" int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, 
 
 extern "C" int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q,
                                       int heads, int nope, const double *inv_freq, double cos_sin_scale,
-                                      const int *pos, uint16_t *cache, int tokens, void *stream)
+                                      const int *pos, uint16_t *cache, unsigned *clamps, int tokens, void *stream)
 {
     if (rope % 2 || rope > 256)
         return (int)cudaErrorInvalidValue;
     if (tokens <= 0)
         return 0;
     kv_rope_cache_kernel<<<(unsigned)tokens, kThreads, 0, (cudaStream_t)stream>>>(
-        kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos, cache);
+        kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos, cache, clamps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int nonfinite_flag_cuda(const float *values, size_t n, int code, int *flag, void *stream)
+{
+    if (n == 0)
+        return 0;
+    size_t blocks = (n + 255) / 256;
+    nonfinite_flag_kernel<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, (cudaStream_t)stream>>>(values, n,
+                                                                                                      code, flag);
     return (int)cudaGetLastError();
 }
 
@@ -461,7 +488,7 @@ extern "C" int moe_route_cuda(const moe_routing_config *c, const float *logits, 
     if (tokens <= 0)
         return 0;
     int groups = c->n_group > 1 ? c->n_group : 1;
-    size_t shared = (2 * (size_t)c->experts + 2 * (size_t)groups + (size_t)c->top_k) * sizeof(float);
+    size_t shared = (2 * (size_t)c->experts + (size_t)groups + (size_t)c->top_k) * sizeof(float);
     if (c->experts <= 0 || c->top_k <= 0 || c->experts % groups || shared > 48 * 1024)
         return (int)cudaErrorInvalidValue;
     route_kernel<<<(unsigned)tokens, kThreads, shared, (cudaStream_t)stream>>>(*c, logits, bias, chosen, weights);

@@ -60,6 +60,11 @@ grep -q "you> What time" "$tmp/out" || { echo "FAIL: --keep-going did not go on"
 # A turn larger than the whole context: the model's failure (3), named, not a bad line (1).
 printf 'Hello! Who are you?\n' > "$tmp/hello.kc"
 expect 3 "^$tmp/hello.kc:1: the conversation is [0-9]+ tokens, more than the 50-token context" -- --script "$tmp/hello.kc" --max-context 50 --no-save
+# A conversation exactly as long as the context still gets its first answer token (it takes no
+# cache position: engine_positions_needed), then stops at the full context; one token longer is refused.
+n=$(grep -oE "the conversation is [0-9]+ tokens" "$tmp/err" | grep -oE "[0-9]+")
+expect 3 "^\[the context is full \($n tokens\)" -- --script "$tmp/hello.kc" --max-context "$n" --no-save --temperature 0
+expect 3 "^$tmp/hello.kc:1: the conversation is $n tokens, more than the $((n - 1))-token context" -- --script "$tmp/hello.kc" --max-context "$((n - 1))" --no-save
 # --resume with saving off (--no-save, or a sessions folder that cannot be made) reads the
 # newest session and writes nothing; with none there it is a usage error, not a crash.
 rm -rf "$tmp/data"

@@ -36,6 +36,9 @@ typedef struct {
     double mscale, mscale_all_dim, rope_factor;
     unsigned long seed;
     const char *out_dir, *tokenizer_dir;
+    const char *poison_name;    /* --poison NAME=VALUE: element 0 of this tensor is poison_value */
+    float poison_value;
+    int poisoned;               /* the tensor was found and written */
 } model_spec;
 
 /* The tiny-k25 fixture's architecture. */
@@ -99,9 +102,12 @@ static const char usage[] =
     "  [--nope N] [--rope N] [--v-head N] [--experts N] [--top-k N] [--n-group N]\n"
     "  [--topk-group N] [--moe-inter N] [--inter N] [--shared N] [--vocab N (base, specials follow)]\n"
     "  [--recipe k25|k26] [--router-bias-dtype bf16|f32] [--mscale X] [--mscale-all-dim X]\n"
-    "  [--rope-factor X] [--single-file | --shards N] [--holes]\n"
+    "  [--rope-factor X] [--single-file | --shards N] [--holes] [--poison TENSOR=VALUE]\n"
     "  --holes: every tensor is zero, left as a hole of a sparse file (but scalars; NVFP4 scale_2\n"
-    "  = 1): a checkpoint of any size in a moment, for tests of loading (its answers mean nothing)\n";
+    "  = 1): a checkpoint of any size in a moment, for tests of loading (its answers mean nothing)\n"
+    "  --poison: element 0 of the named BF16/F32 tensor (a norm, router, embedding or BF16 linear\n"
+    "  weight, or an NVFP4 weight_scale_2 / input_scale) becomes VALUE: inf, -inf, nan or a number\n"
+    "  (1e30: huge), for tests of what a broken weight does\n";
 
 static int parse_spec(int argc, char **argv, model_spec *spec, kimi_err *err)
 {
@@ -109,7 +115,7 @@ static int parse_spec(int argc, char **argv, model_spec *spec, kimi_err *err)
     if (probe_args_parse(&args, argc, argv,
                          "out,preset,seed,tokenizer,hidden,layers,dense-layers,heads,q-lora,kv-lora,nope,"
                          "rope,v-head,experts,top-k,n-group,topk-group,moe-inter,inter,shared,vocab,"
-                         "recipe,router-bias-dtype,mscale,mscale-all-dim,rope-factor,single-file,shards,holes,help",
+                         "recipe,router-bias-dtype,mscale,mscale-all-dim,rope-factor,single-file,shards,holes,poison,help",
                          err))
         return err->code;
     if (probe_arg(&args, "help"))
@@ -150,6 +156,17 @@ static int parse_spec(int argc, char **argv, model_spec *spec, kimi_err *err)
     spec->router_bias_f32 = bias && !strcmp(bias, "f32");
     spec->single_file = probe_arg(&args, "single-file") != NULL;
     spec->holes = probe_arg(&args, "holes") != NULL;
+    const char *poison = probe_arg(&args, "poison");
+    if (poison) {
+        const char *eq = strchr(poison, '=');
+        char *end = NULL;
+        if (eq)
+            spec->poison_value = strtof(eq + 1, &end);
+        if (!eq || eq == poison || end == eq + 1 || *end)
+            return kimi_fail(err, KIMI_ERR_USAGE, "--poison: '%s' is not TENSOR=VALUE (VALUE: inf, -inf, nan or a "
+                             "number)", poison);
+        spec->poison_name = strndup(poison, (size_t)(eq - poison));
+    }
     if (spec->single_file && probe_arg(&args, "shards"))
         return kimi_fail(err, KIMI_ERR_USAGE, "--single-file and --shards exclude each other");
     return 0;
@@ -957,10 +974,26 @@ static void store_float(dtype type, float value, uint8_t *out)
     }
 }
 
-static int write_tensor_data(FILE *f, const model_plan *plan, const tensor_plan *t, quantized_linear *q, int holes,
-                             kimi_err *err)
+static int write_tensor_data(FILE *f, const model_plan *plan, const tensor_plan *t, quantized_linear *q,
+                             model_spec *s, kimi_err *err)
 {
     size_t written;
+    int holes = s->holes;
+    int poison = s->poison_name && !strcmp(s->poison_name, t->name);
+    if (poison && t->type != DTYPE_F32 && t->type != DTYPE_BF16)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--poison: %s is %s, not BF16 or F32", t->name, dtype_name(t->type));
+    if (poison && (holes || t->fill == FILL_NVFP4_SCALE_2 || t->fill == FILL_SCALAR)) {
+        uint8_t first[4];
+        store_float(t->type, s->poison_value, first);
+        s->poisoned = 1;
+        size_t element = dtype_size(t->type);
+        written = fwrite(first, 1, element, f);
+        if (t->bytes > element && fseeko(f, (off_t)(t->bytes - element), SEEK_CUR) == 0)
+            written = t->bytes;   /* (holes) the rest stays zero */
+        if (written != t->bytes)
+            return kimi_fail(err, KIMI_ERR_IO, "writing %s: %s", t->name, strerror(errno));
+        return 0;
+    }
     if (holes && t->fill != FILL_SCALAR) {
         const float one = 1.0f;
         if (t->fill == FILL_NVFP4_SCALE_2)  /* the linear is zero whatever its (finite) scale */
@@ -998,6 +1031,10 @@ static int write_tensor_data(FILE *f, const model_plan *plan, const tensor_plan 
                 float noise = random_normal(&state) * t->param;
                 store_float(t->type, t->fill == FILL_NORM_WEIGHT ? 1.0f + noise : noise, chunk + i * element);
             }
+            if (poison && done == 0) {
+                store_float(t->type, s->poison_value, chunk);
+                s->poisoned = 1;
+            }
             written += fwrite(chunk, 1, n * element, f);
             done += n;
         }
@@ -1018,7 +1055,7 @@ static void append_header_entry(text_buffer *h, const tensor_plan *t, uint64_t o
                 (unsigned long long)(offset + t->bytes));
 }
 
-static int write_shard(const model_spec *s, const model_plan *plan, int shard, const char *file, quantized_linear *q,
+static int write_shard(model_spec *s, const model_plan *plan, int shard, const char *file, quantized_linear *q,
                        kimi_err *err)
 {
     text_buffer header = {0};
@@ -1052,7 +1089,7 @@ static int write_shard(const model_spec *s, const model_plan *plan, int shard, c
         status = kimi_fail(err, KIMI_ERR_IO, "%s: %s", path, strerror(errno));
     for (int i = 0; i < plan->n_tensors && !status; i++)
         if (plan->tensors[i].shard == shard)
-            status = write_tensor_data(f, plan, &plan->tensors[i], q, s->holes, err);
+            status = write_tensor_data(f, plan, &plan->tensors[i], q, s, err);
     /* a hole at the end is not in the file until its size says so */
     if (!status && s->holes && (fflush(f) || ftruncate(fileno(f), (off_t)(8 + header.len + offset))))
         status = kimi_fail(err, KIMI_ERR_IO, "%s: %s", path, strerror(errno));
@@ -1091,7 +1128,7 @@ static int write_index(const model_spec *s, const model_plan *plan, kimi_err *er
     return status;
 }
 
-static int write_weights(const model_spec *s, const model_plan *plan, kimi_err *err)
+static int write_weights(model_spec *s, const model_plan *plan, kimi_err *err)
 {
     quantized_linear q = {.linear = -1};
     int status = 0;
@@ -1117,7 +1154,7 @@ static double seconds_since(const struct timespec *start)
     return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) * 1e-9;
 }
 
-static int make_model(const model_spec *s, kimi_err *err)
+static int make_model(model_spec *s, kimi_err *err)
 {
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
@@ -1139,6 +1176,8 @@ static int make_model(const model_spec *s, kimi_err *err)
         build_plan(s, vocab + tokenizer.special_count, &plan);
         status = write_weights(s, &plan, err);
     }
+    if (!status && s->poison_name && !s->poisoned)
+        status = kimi_fail(err, KIMI_ERR_USAGE, "--poison: the checkpoint has no tensor named %s", s->poison_name);
     if (!status)
         printf("kimi-mkmodel: %s: %d layers (%d dense), hidden %d, %d heads, %d experts top-%d (%d groups, %d kept), "
                "vocab %d + %d, %s, %d tensors (%d NVFP4 linears), %.2f GB in %d file%s, %.1f s\n",
@@ -1159,9 +1198,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "kimi-mkmodel: %s\n%s", err.msg, usage);
         return err.code;
     }
-    if (make_model(&spec, &err)) {
+    int status = make_model(&spec, &err);
+    if (status)
         fprintf(stderr, "kimi-mkmodel: %s\n", err.msg);
-        return err.code;
-    }
-    return 0;
+    free((char *)spec.poison_name);
+    return status;
 }

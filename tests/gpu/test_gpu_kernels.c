@@ -304,8 +304,9 @@ static void check_rmsnorm_add_allreduce(void)
 }
 
 /* The latent norm, rope of k_pe and q_pe, and the fp16 cache rows of `tokens` tokens at
- * positions position + t. */
-static void check_kv_rope_cache(long position, int tokens)
+ * positions position + t; norm_scale 1e5 pushes latents past the fp16 range, which both
+ * backends saturate to +-65504 and count alike. */
+static void check_kv_rope_cache(long position, int tokens, float norm_scale)
 {
     int kv_lora = 512, rope = 64, heads = 8, nope = 128, q_width = nope + rope, row = kv_lora + rope;
     size_t qn = (size_t)heads * q_width;
@@ -314,6 +315,9 @@ static void check_kv_rope_cache(long position, int tokens)
     CHECK_INT(rope_table_init(&table, &rc), 0);
     float *kv = random_floats((size_t)tokens * row, 2.0f), *q = random_floats((size_t)tokens * qn, 1.0f);
     float *norm = random_floats((size_t)kv_lora, 1.0f);
+    for (int i = 0; i < kv_lora; i++)
+        norm[i] *= norm_scale;
+    size_t want_clamps = 0;
     float cos_t[128], sin_t[128];
     float *want_kv = malloc((size_t)tokens * row * 4), *want_q = malloc((size_t)tokens * qn * 4);
     memcpy(want_kv, kv, (size_t)tokens * row * 4);
@@ -327,7 +331,7 @@ static void check_kv_rope_cache(long position, int tokens)
         rope_apply(kv_t + kv_lora, cos_t, sin_t, rope);
         for (int h = 0; h < heads; h++)
             rope_apply(want_q + (size_t)t * qn + (size_t)h * q_width + nope, cos_t, sin_t, rope);
-        float_row_to_f16(kv_t, (size_t)row, want_cache + (size_t)t * row);
+        want_clamps += float_row_to_f16_saturate(kv_t, (size_t)row, want_cache + (size_t)t * row);
     }
 
     float *dkv = gpu_test_upload(kv, (size_t)tokens * row * 4), *dq = gpu_test_upload(q, (size_t)tokens * qn * 4);
@@ -337,8 +341,14 @@ static void check_kv_rope_cache(long position, int tokens)
     int *dpos = gpu_test_upload(&pos, sizeof pos);
     uint16_t *dcache = NULL;
     CUDA_CHECK(cudaMalloc((void **)&dcache, ((size_t)position + tokens) * row * 2));
+    unsigned zero = 0, got_clamps = 0;
+    unsigned *dclamps = gpu_test_upload(&zero, sizeof zero);
     CHECK_INT(mla_kv_rope_cache_cuda(dkv, kv_lora, rope, dnorm, 1e-6f, dq, heads, nope, dfreq, table.cos_sin_scale,
-                                     dpos, dcache, tokens, NULL), 0);
+                                     dpos, dcache, dclamps, tokens, NULL), 0);
+    gpu_test_download(&got_clamps, dclamps, sizeof got_clamps);
+    CHECK_INT(got_clamps, want_clamps);
+    CHECK(norm_scale < 1e4f || want_clamps > 0);
+    cudaFree(dclamps);
     float *got_kv = malloc((size_t)tokens * row * 4), *got_q = malloc((size_t)tokens * qn * 4);
     gpu_test_download(got_kv, dkv, (size_t)tokens * row * 4);
     gpu_test_download(got_q, dq, (size_t)tokens * qn * 4);
@@ -370,10 +380,22 @@ static void check_kv_rope_cache(long position, int tokens)
     free(got_cache);
 }
 
-static void check_route(int experts, int top_k, int n_group, int topk_group, int with_bias, int tokens)
+/* poison: token t's logits are made non-finite by pattern t % 4 (none; all NaN; NaN at every
+ * third expert and +inf at one; -inf and NaN halves), so both backends must follow the one
+ * ranking rule of kernels/moe_routing_math.h. */
+static void check_route(int experts, int top_k, int n_group, int topk_group, int with_bias, int tokens, int poison)
 {
     moe_routing_config c = {experts, top_k, n_group, topk_group, 1, 2.827f};
     float *logits = random_floats((size_t)tokens * experts, 4.0f), *bias = random_floats((size_t)experts, 0.05f);
+    for (int t = 0; poison && t < tokens; t++)
+        for (int e = 0; e < experts; e++) {
+            float *l = &logits[(size_t)t * experts + e];
+            switch (t % 4) {
+            case 1: *l = NAN; break;
+            case 2: *l = e % 3 == 0 ? NAN : e == experts / 2 ? INFINITY : *l; break;
+            case 3: *l = e < experts / 2 ? -INFINITY : NAN; break;
+            }
+        }
     float *scratch = malloc(moe_route_scratch_floats(&c) * sizeof(float));
     int want_chosen[8 * 64], got_chosen[8 * 64];
     float want_w[8 * 64], got_w[8 * 64];
@@ -392,7 +414,8 @@ static void check_route(int experts, int top_k, int n_group, int topk_group, int
               "routing %d experts top %d groups %d/%d, %d tokens: choice differs", experts, top_k, n_group, topk_group,
               tokens);
     for (int k = 0; k < tokens * top_k; k++)
-        CHECK_MSG(close_to(got_w[k], want_w[k], fabsf(want_w[k]), 2e-6f), "routing weight %d: gpu %.9g cpu %.9g", k,
+        CHECK_MSG((isnan(got_w[k]) && isnan(want_w[k])) || close_to(got_w[k], want_w[k], fabsf(want_w[k]), 2e-6f),
+                  "routing weight %d: gpu %.9g cpu %.9g", k,
                   got_w[k], want_w[k]);
     cudaFree(dl);
     cudaFree(db);
@@ -722,14 +745,17 @@ int main(void)
     check_attention_projections(WEIGHT_BF16, 8, 128, 128, 512);
     check_attention_projections(WEIGHT_NVFP4, 3, 32, 16, 64);
     check_rmsnorm_add_allreduce();
-    check_kv_rope_cache(0, 1);
-    check_kv_rope_cache(4097, 1);
-    check_kv_rope_cache(131071, 1);
-    check_kv_rope_cache(100, 8);
-    check_route(384, 8, 1, 1, 1, 1);
-    check_route(16, 4, 4, 2, 1, 1);
-    check_route(64, 6, 8, 3, 0, 1);
-    check_route(384, 8, 1, 1, 1, 8);
+    check_kv_rope_cache(0, 1, 1.0f);
+    check_kv_rope_cache(4097, 1, 1.0f);
+    check_kv_rope_cache(131071, 1, 1.0f);
+    check_kv_rope_cache(100, 8, 1.0f);
+    check_kv_rope_cache(100, 8, 1e5f);
+    check_route(384, 8, 1, 1, 1, 1, 0);
+    check_route(16, 4, 4, 2, 1, 1, 0);
+    check_route(64, 6, 8, 3, 0, 1, 0);
+    check_route(384, 8, 1, 1, 1, 8, 0);
+    check_route(384, 8, 1, 1, 1, 8, 1);
+    check_route(64, 6, 8, 3, 1, 8, 1);
     check_moe(16, 8, 7168, 256, 1, 1);
     check_moe(8, 2, 192, 64, 0, 1);
     check_moe(16, 8, 7168, 256, 1, 5);

@@ -1,5 +1,5 @@
-/* sampler_rule: the sampling rule of engine/runtime/sampler.h restated independently, as a check of
- * one draw (shared by test_sampler and the fuzz_sampler target): whether an id the sampler
+/* sampler_rule: the sampling rule of engine/runtime/sampler.h restated independently (+inf
+ * certain, NaN ignored, -inf impossible), as a check of one draw (shared by test_sampler and the fuzz_sampler target): whether an id the sampler
  * returned is one the rule gives a nonzero probability. */
 #ifndef KIMI_TEST_SAMPLER_RULE_H
 #define KIMI_TEST_SAMPLER_RULE_H
@@ -21,19 +21,26 @@ static inline float sampler_rule_z(float logit, double max_logit, double tempera
 /* NULL when id may come out of sampler_sample(logits [vocab]) under p, else which part of the
  * rule it breaks. The top-p boundary is allowed a relative 1e-5 of slack for the order in
  * which probabilities are summed. */
-static inline const char *sampler_rule_violation(const float *logits, int vocab, const sampler_params *p,
+static inline const char *sampler_rule_violation(const float *logits_in, int vocab, const sampler_params *p,
                                                  int32_t id)
 {
+    /* +inf is certain: with any +inf logit the +inf ids alone compete, as equals (logit 0) */
+    int has_inf = 0;
+    for (int i = 0; i < vocab; i++)
+        has_inf |= logits_in[i] == INFINITY;
+    float logits[vocab > 0 ? vocab : 1];
+    for (int i = 0; i < vocab; i++)
+        logits[i] = !has_inf ? logits_in[i] : logits_in[i] == INFINITY ? 0.0f : NAN;
     int32_t best = -1;
     for (int i = 0; i < vocab; i++)
         if (isfinite(logits[i]) && (best < 0 || logits[i] > logits[best]))
             best = i;
     if (best < 0)
-        return id == -1 ? NULL : "no logit is finite, yet an id came back";
+        return id == -1 ? NULL : "no logit is finite or +inf, yet an id came back";
     if (id < 0 || id >= vocab)
         return "the id is outside the vocabulary";
     if (!isfinite(logits[id]))
-        return "the id has a non-finite logit";
+        return has_inf ? "a +inf logit exists, yet the id's is not +inf" : "the id has a non-finite logit";
     if (p->temperature == 0)
         return id == best ? NULL : "greedy did not return the argmax (lowest id on ties)";
 

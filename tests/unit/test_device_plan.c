@@ -21,6 +21,7 @@
 #include "engine/backend/device_plan.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/moe_routing.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/half_math.h"
 #include "kernels/nvfp4_math.h"
@@ -435,7 +436,7 @@ static device_moe_plan moe_split(const int *offsets, int experts, int min_tokens
                                  device_expert_run *runs)
 {
     device_moe_plan plan;
-    CHECK_INT(device_moe_plan_make(offsets, experts, min_tokens, gemm, runs, &plan), 0);
+    CHECK_INT(device_moe_plan_make(offsets, experts, DEVICE_PREFILL_TOKENS, min_tokens, gemm, runs, &plan), 0);
     int covered[64] = {0}, faults = 0, slots = 0;
     for (int i = 0; i < plan.n_gemm; i++) {
         int e = gemm[i].expert;
@@ -506,8 +507,89 @@ static void check_moe_plan(void)
         moe_split(offsets, experts, 16 + round % 64, gemm, runs);
     }
     int bad_start[3] = {1, 2, 3}, descending[3] = {0, 5, 4};
-    CHECK_INT(device_moe_plan_make(bad_start, 2, 64, gemm, runs, &plan), -1);
-    CHECK_INT(device_moe_plan_make(descending, 2, 64, gemm, runs, &plan), -1);
+    CHECK_INT(device_moe_plan_make(bad_start, 2, 512, 64, gemm, runs, &plan), -1);
+    CHECK_INT(device_moe_plan_make(descending, 2, 512, 64, gemm, runs, &plan), -1);
+    /* an expert with more slots than the step has tokens (chosen twice for a token: 8 x 512
+     * slots) or a step longer than the workspace holds is refused, never planned past it */
+    int twice[3] = {0, 4096, 4096}, fits[3] = {0, 512, 512};
+    CHECK_INT(device_moe_plan_make(twice, 2, 512, 64, gemm, runs, &plan), -1);
+    CHECK_INT(device_moe_plan_make(fits, 2, 511, 64, gemm, runs, &plan), -1);
+    CHECK_INT(device_moe_plan_make(fits, 2, DEVICE_PREFILL_TOKENS + 1, 64, gemm, runs, &plan), -1);
+    CHECK_INT(device_moe_plan_make(fits, 2, 512, 64, gemm, runs, &plan), 0);
+    CHECK_INT(gemm[0].rows, 512);
+}
+
+/* Routing and the expert plan together, fuzzed: for steps of every length up to the workspace's
+ * with router logits that are random, huge, +-inf, NaN or all alike (the non-finite activations
+ * of a broken request), moe_route never chooses an expert twice for a token, and the plan of its
+ * choices never needs more rows than device_workspace_plan provides (expert_x/_y: [tokens][hidden],
+ * expert_act/_up: [tokens][moe inter], moe_order: [tokens * top_k]). */
+static void check_route_plan_fuzz(void)
+{
+    /* Kimi-K2.5's router (384 experts, top 8, one group) and a grouped one (64 in 8 groups, keep 3, top 6) */
+    moe_routing_config configs[2] = {{384, 8, 1, 1, 1, 2.827f}, {64, 6, 8, 3, 1, 1.0f}};
+    device_gemm_expert gemm[384];
+    device_expert_run runs[384];
+    int offsets[385], chosen[8];
+    float logits[384], bias[384], weights[8], scratch[1024];
+    uint32_t seed = 11;
+    int twice = 0, over = 0, refused = 0;
+    for (int ci = 0; ci < 2; ci++) {
+        const moe_routing_config *c = &configs[ci];
+        model_config cfg = {.hidden = 64, .layers = 2, .heads = 4, .q_lora_rank = 32, .kv_lora_rank = 32,
+                            .qk_nope_dim = 16, .qk_rope_dim = 8, .v_head_dim = 16, .experts = c->experts,
+                            .experts_per_token = c->top_k, .shared_experts = 1, .moe_intermediate = 32,
+                            .intermediate = 96, .vocab = 256};
+        tp_shard shard = {.tp = 1, .heads = {0, 4}, .dense_inter = {0, 96}, .moe_inter = {0, 32},
+                          .shared_inter = {0, 32}, .vocab = {0, 256}};
+        device_workspace ws;
+        device_workspace_plan(&cfg, &shard, 4, &ws);
+        CHECK(moe_route_scratch_floats(c) <= sizeof scratch / sizeof *scratch);
+        for (int round = 0; round < 24; round++) {
+            int tokens = round < 8 ? DEVICE_PREFILL_TOKENS : 1 + (int)(seed % DEVICE_PREFILL_TOKENS);
+            int counts[384] = {0};
+            for (int t = 0; t < tokens; t++) {
+                /* the kind of token: 0 random, 1 all NaN, 2 all +inf, 3 all -inf, 4 all equal,
+                 * 5 a mix of NaN, +-inf, huge and random, 6 NaN bias on a random logit row */
+                seed = seed * 1103515245u + 12345u;
+                int kind = (int)((seed >> 16) % 7);
+                for (int e = 0; e < c->experts; e++) {
+                    seed = seed * 1103515245u + 12345u;
+                    float r = (float)((seed >> 8) % 20001) / 1000.0f - 10.0f;
+                    float mix[5] = {NAN, INFINITY, -INFINITY, 3e38f, r};
+                    float kinds[7] = {r, NAN, INFINITY, -INFINITY, 1.0f, mix[(seed >> 4) % 5], r};
+                    logits[e] = kinds[kind];
+                    bias[e] = kind == 6 && (seed >> 3) % 3 == 0 ? NAN : (float)((seed >> 12) % 100) / 1000.0f;
+                }
+                moe_route(c, logits, bias, scratch, chosen, weights);
+                for (int k = 0; k < c->top_k; k++) {
+                    over += chosen[k] < 0 || chosen[k] >= c->experts;
+                    for (int j = 0; j < k; j++)
+                        twice += chosen[j] == chosen[k];
+                    if (chosen[k] >= 0 && chosen[k] < c->experts)
+                        counts[chosen[k]]++;
+                }
+            }
+            offsets[0] = 0;
+            for (int e = 0; e < c->experts; e++)
+                offsets[e + 1] = offsets[e] + counts[e];
+            device_moe_plan plan;
+            if (device_moe_plan_make(offsets, c->experts, tokens, DEVICE_EXPERT_GEMM_MIN_TOKENS, gemm, runs, &plan)) {
+                refused++;
+                continue;
+            }
+            over += (size_t)offsets[c->experts] > ws.attn_partials - ws.moe_order;
+            for (int i = 0; i < plan.n_gemm; i++) {
+                size_t rows = (size_t)gemm[i].rows;
+                over += rows * (size_t)cfg.hidden > ws.expert_y - ws.expert_x ||
+                        rows * (size_t)cfg.hidden > ws.expert_act - ws.expert_y ||
+                        rows * 32 > ws.expert_up - ws.expert_act || rows * 32 > ws.total - ws.expert_up;
+            }
+        }
+    }
+    CHECK_INT(twice, 0);
+    CHECK_INT(over, 0);
+    CHECK_INT(refused, 0);
 }
 
 /* The workspace of one Kimi-K2.5 rank at TP 8 (hidden 7168, 8 heads, 384 experts top-8 of width
@@ -757,6 +839,7 @@ int main(void)
     check_prefill_parts();
     check_step_tokens();
     check_moe_plan();
+    check_route_plan_fuzz();
     check_rank_workspace();
     check_device_lists();
     check_device_assign();

@@ -342,12 +342,21 @@ static void test_stop_ids_and_context_full(void)
     CHECK_INT(o.stats.stop_id, stop[1]);
     CHECK_STR(engine_stop_reason_name(o.stats.stop_reason), "stop_token");
 
-    /* 46 + 32 positions do not fit in 64: refused up front, naming the numbers. */
+    /* 46 + 32 - 1 positions (the last new token takes none) do not fit in 64: refused up
+     * front, naming the numbers; 46 + 19 - 1 = 64 fit exactly and run to the end. */
     kimi_err err = {0};
     uint64_t id;
     engine_request req = {.tokens = prompt.ids, .n_tokens = prompt.n, .sampling = {0, 0, 1, 0}, .max_new_tokens = 32};
     CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_STATE);
-    CHECK_MSG(strstr(err.msg, "context full") && strstr(err.msg, "64") && strstr(err.msg, "78"), "%s", err.msg);
+    CHECK_MSG(strstr(err.msg, "context full") && strstr(err.msg, "64") && strstr(err.msg, "77"), "%s", err.msg);
+    CHECK_INT(engine_positions_needed(prompt.n, 64 - prompt.n + 1), 64);
+    req.max_new_tokens = 64 - prompt.n + 2;
+    CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_STATE);
+    CHECK_MSG(strstr(err.msg, "= 65 positions > 64"), "%s", err.msg);
+    collect(e, submit(e, prompt.ids, prompt.n, 64 - prompt.n + 1, NULL, 0, NULL), &o);
+    CHECK_INT(o.n_errors, 0);
+    CHECK_INT(o.stats.stop_reason, ENGINE_STOP_MAX_TOKENS);
+    CHECK_INT(o.n_tokens, 64 - prompt.n + 1);
 
     /* max_new_tokens 0: generate until the cache is full. The prompt fills 46 positions, each
      * further step one more, and the last sampled id needs no position: 64 - 46 + 1 ids. */
@@ -359,9 +368,34 @@ static void test_stop_ids_and_context_full(void)
     for (int i = 0; i < o.n_tokens && i < want.n; i++)
         same &= o.tokens[i] == want.ids[i];
     CHECK(same);
+    engine_close(e);
+
+    /* A prompt exactly as long as the context: with max_new_tokens 0 or 1 it fits (the one new
+     * token is sampled from the prompt's logits without a position), and the id is the
+     * reference's; one more token of max_new_tokens does not. A context of one position runs a
+     * one-token prompt. */
+    e = open_engine(1, prompt.n, 0);
+    for (int max_new = 0; max_new <= 1; max_new++) {
+        collect(e, submit(e, prompt.ids, prompt.n, max_new, NULL, 0, NULL), &o);
+        CHECK_MSG(o.n_errors == 0, "prompt == context, max_new %d: %s", max_new, o.error);
+        CHECK_INT(o.n_tokens, 1);
+        CHECK_INT(o.tokens[0], want.ids[0]);
+        CHECK_INT(o.stats.stop_reason, max_new ? ENGINE_STOP_MAX_TOKENS : ENGINE_STOP_CONTEXT_FULL);
+    }
+    req.max_new_tokens = 2;
+    CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_STATE);
+    engine_close(e);
+    e = open_engine(1, 1, 0);
+    collect(e, submit(e, prompt.ids, 1, 0, NULL, 0, NULL), &o);
+    CHECK_MSG(o.n_errors == 0 && o.n_tokens == 1, "context 1: %d tokens, %s", o.n_tokens, o.error);
+    CHECK_INT(o.stats.stop_reason, ENGINE_STOP_CONTEXT_FULL);
+    req.n_tokens = 2;
+    req.max_new_tokens = 0;
+    CHECK_INT(engine_submit(e, &req, &id, &err), KIMI_ERR_STATE);
+    CHECK_MSG(strstr(err.msg, "prompt's 2 positions > 1"), "%s", err.msg);
+    engine_close(e);
     free(prompt.ids);
     free(want.ids);
-    engine_close(e);
 }
 
 static void test_misuse(void)
@@ -665,6 +699,18 @@ static double seconds_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The DONE of a prefill of n tokens cancelled part-way reports what it did: its finished chunks
+ * (in the cache), and a rate over at most those plus the chunk it stopped in. */
+static void check_cancelled_prefill_stats(const engine_stats *st, int n, int chunk)
+{
+    CHECK_MSG(st->prefilled_tokens >= 0 && st->prefilled_tokens < n && st->prefilled_tokens % chunk == 0,
+              "cancelled prefill of %d tokens reports %d prefilled", n, st->prefilled_tokens);
+    double worked = st->prefill_tok_s * st->prefill_seconds;
+    CHECK_MSG(worked >= st->prefilled_tokens - 1e-6 && worked <= st->prefilled_tokens + chunk + 1e-6,
+              "cancelled prefill: %.1f tok/s over %.3f s = %.1f tokens, %d prefilled", st->prefill_tok_s,
+              st->prefill_seconds, worked, st->prefilled_tokens);
+}
+
 /* A cancel during a prefill takes effect between layers, not only between chunks of 256
  * tokens: cancelled shortly after a long prefill starts, the time from engine_cancel to the
  * DONE must stay well under the time of that first chunk alone (the old granularity). Also
@@ -699,6 +745,21 @@ static void test_cancel_during_prefill(void)
         CHECK(got_done);
         CHECK_INT(ev.stats.stop_reason, ENGINE_STOP_CANCELLED);
         CHECK_INT(ev.stats.generated_tokens, 0);
+        check_cancelled_prefill_stats(&ev.stats, n, chunk);
+    }
+    /* Cancelled after one and a half chunks' time: the chunks it finished are what it reports,
+     * and exactly those are reused by the same prompt next. */
+    prompt[0] = 7;
+    uint64_t id = submit(e, prompt, n, 1, NULL, 0, NULL);
+    usleep((useconds_t)(chunk_seconds * 1.5 * 1e6));
+    CHECK_INT(engine_cancel(e, id, NULL), 0);
+    collect(e, id, &o);
+    if (o.stats.stop_reason == ENGINE_STOP_CANCELLED) {
+        check_cancelled_prefill_stats(&o.stats, n, chunk);
+        engine_stats cancelled = o.stats;
+        collect(e, submit(e, prompt, n, 1, NULL, 0, NULL), &o);
+        CHECK_INT(o.stats.reused_tokens, cancelled.prefilled_tokens);
+        CHECK_INT(o.stats.prefilled_tokens, n - cancelled.prefilled_tokens);
     }
     printf("cancel during prefill: worst %.1f ms from cancel to DONE; the first %d-token chunk takes %.1f ms\n",
            worst * 1e3, chunk, chunk_seconds * 1e3);

@@ -1,6 +1,8 @@
 /* test_moe_routing: expert choice on hand-made scores: the bias picks but does not weigh,
- * ties go to the lower index, norm_topk_prob and routed_scaling_factor, and group-limited
- * choice (groups scored by their two best biased scores). */
+ * ties go to the lower index, norm_topk_prob and routed_scaling_factor, group-limited
+ * choice (groups scored by their two best biased scores), and the one rule for non-finite
+ * scores (kernels/moe_routing_math.h): NaN ranks as -inf whatever the expert's index, +inf
+ * first, and no expert is ever chosen twice. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -62,5 +64,44 @@ int main(void)
     CHECK_INT(chosen[1], 3);
     CHECK_INT(chosen[2], 7);
     CHECK_NEAR(weights[0], 0.2 / 1.5, 1e-6);
+
+    /* Every score NaN: three distinct experts (the lowest indices), their weights NaN, so the
+     * layer's output is non-finite and the request fails rather than reading one expert 3 times. */
+    c = (moe_routing_config){8, 3, 1, 1, 1, 1.0f};
+    float nan_logits[8];
+    for (int e = 0; e < 8; e++)
+        nan_logits[e] = NAN;
+    moe_route(&c, nan_logits, NULL, scratch, chosen, weights);
+    CHECK(chosen[0] == 0 && chosen[1] == 1 && chosen[2] == 2);
+    CHECK(isnan(weights[0]));
+    c = (moe_routing_config){8, 3, 4, 2, 1, 1.0f};
+    moe_route(&c, nan_logits, NULL, scratch, chosen, weights);
+    CHECK(chosen[0] == 0 && chosen[1] == 1 && chosen[2] == 2);
+
+    /* One NaN score is never chosen while finite ones are left, whichever expert has it. */
+    c = (moe_routing_config){8, 3, 1, 1, 1, 1.0f};
+    for (int poisoned = 0; poisoned < 8; poisoned++) {
+        float one_nan[8];
+        for (int e = 0; e < 8; e++)
+            one_nan[e] = e == poisoned ? NAN : logits[e];
+        moe_route(&c, one_nan, NULL, scratch, chosen, weights);
+        CHECK_MSG(chosen[0] != poisoned && chosen[1] != poisoned && chosen[2] != poisoned,
+                  "NaN at expert %d was chosen", poisoned);
+        CHECK(isfinite(weights[0]) && isfinite(weights[1]) && isfinite(weights[2]));
+    }
+
+    /* +inf biased scores come first (the lower index first), -inf ones rank above NaN only by
+     * index: all -inf gives the lowest indices, each once. */
+    float inf_bias[8] = {0, 0, 0, 0, INFINITY, 0, INFINITY, 0};
+    moe_route(&c, logits, inf_bias, scratch, chosen, weights);
+    CHECK(chosen[0] == 4 && chosen[1] == 6 && chosen[2] == 1);
+    for (int e = 0; e < 8; e++)
+        inf_bias[e] = -INFINITY;
+    moe_route(&c, logits, inf_bias, scratch, chosen, weights);
+    CHECK(chosen[0] == 0 && chosen[1] == 1 && chosen[2] == 2);
+    float inf_logits[8] = {-INFINITY, INFINITY, NAN, INFINITY, -INFINITY, NAN, 0, INFINITY};
+    moe_route(&c, inf_logits, NULL, scratch, chosen, weights);
+    CHECK(chosen[0] == 1 && chosen[1] == 3 && chosen[2] == 7);
+    CHECK_NEAR(weights[0], 1.0 / 3, 1e-6);
     return check_finish();
 }

@@ -55,11 +55,37 @@ static void test_greedy(void)
     CHECK_INT(sampler_sample(&s, logits), 1);
     logits[0] = 3.0f;
     CHECK_INT(sampler_sample(&s, logits), 0);
-    logits[4] = INFINITY;   /* non-finite logits are ignored, never picked */
+    logits[5] = -INFINITY;  /* NaN (id 4) and -inf are never picked */
     CHECK_INT(sampler_sample(&s, logits), 0);
+    logits[3] = INFINITY;   /* +inf is certain */
+    CHECK_INT(sampler_sample(&s, logits), 3);
+    logits[1] = INFINITY;   /* several: the lowest id */
+    CHECK_INT(sampler_sample(&s, logits), 1);
     float broken[3] = {NAN, -INFINITY, NAN};
     CHECK_INT(sampler_argmax(broken, 3), -1);
     sampler_free(&s);
+
+    /* Sampling with +inf logits: only those ids, uniformly (top-p and top-k see them as equals). */
+    float certain[6] = {9.0f, INFINITY, 1e30f, INFINITY, NAN, INFINITY};
+    float top_ps[3] = {1.0f, 0.9f, 0.5f};
+    for (int v = 0; v < 3; v++) {
+        sampler u = make_sampler(6, 1.0f, v == 2 ? 2 : 0, top_ps[v], 5);
+        int seen[6] = {0};
+        for (int i = 0; i < 3000; i++) {
+            int32_t id = sampler_sample(&u, certain);
+            CHECK(id >= 0 && id < 6 && certain[id] == INFINITY);
+            if (id >= 0 && id < 6)
+                seen[id]++;
+        }
+        /* top_p 1 and 0.9 keep all three (each holds a third); top_k 2 with top_p 0.5 keeps ids 1
+         * and 3 (the lower ids rank first among equals), of which the nucleus of half the mass
+         * is id 1 plus id 3 at the boundary */
+        if (v < 2)
+            CHECK_MSG(seen[1] > 850 && seen[3] > 850 && seen[5] > 850, "%d %d %d", seen[1], seen[3], seen[5]);
+        else
+            CHECK_MSG(seen[5] == 0 && seen[1] > 0, "%d %d %d", seen[1], seen[3], seen[5]);
+        sampler_free(&u);
+    }
 
     /* top_k = 1 at a positive temperature is greedy too, with the same tie rule. */
     float tied[4] = {0.5f, 2.0f, 2.0f, 1.0f};
@@ -265,7 +291,7 @@ static void random_row(float *row, int n, int kind, uint64_t *x)
         row[spike] = kind == 1 ? 50.0f : 1e30f;
     if (kind == 6 && n > 2)
         row[(spike + 1) % n] = row[spike];                                  /* tied top */
-    /* One row in three gets NaN and +-inf sprinkled in, which the sampler must ignore. */
+    /* One row in three gets NaN and +-inf sprinkled in (NaN ignored, -inf impossible, +inf certain). */
     if (test_rand(x) % 3 == 0) {
         static const float bad[3] = {NAN, INFINITY, -INFINITY};
         for (int i = 0; i < n; i++)
@@ -276,7 +302,7 @@ static void random_row(float *row, int n, int kind, uint64_t *x)
 
 /* Random rows, temperatures, top-k and top-p, the extremes sampler_params_check accepts
  * included: every draw is an id the rule of sampler.h gives a nonzero probability
- * (tests/unit/sampler_rule.h), so inside the vocabulary and never a non-finite logit. */
+ * (tests/unit/sampler_rule.h), so inside the vocabulary, never NaN or -inf, +inf whenever one is. */
 static void test_properties(void)
 {
     static const float temperatures[] = {0, FLT_TRUE_MIN, 1e-38f, 1e-20f, 1e-6f, 0.3f, 1, 7, 1e20f, FLT_MAX};
