@@ -511,7 +511,8 @@ static void advance_tools(app *a)
             a->fe.tool_approval(a->fe.user, &v);
             return;
         } else {
-            char *text = tool_message_denied(name);
+            /* nobody to ask: "the user denied" would be untrue */
+            char *text = tool_message_not_asked(name);
             finish_call(a, i, "denied", text, text ? strlen(text) : 0);
         }
     }
@@ -1181,6 +1182,13 @@ static int open_tools(app *a, kimi_err *err)
     if (tools_load(&a->tools, a->opt->tools_path, err))
         return err->code;
     a->have_tools = 1;
+    /* the API key is the server's business, never a tool's (a tool's output goes back to the
+       server and into the session file) */
+    const char *key_env = a->opt->api_key_env && *a->opt->api_key_env ? a->opt->api_key_env : "OPENAI_API_KEY";
+    if (tools_withhold_env(&a->tools, key_env, err))
+        return err->code;
+    if (a->tools.notes)
+        say_info(a, "%s", a->tools.notes);
     if (!(a->always_allowed = calloc((size_t)a->tools.n_tools + 1, sizeof *a->always_allowed)))
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
     return 0;
