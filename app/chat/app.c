@@ -39,7 +39,7 @@ struct app {
     generator *gen;
     tool_set tools;
     int have_tools;
-    int *always_allowed;            /* [tools.n_tools] "a" answered for that tool */
+    int *grant;                     /* [tools.n_tools] GRANT_* of that tool this session */
     session sess;
     char *sessions_dir;             /* NULL: autosave off */
     int temperature_follows_thinking;   /* the user never chose a temperature */
@@ -459,11 +459,12 @@ static void tool_run_finished(app *a)
     advance_tools(a);
 }
 
-static int allowed_by_policy(const app *a, const tool_def *t)
+/* What the user said about a tool this session, over --allow-tools. */
+enum { GRANT_NONE, GRANT_ALWAYS /* "a" answered */, GRANT_ASK /* /tools ask NAME */ };
+
+static int named_by_allow_tools(const app *a, const tool_def *t)
 {
     const char *allow = a->opt->allow_tools;
-    if (a->always_allowed[t - a->tools.tools])
-        return 1;
     if (!allow)
         return 0;
     if (!strcmp(allow, "all"))
@@ -477,6 +478,12 @@ static int allowed_by_policy(const app *a, const tool_def *t)
         p += len + (end != NULL);
     }
     return 0;
+}
+
+static int allowed_by_policy(const app *a, const tool_def *t)
+{
+    int grant = a->grant[t - a->tools.tools];
+    return grant == GRANT_ALWAYS || (grant != GRANT_ASK && named_by_allow_tools(a, t));
 }
 
 /* Handle the calls from next_call on until one has to wait (approval or a run), then, when all
@@ -553,7 +560,7 @@ void app_approve(app *a, int call_index, tool_approval decision)
         return;
     }
     if (decision == TOOL_APPROVE_ALWAYS)
-        a->always_allowed[t - a->tools.tools] = 1;
+        a->grant[t - a->tools.tools] = GRANT_ALWAYS;
     run_call(a, call_index, t);
 }
 
@@ -914,13 +921,19 @@ static void list_tools(app *a)
         return;
     }
     strbuf b = {0};
-    strbuf_printf(&b, "tools from %s%s:\n", a->tools.path, a->opt->no_tools ? " (all off: --no-tools)" : "");
+    strbuf_printf(&b, "tools from %s%s (/tools ask NAME takes an \"always\" back):\n", a->tools.path,
+                  a->opt->no_tools ? " (all off: --no-tools)" : "");
     for (int i = 0; i < a->tools.n_tools; i++) {
         const tool_def *t = &a->tools.tools[i];
         const char *description = json_string_value(
             json_object_get(json_object_get(t->definition, "function"), "description"));
-        strbuf_printf(&b, "  %-14s %-8s %s%s\n", t->name, t->enabled ? "on" : "off",
-                      description ? description : "", allowed_by_policy(a, t) ? " (runs without asking)" : "");
+        int grant = a->grant[t - a->tools.tools];
+        const char *policy = grant == GRANT_ALWAYS            ? "always (a)"
+                             : allowed_by_policy(a, t)        ? "always (--allow-tools)"
+                             : a->fe.tool_approval            ? "asks"
+                                                              : "not run (nobody to ask)";
+        strbuf_printf(&b, "  %-14s %-4s %-23s %s\n", t->name, t->enabled ? "on" : "off", policy,
+                      description ? description : "");
     }
     if (b.data)
         say_info(a, "%.*s", (int)b.len - 1, b.data);
@@ -998,9 +1011,15 @@ static int export_session(app *a, const command *c, kimi_err *err)
         const char *ext = c->format == EXPORT_JSON ? "json" : "md";
         struct stat st;
         snprintf(path, sizeof path, "kimi-chat-%s.%s", stamp, ext);
-        for (int k = 2; stat(path, &st) == 0; k++)
+        for (int k = 2; lstat(path, &st) == 0; k++)
             snprintf(path, sizeof path, "kimi-chat-%s-%d.%s", stamp, k, ext);
     }
+    /* an existing file (or a link: lstat) is replaced only when asked; the atomic rename that
+       writes it replaces a link itself, never the file it points to */
+    struct stat st;
+    if (!c->force && lstat(path, &st) == 0)
+        return kimi_fail(err, KIMI_ERR_INPUT, "/export: %s exists (/export %s %s --force replaces it)", path,
+                         c->format == EXPORT_JSON ? "json" : "md", path);
     int rc = c->format == EXPORT_JSON ? session_save(&a->sess, path, err)
                                       : session_export_markdown(&a->sess, path, err);
     if (!rc)
@@ -1032,6 +1051,10 @@ static int run_command(app *a, command *c, kimi_err *err)
         a->sess.path = NULL;
         a->sess.created = 0;
         session_changed(a, a->sess.conv.n_messages);
+        /* "always" was said about the conversation that ended */
+        for (int i = 0; a->grant && i < a->tools.n_tools; i++)
+            if (a->grant[i] == GRANT_ALWAYS)
+                a->grant[i] = GRANT_NONE;
         say_info(a, "new conversation");
         return 0;
     case CMD_SYSTEM:
@@ -1127,6 +1150,11 @@ static int run_command(app *a, command *c, kimi_err *err)
             tool_def *t = a->have_tools ? tools_find(&a->tools, c->arg) : NULL;
             if (!t)
                 return kimi_fail(err, KIMI_ERR_INPUT, "/tools: no tool named '%s' (/tools lists them)", c->arg);
+            if (c->tools == TOOLS_ASK) {
+                a->grant[t - a->tools.tools] = GRANT_ASK;
+                say_info(a, "%s asks before every call again", t->name);
+                return 0;
+            }
             t->enabled = c->tools == TOOLS_ENABLE;
             say_info(a, "%s %s", t->name, t->enabled ? "enabled" : "disabled");
         }
@@ -1189,7 +1217,7 @@ static int open_tools(app *a, kimi_err *err)
         return err->code;
     if (a->tools.notes)
         say_info(a, "%s", a->tools.notes);
-    if (!(a->always_allowed = calloc((size_t)a->tools.n_tools + 1, sizeof *a->always_allowed)))
+    if (!(a->grant = calloc((size_t)a->tools.n_tools + 1, sizeof *a->grant)))
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
     return 0;
 }
@@ -1297,7 +1325,7 @@ void app_close(app *a)
     free(a->called.data);
     if (a->have_tools)
         tools_free(&a->tools);
-    free(a->always_allowed);
+    free(a->grant);
     session_free(&a->sess);
     free(a->sessions_dir);
     if (a->tool_pipe[0] >= 0) {
