@@ -333,6 +333,11 @@ void plain_ui_echo_turn(plain_ui *ui, const char *text, size_t len)
 
 int plain_ui_stdout_errno(const plain_ui *ui) { return ui->stdout_errno; }
 
+void plain_ui_err_text(const plain_ui *ui, const char *text, size_t len)
+{
+    put_text(stderr, ui->clean_err, text, len);
+}
+
 /* y/a/n on the terminal; anything else asks again, end of input or a signal denies. */
 static tool_approval ask_approval(plain_ui *ui, int *signalled)
 {

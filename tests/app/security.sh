@@ -121,12 +121,16 @@ round
         --tools "$tmp/tools.json" --allow-tools dump_env)" /dev/null > "$tmp/tty" || fail "--plain on a terminal failed"
 check_env plain-tty
 no_escapes "$tmp/tty" "--plain on a terminal"
+# (a failed /expect quotes the answer: cleaned too)
 round
-printf 'dump it\n' > "$tmp/s.kc"
+printf 'dump it\n/expect contains no such text\n' > "$tmp/s.kc"
+code=0
 script -qec "$(printf '%q ' "$kimi_chat" --server "$url" --api-key-env KIMI_TEST_KEY --tools "$tmp/tools.json" \
-    --allow-tools dump_env --script "$tmp/s.kc")" /dev/null > "$tmp/tty" < /dev/null || fail "--script on a terminal failed"
+    --allow-tools dump_env --script "$tmp/s.kc")" /dev/null > "$tmp/tty" < /dev/null || code=$?
+[ $code = 1 ] || fail "--script on a terminal: exit $code, not the failed /expect's 1: $(cat "$tmp/tty")"
 check_env script-tty
 no_escapes "$tmp/tty" "--script on a terminal"
+grep -qF 'the last answer was: Done.^[]0;pwned-title^G' "$tmp/tty" || fail "--script: the quoted answer is not cleaned"
 
 # No --allow-tools and nobody to ask: not run, the note says what would allow it, and on a pipe
 # the next line is the next message (it used to be read as the y/a/n answer).

@@ -594,6 +594,7 @@ static void test_sessions(void)
     fclose(mine);
     CHECK_STR(text, "my notes\n");
     CHECK_MSG(app_command(a, "/export md mine.md --force", &err) == 0, "%s", err.msg);
+    CHECK(lstat("mine.md", &lst) == 0 && (lst.st_mode & 0777) == 0600);   /* conversation text: 0600 */
     mine = fopen("mine.md", "r");
     CHECK(mine && fgets(text, sizeof text, mine) && strcmp(text, "my notes\n"));
     fclose(mine);
