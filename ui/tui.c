@@ -1231,6 +1231,7 @@ static int approval_key(tui *t, int key, int is_char, int alt)
     }
     if (answer != 'y' && answer != 'a' && answer != 'n') {
         t->approval_stray_at = now;
+        t->approval_always = 0;     /* the a before it is no longer a deliberate first a */
         hint(t, "answer y, a or n");
         return 1;
     }

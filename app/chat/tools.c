@@ -504,7 +504,7 @@ static int env_passed(const tool_def *t, const char *e)
     return 0;
 }
 
-/* The tool's environment (TOOLS_DEFAULT_ENV, its exec.env, KIMI_TOOL_ARGS=<args>). The other
+/* The tool's environment (the default variables, its exec.env, KIMI_TOOL_ARGS=<args>). The other
  * entries are borrowed from environ; only *var is owned. */
 static char **build_env(const tool_def *t, const char *args, size_t len, char **var)
 {

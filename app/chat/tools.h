@@ -83,15 +83,12 @@ typedef struct {
     char error[256];        /* one line for FAILED_START / BAD_ARGUMENTS / TIMEOUT, else "" */
 } tool_result;
 
-/* The environment of a tool: PATH, HOME, USER, LANG, LC_*, TZ, TMPDIR and the variables its
- * exec.env names, as the app has them, and KIMI_TOOL_ARGS; nothing else (no API key, no
- * token a shell profile exported). */
-#define TOOLS_DEFAULT_ENV "PATH HOME USER LANG LC_* TZ TMPDIR"
-
 /* Run one call of t with the argument JSON args[0..args_len). Blocks until the tool exits, times
  * out or *cancel becomes nonzero (checked at least every 50 ms); call it from a worker thread
- * when the caller must stay responsive. The arguments are also given on stdin and in
- * KIMI_TOOL_ARGS; empty (or all blank) arguments count as "{}". Returns 0 with *out filled
+ * when the caller must stay responsive. The tool's environment is PATH, HOME, USER, LANG,
+ * LC_*, TZ, TMPDIR and the variables its exec.env names, as the app has them (never
+ * withheld_env), and KIMI_TOOL_ARGS: nothing else (no API key, no token a shell profile
+ * exported). The arguments are also given on stdin and in KIMI_TOOL_ARGS; empty (or all blank) arguments count as "{}". Returns 0 with *out filled
  * whatever the tool did; nonzero (err set) only when the system refused (pipe, fork, out of
  * memory). When the tool exits, what it left running in its process group is killed (after
  * reading their output for up to 0.2 s). The caller must not ignore SIGCHLD nor reap children it
