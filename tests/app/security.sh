@@ -121,6 +121,18 @@ round
         --tools "$tmp/tools.json" --allow-tools dump_env)" /dev/null > "$tmp/tty" || fail "--plain on a terminal failed"
 check_env plain-tty
 no_escapes "$tmp/tty" "--plain on a terminal"
+# The approval question on a terminal shows the call as it is, cleaned: the id cannot rewrite
+# the line the user answers.
+round
+{ sleep 1; printf 'dump it\n'; sleep 3; printf 'n\n'; sleep 3; printf '\004'; } |
+    script -qec "$(printf '%q ' "$kimi_chat" --plain --server "$url" --api-key-env KIMI_TEST_KEY \
+        --tools "$tmp/tools.json")" /dev/null > "$tmp/tty" || fail "--plain asking on a terminal failed"
+no_escapes "$tmp/tty" "--plain asking on a terminal"
+grep -qF '→ dump_env {"note": "hi"}  (call^M^[[2Krun now? (harmless))' "$tmp/tty" ||
+    fail "--plain on a terminal: the call asked about is not shown cleaned: $(cat -v "$tmp/tty")"
+grep -q 'run dump_env? \[y\]es once' "$tmp/tty" || fail "--plain on a terminal did not ask"
+grep -q 'The user denied this call to dump_env' "$tmp/tty" || fail "--plain on a terminal: n did not deny"
+rm -f "$tmp/data/kimi-chat/sessions/"*.json
 # (a failed /expect quotes the answer: cleaned too)
 round
 printf 'dump it\n/expect contains no such text\n' > "$tmp/s.kc"
