@@ -5,10 +5,12 @@
 # (clipboard) sequences; the tool dumps its environment.
 #   --prompt, --script, --plain on a pipe: the tool sees no API key and no stray variable;
 #     answers to a file are byte-exact, the call line on stderr is cleaned.
-#   --prompt and --plain on a terminal (script(1) gives them a pty): nothing of the model's
-#     escape sequences reaches it.
+#   --prompt, --plain and --script on a terminal (script(1) gives them a pty): none of the
+#     model's escape sequences reaches it (a failed /expect quoting the answer included).
 #   --plain on a pipe and --prompt without --allow-tools: not asked (the next line is the next
 #     message, not an answer), and told what --allow-tools would allow.
+#   --plain on a terminal without --allow-tools: the call asked about is shown cleaned.
+#   The sessions and the readline history are 0600 in folders made 0700.
 #   security.sh KIMI_CHAT
 set -euo pipefail
 kimi_chat=$(realpath "$1")
@@ -50,7 +52,11 @@ cat > "$tmp/tools.json" <<'JSON'
                "parameters": {"type": "object", "properties": {"note": {"type": "string"}}}},
   "exec": {"argv": ["env"], "env": ["KIMI_TEST_KEY"]}}]
 JSON
-queue() { curl -sf -X POST "$url/__next" -d "{\"fixture\": \"$1\"}" > /dev/null; }
+# (python's urllib, not curl: nothing beyond tests/install-deps.sh)
+queue() {
+    python3 -c 'import json, sys, urllib.request
+urllib.request.urlopen(sys.argv[1] + "/__next", json.dumps({"fixture": sys.argv[2]}).encode()).read()' "$url" "$1"
+}
 round() { queue "$tmp/call.sse"; queue "$tmp/answer.sse"; }
 fail() { echo "security: $*"; exit 1; }
 chat() { "$kimi_chat" --server "$url" --api-key-env KIMI_TEST_KEY --tools "$tmp/tools.json" "$@"; }
@@ -150,9 +156,9 @@ round
 printf 'dump it\nsecond question\n' | chat --plain > "$tmp/out" 2> "$tmp/err" || fail "--plain (not allowed) failed"
 grep -qF -- '--allow-tools dump_env would allow it' "$tmp/err" || fail "--plain on a pipe: no note: $(cat "$tmp/err")"
 if grep -q 'run dump_env?' "$tmp/err"; then fail "--plain on a pipe asked for approval"; fi
-curl -sf "$url/__log" | python3 -c "
-import json, sys
-body = json.loads(json.load(sys.stdin)[-1]['body'])
+python3 -c "
+import json, sys, urllib.request
+body = json.loads(json.load(urllib.request.urlopen('$url/__log'))[-1]['body'])
 users = [m['content'] for m in body['messages'] if m['role'] == 'user']
 assert users[-1] == 'second question', users
 tool = [m['content'] for m in body['messages'] if m['role'] == 'tool'][0]
