@@ -1227,6 +1227,7 @@ static int approval_key(tui *t, int key, int is_char, int alt)
         answer = 0;
     if (answer == 'a' && !t->approval_always) {
         t->approval_always = 1;
+        t->flash[0] = 0;            /* the question's "a again ..." shows at once */
         return 1;
     }
     if (answer != 'y' && answer != 'a' && answer != 'n') {

@@ -23,7 +23,7 @@ key="sk-test-$RANDOM$RANDOM-secret"
 export KIMI_TEST_KEY=$key OPENAI_API_KEY=$key-openai KIMI_STRAY_TOKEN=stray-$RANDOM
 
 mkfifo "$tmp/keep"
-python3 "$remote/server.py" --lifetime 100 < "$tmp/keep" > "$tmp/port" &
+python3 "$remote/server.py" --lifetime 400 < "$tmp/keep" > "$tmp/port" &
 server=$!
 exec 8> "$tmp/keep"
 trap 'exec 8>&-; wait $server 2>/dev/null; rm -rf "$tmp"' EXIT

@@ -15,25 +15,25 @@ PY
 key=sk-tui-$RANDOM$RANDOM-secret
 echo "my notes" > "$TMP/mine.md"
 start main 100 30 OPENAI_API_KEY=$key KIMI_STRAY_TOKEN=stray -- --tools "$TMP/tools.json"
-wait_ready
+wait_ready 60
 tm send-keys -t "$PANE" 'What time is it?' Enter
-wait_for '^─ run now\? \[y\] once · \[a\] always for now · \[n\] deny'
+wait_for '^─ run now\? \[y\] once · \[a\] always for now · \[n\] deny' 60
 tm send-keys -t "$PANE" -l 'Cancel'
 wait_for '^─ answer y, a or n'
 screen | grep -q '┌ now .*waiting for approval' || fail "a typed word answered the question"
 screen | grep -Eq '^> *$' || fail "the typed word reached the input"
-sleep 0.7   # keys right after a stray one are typing, not answers
+wait_gone '^─ answer y, a or n'   # the hint goes after 4 s: the keys were all taken, long ago
 tm send-keys -t "$PANE" Enter
 wait_for '^─ answer y, a or n'
 screen | grep -q '┌ now .*waiting for approval' || fail "Enter answered the question"
 screen | grep -Eq '^> *$' || fail "Enter reached the input"
-sleep 0.7
+wait_gone '^─ answer y, a or n'
 tm send-keys -t "$PANE" a
 wait_for '^─ a again to allow now for this session'
 screen | grep -q '┌ now .*waiting for approval' || fail "one a allowed the tool"
 tm send-keys -t "$PANE" a
-wait_for '┌ now +functions\.now:0 ─ done'
-wait_ready
+wait_for '┌ now +functions\.now:0 ─ done' 60
+wait_ready 90   # the answer after the tool (slow when every test runs at once)
 tm send-keys -t "$PANE" '/tools' Enter
 wait_for '^ *now +on +always \(a\)'
 tm send-keys -t "$PANE" '/tools ask now' Enter
