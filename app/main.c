@@ -234,11 +234,12 @@ int main(int argc, char **argv)
     }
 
     /* The full screen when the terminal can take it, else the plain front end; only the
-       interactive REPL asks before running a tool. */
+       interactive REPL on a terminal asks before running a tool (on a pipe the next line would
+       be taken as the answer). */
     tui *view = o.mode == APP_MODE_TUI ? tui_new(&o) : NULL;
     if (o.mode == APP_MODE_TUI && !view)
         o.mode = APP_MODE_PLAIN;
-    plain_ui *ui = view ? NULL : plain_ui_new(&o, o.mode == APP_MODE_PLAIN);
+    plain_ui *ui = view ? NULL : plain_ui_new(&o, o.mode == APP_MODE_PLAIN && isatty(0));
     app_frontend fe = view ? tui_frontend(view) : ui ? plain_ui_frontend(ui) : (app_frontend){0};
     if (view && *verdict && fe.info)   /* the full screen hides what scrolled by before it */
         fe.info(fe.user, verdict);

@@ -4,16 +4,23 @@
 #include <stdio.h>
 #include <string.h>
 
-static void line_error(const script *s, const script_item *it, const char *what)
+/* what may quote the model or a server (an /expect's answer, a server's refusal): through the
+ * view's cleaning for a terminal, when there is a view (script_check runs before it). */
+static void line_error(const plain_ui *ui, const script *s, const script_item *it, const char *what)
 {
-    fprintf(stderr, "%s:%d: %s\n", s->name, it->line, what);
+    fprintf(stderr, "%s:%d: ", s->name, it->line);
+    if (ui)
+        plain_ui_err_text(ui, what, strlen(what));
+    else
+        fputs(what, stderr);
+    fputc('\n', stderr);
 }
 
 static int last_turn_called(const void *a, const char *name) { return app_last_turn_called(a, name); }
 
 /* 0 when the last answer meets the expectation (script_expect_holds, the one check), else 1
  * with the reason printed. */
-static int check_expect(const script *s, const script_item *it, app *a)
+static int check_expect(const plain_ui *ui, const script *s, const script_item *it, app *a)
 {
     const chat_message *m = app_last_answer(a);
     const char *content = m && m->content.s ? m->content.s : "";
@@ -32,9 +39,12 @@ static int check_expect(const script *s, const script_item *it, app *a)
         snprintf(why, sizeof why, "/expect tool %s: the last turn did not run it", it->text);
         break;
     }
-    line_error(s, it, why);
-    if (m)
-        fprintf(stderr, "  the last answer was: %.300s%s\n", content, len > 300 ? "…" : "");
+    line_error(ui, s, it, why);
+    if (m) {
+        fputs("  the last answer was: ", stderr);
+        plain_ui_err_text(ui, content, len > 300 ? 300 : len);
+        fputs(len > 300 ? "…\n" : "\n", stderr);
+    }
     return 1;
 }
 
@@ -45,7 +55,7 @@ int script_check(const script *s)
         const script_item *it = &s->items[i];
         kimi_err err = {0};
         if (it->kind == SCRIPT_COMMAND && app_command_check(it->text, &err)) {
-            line_error(s, it, err.msg);
+            line_error(NULL, s, it, err.msg);
             bad = 1;
         }
     }
@@ -61,13 +71,13 @@ int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
         int line_failed = 0;
         int starts_turn = 0;
         if (it->kind == SCRIPT_EXPECT) {
-            line_failed = check_expect(s, it, a);
+            line_failed = check_expect(ui, s, it, a);
         } else if (it->kind == SCRIPT_COMMAND) {
             fprintf(stdout, "%s\n", it->text);
             fflush(stdout);
             line_failed = app_command(a, it->text, &err) != 0;
             if (line_failed)
-                line_error(s, it, err.msg);
+                line_error(ui, s, it, err.msg);
             starts_turn = !line_failed && app_busy(a);     /* /retry */
         } else {
             plain_ui_echo_turn(ui, it->text, it->len);
@@ -75,7 +85,7 @@ int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
                 /* the core is idle here: a turn that cannot start is the model's or the
                    engine's failure (the conversation is larger than the context, out of
                    memory, a server refusing), not a bad line */
-                line_error(s, it, err.msg);
+                line_error(ui, s, it, err.msg);
                 return 3;
             }
             starts_turn = 1;
@@ -94,7 +104,7 @@ int script_run(const script *s, app *a, plain_ui *ui, int keep_going)
             }
             if (outcome == APP_TURN_FAILED) {
                 /* the view has just said why, in the transcript ("[reason]") */
-                line_error(s, it, "the script stops here: this turn failed (the reason is on the line above)");
+                line_error(ui, s, it, "the script stops here: this turn failed (the reason is on the line above)");
                 return 3;
             }
         }

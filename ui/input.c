@@ -1,7 +1,11 @@
 /* input: the multi-line line editor of the full-screen view (no curses: unit-tested alone). */
 #include "ui/input.h"
 
+#include <fcntl.h>
 #include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,6 +444,22 @@ void input_history_load(input *in, const char *path)
     in->hist_pos = in->n_hist;
 }
 
+/* The history file for appending, 0600 like every file that holds conversation text: created
+ * so, and an older one others can read (fopen "a" made them 0644) taken back to 0600. */
+static FILE *open_private_append(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077))
+        fchmod(fd, 0600);
+    FILE *f = fdopen(fd, "a");
+    if (!f)
+        close(fd);
+    return f;
+}
+
 void input_history_add(input *in, const char *s, size_t len)
 {
     if (!len)
@@ -449,7 +469,7 @@ void input_history_add(input *in, const char *s, size_t len)
     int repeat = newest && strlen(newest) == len && !memcmp(newest, s, len);
     hist_push(in, s, len);
     in->hist_pos = in->n_hist;
-    FILE *f = !repeat && in->hist_path ? fopen(in->hist_path, "a") : NULL;
+    FILE *f = !repeat && in->hist_path ? open_private_append(in->hist_path) : NULL;
     if (f) {
         for (size_t i = 0; i < len; i++) {
             if (s[i] == '\n')

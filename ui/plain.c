@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "app/chat/paths.h"
 #include "ui/progress_text.h"
 #include "ui/signal_pipe.h"
+#include "ui/text_width.h"
 #include "engine/base/array.h"
 
 #define DIM "\033[2m"
@@ -25,6 +27,10 @@ struct plain_ui {
     const app_options *opt;
     int ask_tools;
     int color_err;              /* stderr is a terminal and colours are allowed */
+    int clean_out, clean_err;   /* stdout / stderr is a terminal: text from the model, the server
+                                   or a tool goes out as text_terminal_safe makes it (no escape
+                                   sequence of theirs reaches the terminal); a pipe or file gets
+                                   the answer byte for byte */
     int progress_line;          /* stderr is a terminal: progress on one updating line */
     int show_reasoning;
     /* the answer on screen */
@@ -42,13 +48,40 @@ struct plain_ui {
 
 /* ---- printing ---- */
 
+/* text to f, cleaned of controls and escape sequences when clean (text_terminal_safe). */
+static void put_text(FILE *f, int clean, const char *text, size_t len)
+{
+    if (!clean) {
+        fwrite(text, 1, len, f);
+        return;
+    }
+    strbuf b = {0};
+    text_terminal_safe(&b, text, len);
+    if (b.data)
+        fwrite(b.data, 1, b.len, f);
+    free(b.data);
+}
+
 static void err_text(plain_ui *ui, const char *style, const char *text, size_t len)
 {
     if (ui->color_err && style)
         fputs(style, stderr);
-    fwrite(text, 1, len, stderr);
+    put_text(stderr, ui->clean_err, text, len);
     if (ui->color_err && style)
         fputs(RESET, stderr);
+}
+
+/* A line about a tool call (name, arguments and id come from the model or the server): always
+ * cleaned, whatever stderr is, since it is what the user approves. */
+static void call_line(const app_tool_call *c)
+{
+    strbuf b = {0};
+    strbuf_printf(&b, "→ %s ", c->name);
+    strbuf_add(&b, c->arguments, c->arguments_len);
+    strbuf_printf(&b, "  (%s)", c->id);
+    put_text(stderr, 1, b.data ? b.data : "", b.len);
+    fputc('\n', stderr);
+    free(b.data);
 }
 
 static void clear_progress(plain_ui *ui)
@@ -97,7 +130,7 @@ static void on_stream(void *user, const parse_event *ev)
         break;
     case PARSE_CONTENT_TEXT:
         close_reasoning(ui);
-        fwrite(ev->text, 1, ev->len, stdout);
+        put_text(stdout, ui->clean_out, ev->text, ev->len);
         flush_stdout(ui);
         if (ev->len)
             ui->content_open = ev->text[ev->len - 1] != '\n';
@@ -187,7 +220,7 @@ static void on_tool_update(void *user, const app_tool_call *c)
     clear_progress(ui);
     if (!strcmp(c->state, "running")) {
         if (ui->asked_call != c->index)     /* the approval question showed it already */
-            fprintf(stderr, "→ %s %.*s  (%s)\n", c->name, (int)c->arguments_len, c->arguments, c->id);
+            call_line(c);
         ui->asked_call = -1;
         return;
     }
@@ -196,7 +229,7 @@ static void on_tool_update(void *user, const app_tool_call *c)
         snprintf(head, sizeof head, "← %s: done in %.2f s, exit %d\n", c->name, c->seconds, c->exit_status);
     else
         snprintf(head, sizeof head, "← %s: %s\n", c->name, c->state);
-    err_text(ui, NULL, head, strlen(head));
+    put_text(stderr, 1, head, strlen(head));
     print_result_head(ui, c->result, c->result_len);
 }
 
@@ -204,7 +237,7 @@ static void on_tool_approval(void *user, const app_tool_call *c)
 {
     plain_ui *ui = user;
     clear_progress(ui);
-    fprintf(stderr, "→ %s %.*s  (%s)\n", c->name, (int)c->arguments_len, c->arguments, c->id);
+    call_line(c);
     ui->pending_approval = ui->asked_call = c->index;
     snprintf(ui->pending_name, sizeof ui->pending_name, "%s", c->name);
 }
@@ -217,15 +250,19 @@ static void on_turn_done(void *user, app_turn_outcome outcome, const char *messa
     close_content(ui);
     ui->outcome = outcome;
     ui->turn_over = 1;
-    if (outcome != APP_TURN_DONE && message)
-        fprintf(stderr, "[%s]\n", message);
+    if (outcome != APP_TURN_DONE && message) {
+        fputc('[', stderr);
+        err_text(ui, NULL, message, strlen(message));
+        fputs("]\n", stderr);
+    }
 }
 
 static void on_info(void *user, const char *text)
 {
     plain_ui *ui = user;
     clear_progress(ui);
-    fprintf(stderr, "%s\n", text);
+    err_text(ui, NULL, text, strlen(text));
+    fputc('\n', stderr);
 }
 
 static void on_error(void *user, const char *line)
@@ -234,7 +271,9 @@ static void on_error(void *user, const char *line)
     clear_progress(ui);
     close_reasoning(ui);
     close_content(ui);
-    fprintf(stderr, "kimi-chat: %s\n", line);
+    fputs("kimi-chat: ", stderr);
+    err_text(ui, NULL, line, strlen(line));
+    fputc('\n', stderr);
 }
 
 static int on_view_command(void *user, const char *name, const char *arg, kimi_err *err)
@@ -261,6 +300,8 @@ plain_ui *plain_ui_new(const app_options *opt, int ask_tools)
     ui->opt = opt;
     ui->ask_tools = ask_tools;
     ui->color_err = isatty(2) && !opt->no_color;
+    ui->clean_out = isatty(1);
+    ui->clean_err = isatty(2);
     ui->progress_line = isatty(2);
     ui->show_reasoning = !opt->hide_reasoning && opt->reasoning != REASONING_HIDDEN;
     ui->pending_approval = ui->asked_call = -1;
@@ -285,18 +326,25 @@ app_frontend plain_ui_frontend(plain_ui *ui)
 void plain_ui_echo_turn(plain_ui *ui, const char *text, size_t len)
 {
     fputs("you> ", stdout);
-    fwrite(text, 1, len, stdout);
+    put_text(stdout, ui->clean_out, text, len);
     fputc('\n', stdout);
     flush_stdout(ui);
 }
 
 int plain_ui_stdout_errno(const plain_ui *ui) { return ui->stdout_errno; }
 
+void plain_ui_err_text(const plain_ui *ui, const char *text, size_t len)
+{
+    put_text(stderr, ui->clean_err, text, len);
+}
+
 /* y/a/n on the terminal; anything else asks again, end of input or a signal denies. */
 static tool_approval ask_approval(plain_ui *ui, int *signalled)
 {
     for (;;) {
-        fprintf(stderr, "run %s? [y]es once, [a]lways for this tool, [n]o: ", ui->pending_name);
+        fputs("run ", stderr);
+        put_text(stderr, 1, ui->pending_name, strlen(ui->pending_name));
+        fputs("? [y]es once, [a]lways for this tool, [n]o: ", stderr);
         fflush(stderr);
         char answer[64];
         size_t n = 0;
@@ -466,6 +514,11 @@ int plain_ui_repl(plain_ui *ui, app *a)
         history = NULL;     /* no history file rather than an error on every line */
     }
     free(state_dir);
+    /* readline creates it 0600; one an older kimi-chat left readable by others is taken back
+       (it holds what the user typed) */
+    struct stat st;
+    if (history && stat(history, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077))
+        chmod(history, 0600);
     if (tty) {
         rl_catch_signals = 0;
         rl_catch_sigwinch = 1;

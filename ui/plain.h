@@ -39,4 +39,8 @@ void plain_ui_echo_turn(plain_ui *ui, const char *text, size_t len);
  * reader gone: EPIPE), else 0. */
 int plain_ui_stdout_errno(const plain_ui *ui);
 
+/* Text from the model, a server or a tool (an answer quoted by a failed /expect) to standard
+ * error, made safe for a terminal (text_terminal_safe) when standard error is one. */
+void plain_ui_err_text(const plain_ui *ui, const char *text, size_t len);
+
 #endif

@@ -112,10 +112,14 @@ size_t text_fit(const char *s, size_t n, int max_width, int *width)
     return p;
 }
 
-void text_displayable(strbuf *out, const char *s, size_t n)
+/* The cleaning both forms share: ill-formed UTF-8 and C1 controls as U+FFFD, C0 controls and
+ * DEL as caret notation, so that no byte of an escape sequence reaches a terminal as itself.
+ * keep_layout (text_terminal_safe): newlines and tabs stay and a CR before a newline goes;
+ * else (text_displayable, one line) tabs become spaces to the next stop and a final CR goes. */
+static void clean(strbuf *out, const char *s, size_t n, int keep_layout)
 {
     const uint8_t *u = (const uint8_t *)s;
-    if (n && s[n - 1] == '\r')
+    if (!keep_layout && n && s[n - 1] == '\r')
         n--;
     size_t line_start = out->len;
     int col = 0;            /* columns of out since line_start, up to col_upto */
@@ -128,6 +132,12 @@ void text_displayable(strbuf *out, const char *s, size_t n)
                 q++;
             strbuf_add(out, s + p, q - p);
             p = q;
+            continue;
+        }
+        if (keep_layout && (b == '\n' || b == '\t' || (b == '\r' && p + 1 < n && u[p + 1] == '\n'))) {
+            if (b != '\r')
+                strbuf_add(out, s + p, 1);
+            p++;
             continue;
         }
         if (b == '\t') {
@@ -162,4 +172,14 @@ void text_displayable(strbuf *out, const char *s, size_t n)
             strbuf_add(out, s + p, next - p);
         p = next;
     }
+}
+
+void text_displayable(strbuf *out, const char *s, size_t n)
+{
+    clean(out, s, n, 0);
+}
+
+void text_terminal_safe(strbuf *out, const char *s, size_t n)
+{
+    clean(out, s, n, 1);
 }

@@ -45,4 +45,10 @@ size_t text_fit(const char *s, size_t n, int max_width, int *width);
  * controls U+FFFD, and a CR at the end of the line is dropped. */
 void text_displayable(strbuf *out, const char *s, size_t n);
 
+/* Append to out text s[0..n) made safe to write to a terminal as it is (the plain front end):
+ * the same cleaning as text_displayable, so no escape sequence, CR or other control survives,
+ * except that newlines and tabs stay (the terminal lays them out) and a CR before a newline is
+ * dropped. */
+void text_terminal_safe(strbuf *out, const char *s, size_t n);
+
 #endif

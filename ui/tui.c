@@ -95,6 +95,8 @@ struct tui {
     int load_cancelled;             /* Ctrl-C or a signal while the model loaded */
     char progress[200];
     int approval;                   /* call index waiting for y/a/n, -1 none */
+    int approval_always;            /* "a" pressed once: a second "a" allows it for the session */
+    double approval_stray_at;       /* when a key that is no answer last came, 0 none */
     char approval_name[96];
     char save_state[24];
 
@@ -602,6 +604,8 @@ static void on_tool_approval(void *user, const app_tool_call *c)
     if (b >= 0)
         set_tool(t, b, "waiting for approval", 0, -1, NULL, 0);
     t->approval = c->index;
+    t->approval_always = 0;
+    t->approval_stray_at = 0;
     snprintf(t->approval_name, sizeof t->approval_name, "%s", c->name);
     t->state = GEN_APPROVAL;
     render_model_scroll_to_bottom(t->rm);
@@ -866,7 +870,13 @@ static void separator_text(tui *t, char *buf, size_t cap, int *element)
     *element = THEME_SEPARATOR;
     buf[0] = 0;
     if (t->approval >= 0) {
-        snprintf(buf, cap, " run %s? [y] once · [a] always for %s · [n] deny ", t->approval_name, t->approval_name);
+        if (t->flash[0] && now_s() < t->flash_until)
+            snprintf(buf, cap, " %s ", t->flash);
+        else if (t->approval_always)
+            snprintf(buf, cap, " a again to allow %s for this session · [y] once · [n] deny ", t->approval_name);
+        else
+            snprintf(buf, cap, " run %s? [y] once · [a] always for %s · [n] deny ", t->approval_name,
+                     t->approval_name);
         *element = THEME_TOOL_WAITING;
     } else if (input_searching(t->in)) {
         snprintf(buf, cap, " %s history search: %s ", input_search_failed(t->in) ? "failing" : "reverse",
@@ -975,7 +985,8 @@ static const char *const help_lines[] = {
     "Tab                transcript focus: Up/Down select,",
     "                   Enter/Space fold, y copy (OSC 52), Tab/Esc back",
     "Ctrl-L             redraw",
-    "y / a / n          approve a tool call once / always / deny",
+    "y / a a / n        approve a tool call once / always (a twice) / deny;",
+    "                   while it waits, other keys type nothing",
     "/help lists the commands · any key closes this",
 };
 
@@ -1211,6 +1222,46 @@ static void focus_key(tui *t, int key, int is_char)
     t->input_dirty = 1;
 }
 
+/* A key while a call waits for approval; 1 when it was taken. The keyboard belongs to the
+ * question (issue 18: typing "Cancel" answered it with the "a" and left "Cncel" in the input):
+ * y, n and a twice answer; Esc and Ctrl-C stop the turn and the view's keys (scrolling, the
+ * mouse, Tab focus) work as ever; every other key, Enter too, types nothing and says what the
+ * question wants. A y, a or n within APPROVAL_TYPING_S of such a key is a word being typed
+ * ("Cancel"), not an answer. */
+#define APPROVAL_TYPING_S 0.5      /* keys closer than this to a non-answer are typing */
+
+static int approval_key(tui *t, int key, int is_char, int alt)
+{
+    if (!is_char) {
+        if (is_scroll_key(key) || key == KEY_BTAB)
+            return 0;
+        hint(t, "answer y, a or n");
+        return 1;
+    }
+    if (!alt && (key == 27 || key == 3 || key == '\t'))
+        return 0;
+    int answer = alt ? 0 : key == 'Y' ? 'y' : key == 'A' ? 'a' : key == 'N' ? 'n' : key;
+    double now = now_s();
+    if (t->approval_stray_at && now - t->approval_stray_at < APPROVAL_TYPING_S)
+        answer = 0;
+    if (answer == 'a' && !t->approval_always) {
+        t->approval_always = 1;
+        t->flash[0] = 0;            /* the question's "a again ..." shows at once */
+        return 1;
+    }
+    if (answer != 'y' && answer != 'a' && answer != 'n') {
+        t->approval_stray_at = now;
+        t->approval_always = 0;     /* the a before it is no longer a deliberate first a */
+        hint(t, "answer y, a or n");
+        return 1;
+    }
+    int index = t->approval;
+    t->approval = -1;
+    t->approval_always = 0;
+    app_approve(t->a, index, answer == 'y' ? TOOL_APPROVE_ONCE : answer == 'a' ? TOOL_APPROVE_ALWAYS : TOOL_DENY);
+    return 1;
+}
+
 /* One key from get_wch (is_char: a character, else a KEY_ code); alt: Esc came before it. */
 static void handle_key(tui *t, int key, int is_char, int alt)
 {
@@ -1219,7 +1270,10 @@ static void handle_key(tui *t, int key, int is_char, int alt)
     if (t->paste) {
         if (!is_char && key == K_PASTE_END) {
             t->paste = 0;
-            input_insert(t->in, t->paste_buf.data ? t->paste_buf.data : "", t->paste_buf.len);
+            if (t->approval >= 0)   /* pasted text is no answer and does not go to the input */
+                hint(t, "answer y, a or n");
+            else
+                input_insert(t->in, t->paste_buf.data ? t->paste_buf.data : "", t->paste_buf.len);
             free(t->paste_buf.data);
             t->paste_buf = (strbuf){0};
         } else if (is_char) {
@@ -1253,13 +1307,8 @@ static void handle_key(tui *t, int key, int is_char, int alt)
         full_redraw(t);
         return;
     }
-    if (t->approval >= 0 && is_char && !alt && strchr("yYaAnN", key)) {
-        int index = t->approval;
-        t->approval = -1;
-        app_approve(t->a, index, key == 'y' || key == 'Y' ? TOOL_APPROVE_ONCE
-                                 : key == 'a' || key == 'A' ? TOOL_APPROVE_ALWAYS : TOOL_DENY);
+    if (t->approval >= 0 && approval_key(t, key, is_char, alt))
         return;
-    }
     if (t->focus) {
         focus_key(t, key, is_char);
         return;

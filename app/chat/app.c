@@ -40,7 +40,7 @@ struct app {
     generator *gen;
     tool_set tools;
     int have_tools;
-    int *always_allowed;            /* [tools.n_tools] "a" answered for that tool */
+    int *grant;                     /* [tools.n_tools] GRANT_* of that tool this session */
     session sess;
     session_lock lock;              /* held on sess.path while this process continues it */
     char *locked;                   /* the path lock is held on; NULL when none */
@@ -519,11 +519,12 @@ static void tool_run_finished(app *a)
     advance_tools(a);
 }
 
-static int allowed_by_policy(const app *a, const tool_def *t)
+/* What the user said about a tool this session, over --allow-tools. */
+enum { GRANT_NONE, GRANT_ALWAYS /* "a" answered */, GRANT_ASK /* /tools ask NAME */ };
+
+static int named_by_allow_tools(const app *a, const tool_def *t)
 {
     const char *allow = a->opt->allow_tools;
-    if (a->always_allowed[t - a->tools.tools])
-        return 1;
     if (!allow)
         return 0;
     if (!strcmp(allow, "all"))
@@ -537,6 +538,12 @@ static int allowed_by_policy(const app *a, const tool_def *t)
         p += len + (end != NULL);
     }
     return 0;
+}
+
+static int allowed_by_policy(const app *a, const tool_def *t)
+{
+    int grant = a->grant[t - a->tools.tools];
+    return grant == GRANT_ALWAYS || (grant != GRANT_ASK && named_by_allow_tools(a, t));
 }
 
 /* Handle the calls from next_call on until one has to wait (approval or a run), then, when all
@@ -571,7 +578,8 @@ static void advance_tools(app *a)
             a->fe.tool_approval(a->fe.user, &v);
             return;
         } else {
-            char *text = tool_message_denied(name);
+            /* nobody to ask: "the user denied" would be untrue */
+            char *text = tool_message_not_asked(name);
             finish_call(a, i, "denied", text, text ? strlen(text) : 0);
         }
     }
@@ -612,7 +620,7 @@ void app_approve(app *a, int call_index, tool_approval decision)
         return;
     }
     if (decision == TOOL_APPROVE_ALWAYS)
-        a->always_allowed[t - a->tools.tools] = 1;
+        a->grant[t - a->tools.tools] = GRANT_ALWAYS;
     run_call(a, call_index, t);
 }
 
@@ -1036,13 +1044,19 @@ static void list_tools(app *a)
         return;
     }
     strbuf b = {0};
-    strbuf_printf(&b, "tools from %s%s:\n", a->tools.path, a->opt->no_tools ? " (all off: --no-tools)" : "");
+    strbuf_printf(&b, "tools from %s%s (/tools ask NAME takes an \"always\" back):\n", a->tools.path,
+                  a->opt->no_tools ? " (all off: --no-tools)" : "");
     for (int i = 0; i < a->tools.n_tools; i++) {
         const tool_def *t = &a->tools.tools[i];
         const char *description = json_string_value(
             json_object_get(json_object_get(t->definition, "function"), "description"));
-        strbuf_printf(&b, "  %-14s %-8s %s%s\n", t->name, t->enabled ? "on" : "off",
-                      description ? description : "", allowed_by_policy(a, t) ? " (runs without asking)" : "");
+        int grant = a->grant[t - a->tools.tools];
+        const char *policy = grant == GRANT_ALWAYS            ? "always (a)"
+                             : allowed_by_policy(a, t)        ? "always (--allow-tools)"
+                             : a->fe.tool_approval            ? "asks"
+                                                              : "not run (nobody to ask)";
+        strbuf_printf(&b, "  %-14s %-4s %-23s %s\n", t->name, t->enabled ? "on" : "off", policy,
+                      description ? description : "");
     }
     if (b.data)
         say_info(a, "%.*s", (int)b.len - 1, b.data);
@@ -1124,9 +1138,15 @@ static int export_session(app *a, const command *c, kimi_err *err)
         const char *ext = c->format == EXPORT_JSON ? "json" : "md";
         struct stat st;
         snprintf(path, sizeof path, "kimi-chat-%s.%s", stamp, ext);
-        for (int k = 2; stat(path, &st) == 0; k++)
+        for (int k = 2; lstat(path, &st) == 0; k++)
             snprintf(path, sizeof path, "kimi-chat-%s-%d.%s", stamp, k, ext);
     }
+    /* an existing file (or a link: lstat) is replaced only when asked; the atomic rename that
+       writes it replaces a link itself, never the file it points to */
+    struct stat st;
+    if (!c->force && lstat(path, &st) == 0)
+        return kimi_fail(err, KIMI_ERR_INPUT, "/export: %s exists (/export %s %s --force replaces it)", path,
+                         c->format == EXPORT_JSON ? "json" : "md", path);
     int rc = c->format == EXPORT_JSON ? session_save(&a->sess, path, err)
                                       : session_export_markdown(&a->sess, path, err);
     if (!rc)
@@ -1159,6 +1179,10 @@ static int run_command(app *a, command *c, kimi_err *err)
         a->sess.created = 0;
         release_session_file(a);
         session_changed(a, a->sess.conv.n_messages);
+        /* "always" was said about the conversation that ended */
+        for (int i = 0; a->grant && i < a->tools.n_tools; i++)
+            if (a->grant[i] == GRANT_ALWAYS)
+                a->grant[i] = GRANT_NONE;
         say_info(a, "new conversation");
         return 0;
     case CMD_SYSTEM:
@@ -1254,6 +1278,11 @@ static int run_command(app *a, command *c, kimi_err *err)
             tool_def *t = a->have_tools ? tools_find(&a->tools, c->arg) : NULL;
             if (!t)
                 return kimi_fail(err, KIMI_ERR_INPUT, "/tools: no tool named '%s' (/tools lists them)", c->arg);
+            if (c->tools == TOOLS_ASK) {
+                a->grant[t - a->tools.tools] = GRANT_ASK;
+                say_info(a, "%s asks before every call again", t->name);
+                return 0;
+            }
             t->enabled = c->tools == TOOLS_ENABLE;
             say_info(a, "%s %s", t->name, t->enabled ? "enabled" : "disabled");
         }
@@ -1318,7 +1347,14 @@ static int open_tools(app *a, kimi_err *err)
     if (tools_load(&a->tools, a->opt->tools_path, err))
         return err->code;
     a->have_tools = 1;
-    if (!(a->always_allowed = calloc((size_t)a->tools.n_tools + 1, sizeof *a->always_allowed)))
+    /* the API key is the server's business, never a tool's (a tool's output goes back to the
+       server and into the session file) */
+    const char *key_env = a->opt->api_key_env && *a->opt->api_key_env ? a->opt->api_key_env : "OPENAI_API_KEY";
+    if (tools_withhold_env(&a->tools, key_env, err))
+        return err->code;
+    if (a->tools.notes)
+        say_info(a, "%s", a->tools.notes);
+    if (!(a->grant = calloc((size_t)a->tools.n_tools + 1, sizeof *a->grant)))
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
     return 0;
 }
@@ -1427,7 +1463,7 @@ void app_close(app *a)
     free(a->called.data);
     if (a->have_tools)
         tools_free(&a->tools);
-    free(a->always_allowed);
+    free(a->grant);
     session_free(&a->sess);
     release_session_file(a);
     free(a->sessions_dir);

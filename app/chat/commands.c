@@ -28,11 +28,11 @@ static const struct {
     {"retry", NULL, CMD_RETRY, ARG_NONE, "/retry                      regenerate the last answer"},
     {"undo", NULL, CMD_UNDO, ARG_NONE, "/undo                       drop the last exchange"},
     {"edit", NULL, CMD_EDIT, ARG_NONE, "/edit                       put your last message back into the input (and drop that exchange)"},
-    {"tools", NULL, CMD_TOOLS, ARG_OPTIONAL, "/tools [enable|disable NAME | expanded|folded]   list or change the tools"},
+    {"tools", NULL, CMD_TOOLS, ARG_OPTIONAL, "/tools [enable|disable|ask NAME | expanded|folded]   list the tools and their policy, or change them (ask: take \"always\" back)"},
     {"save", NULL, CMD_SAVE, ARG_OPTIONAL, "/save [NAME]                save the session (NAME: a copy under that name)"},
     {"load", NULL, CMD_LOAD, ARG_REQUIRED, "/load NAME|FILE             open a saved session or a JSON export"},
     {"sessions", NULL, CMD_SESSIONS, ARG_NONE, "/sessions                   list saved sessions"},
-    {"export", NULL, CMD_EXPORT, ARG_OPTIONAL, "/export [md|json] [PATH]    write the transcript (default md, in the current folder)"},
+    {"export", NULL, CMD_EXPORT, ARG_OPTIONAL, "/export [md|json] [PATH] [--force]   write the transcript (default md, in the current folder; --force replaces PATH)"},
     {"stats", NULL, CMD_STATS, ARG_NONE, "/stats                      tokens, cache reuse and speed of the last answer and the session"},
     {"theme", NULL, CMD_THEME, ARG_OPTIONAL, "/theme [NAME]               colours of the full-screen view (no NAME: list them)"},
     {"reasoning", NULL, CMD_REASONING, ARG_REQUIRED, "/reasoning collapsed|expanded|hidden   how reasoning is shown"},
@@ -94,7 +94,8 @@ static int parse_tools(command *c, char *args, kimi_err *err)
     char *rest, *action = first_word(args, &rest);
     static const struct { const char *word; tools_action action; int wants_name; } actions[] = {
         {"", TOOLS_LIST, 0}, {"list", TOOLS_LIST, 0}, {"enable", TOOLS_ENABLE, 1},
-        {"disable", TOOLS_DISABLE, 1}, {"expanded", TOOLS_EXPANDED, 0}, {"folded", TOOLS_FOLDED, 0},
+        {"disable", TOOLS_DISABLE, 1}, {"ask", TOOLS_ASK, 1}, {"expanded", TOOLS_EXPANDED, 0},
+        {"folded", TOOLS_FOLDED, 0},
     };
     for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++) {
         if (strcmp(action, actions[i].word))
@@ -107,11 +108,20 @@ static int parse_tools(command *c, char *args, kimi_err *err)
         memmove(c->arg, rest, strlen(rest) + 1);
         return 0;
     }
-    return kimi_fail(err, KIMI_ERR_INPUT, "/tools %s: unknown (list, enable NAME, disable NAME, expanded, folded)", action);
+    return kimi_fail(err, KIMI_ERR_INPUT, "/tools %s: unknown (list, enable NAME, disable NAME, ask NAME, expanded, folded)", action);
 }
 
 static int parse_export(command *c, char *args, kimi_err *err)
 {
+    /* "--force" as the last word: replace an existing file */
+    char *end = args + strlen(args);
+    if (end - args >= 7 && !strcmp(end - 7, "--force") && (end - 7 == args || isspace((unsigned char)end[-8]))) {
+        c->force = 1;
+        end -= 7;
+        while (end > args && isspace((unsigned char)end[-1]))
+            end--;
+        *end = 0;
+    }
     char *rest, *word = first_word(args, &rest);
     c->format = EXPORT_MARKDOWN;
     if (!strcmp(word, "md") || !strcmp(word, "markdown")) {

@@ -17,7 +17,7 @@ typedef enum {
 typedef enum { SET_TEMPERATURE, SET_TOP_P, SET_TOP_K, SET_MAX_TOKENS, SET_SEED } setting_id;
 
 typedef enum {
-    TOOLS_LIST, TOOLS_ENABLE, TOOLS_DISABLE, TOOLS_EXPANDED, TOOLS_FOLDED,
+    TOOLS_LIST, TOOLS_ENABLE, TOOLS_DISABLE, TOOLS_ASK, TOOLS_EXPANDED, TOOLS_FOLDED,
 } tools_action;
 
 typedef enum { EXPORT_MARKDOWN, EXPORT_JSON } export_format;
@@ -34,8 +34,9 @@ typedef struct {
     setting_id setting;         /* CMD_SET */
     double number;              /* CMD_SET: temperature, top_p */
     uint64_t integer;           /* CMD_SET: top_k, max_tokens, seed */
-    tools_action tools;         /* CMD_TOOLS; arg holds NAME for enable/disable */
+    tools_action tools;         /* CMD_TOOLS; arg holds NAME for enable/disable/ask */
     export_format format;       /* CMD_EXPORT; arg holds the path or "" */
+    int force;                  /* CMD_EXPORT: "--force" at the end, replace an existing PATH */
 } command;
 
 /* Parse line ("/set temperature 0.7"); errors are one line naming the command and the value

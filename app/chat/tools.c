@@ -80,6 +80,10 @@ static void tool_def_free(tool_def *t)
     for (int i = 0; t->argv && i < t->argc; i++)
         free(t->argv[i]);
     free(t->argv);
+    for (int i = 0; t->env && i < t->n_env; i++)
+        free(t->env[i]);
+    free(t->env);
+    free(t->withheld_env);
     json_decref(t->definition);
     memset(t, 0, sizeof *t);
 }
@@ -92,6 +96,7 @@ void tools_free(tool_set *ts)
         tool_def_free(&ts->tools[i]);
     free(ts->tools);
     free(ts->path);
+    free(ts->notes);
     memset(ts, 0, sizeof *ts);
 }
 
@@ -107,6 +112,45 @@ static const char *json_kind(const json_t *v)
     case JSON_FALSE: return "a boolean";
     default: return "null";
     }
+}
+
+/* Whether argv element a substitutes a declared property somewhere in it. */
+static int substitutes(const char *a, const json_t *props)
+{
+    for (const char *open = strchr(a, '{'); open; open = strchr(open + 1, '{')) {
+        const char *close = strchr(open + 1, '}');
+        if (close && is_name(open + 1, (size_t)(close - open - 1)) &&
+            has_property(props, open + 1, (size_t)(close - open - 1)))
+            return 1;
+    }
+    return 0;
+}
+
+/* A note in ts->notes for the first argv element of t that substitutes an argument with no "--"
+ * before it: the model's "--files0-from=/private/file" would be read as an option. */
+static int note_options_unguarded(tool_set *ts, const char *where, const tool_def *t, kimi_err *err)
+{
+    const json_t *props = tool_properties(json_object_get(t->definition, "function"));
+    for (int k = 1; k < t->argc; k++) {
+        if (!strcmp(t->argv[k], "--"))
+            return 0;
+        if (!substitutes(t->argv[k], props))
+            continue;
+        char note[1024];
+        snprintf(note, sizeof note,
+                 "%s: exec.argv[%d] \"%.64s\" substitutes an argument with no \"--\" before it: the model "
+                 "can pass options to %.64s (put \"--\" before it if the program takes one)",
+                 where, k, t->argv[k], t->argv[0]);
+        one_line(note);
+        size_t old = ts->notes ? strlen(ts->notes) : 0;
+        char *grown = realloc(ts->notes, old + strlen(note) + 2);
+        if (!grown)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", where);
+        snprintf(grown + old, strlen(note) + 2, "%s%s", old ? "\n" : "", note);
+        ts->notes = grown;
+        return 0;
+    }
+    return 0;
 }
 
 /* Check entry i and fill *t. where = "tools.json: tools[1] (word_count)" for messages. */
@@ -172,6 +216,15 @@ static int load_entry(tool_set *ts, int i, const json_t *entry, tool_def *t, kim
     }
     if (!*json_string_value(json_array_get(argv, 0)))
         return kimi_fail(err, KIMI_ERR_INPUT, "%s: exec.argv[0] must name a program", where);
+    const json_t *env = json_object_get(exec, "env");
+    size_t n_env = json_array_size(env);
+    if (env && (!json_is_array(env) || n_env > 4096))
+        return kimi_fail(err, KIMI_ERR_INPUT, "%s: exec.env must be an array of variable names", where);
+    for (size_t k = 0; k < n_env; k++) {
+        const char *e = json_string_value(json_array_get(env, k));
+        if (!e || !*e || strchr(e, '='))
+            return kimi_fail(err, KIMI_ERR_INPUT, "%s: exec.env[%zu] must be a variable name (no '=')", where, k);
+    }
     double timeout = TOOL_TIMEOUT_DEFAULT_S;
     const json_t *tv = json_object_get(exec, "timeout_s");
     if (tv) {
@@ -192,9 +245,16 @@ static int load_entry(tool_set *ts, int i, const json_t *entry, tool_def *t, kim
             return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", where);
         t->argc = (int)k + 1;
     }
+    if (n_env && !(t->env = calloc(n_env, sizeof *t->env)))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", where);
+    for (size_t k = 0; k < n_env; k++) {
+        if (!(t->env[k] = strdup(json_string_value(json_array_get(env, k)))))
+            return kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", where);
+        t->n_env = (int)k + 1;
+    }
     t->timeout_s = timeout;
     t->enabled = 1;
-    return 0;
+    return note_options_unguarded(ts, where, t, err);
 }
 
 int tools_load(tool_set *ts, const char *path, kimi_err *err)
@@ -246,6 +306,16 @@ int tools_load(tool_set *ts, const char *path, kimi_err *err)
         }
     }
     json_decref(root);
+    return 0;
+}
+
+int tools_withhold_env(tool_set *ts, const char *name, kimi_err *err)
+{
+    for (int i = 0; i < ts->n_tools; i++) {
+        free(ts->tools[i].withheld_env);
+        if (!(ts->tools[i].withheld_env = strdup(name)))
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    }
     return 0;
 }
 
@@ -412,9 +482,31 @@ static int build_argv(const tool_def *t, const json_t *args, char ***argv_out, t
     return 0;
 }
 
-/* The app's environment with KIMI_TOOL_ARGS=<args> (replacing any inherited one). The other
+/* Whether the variable of entry e ("NAME=value") is one t gets: a default one or one its
+ * exec.env names, never the withheld one nor an inherited KIMI_TOOL_ARGS. */
+static int env_passed(const tool_def *t, const char *e)
+{
+    const char *eq = strchr(e, '=');
+    size_t n = eq ? (size_t)(eq - e) : strlen(e);
+    if (t->withheld_env && strlen(t->withheld_env) == n && !memcmp(e, t->withheld_env, n))
+        return 0;
+    if (n == 14 && !memcmp(e, "KIMI_TOOL_ARGS", 14))
+        return 0;
+    static const char *const defaults[] = {"PATH", "HOME", "USER", "LANG", "TZ", "TMPDIR"};
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+        if (strlen(defaults[i]) == n && !memcmp(e, defaults[i], n))
+            return 1;
+    if (n > 3 && !memcmp(e, "LC_", 3))
+        return 1;
+    for (int i = 0; i < t->n_env; i++)
+        if (strlen(t->env[i]) == n && !memcmp(e, t->env[i], n))
+            return 1;
+    return 0;
+}
+
+/* The tool's environment (the default variables, its exec.env, KIMI_TOOL_ARGS=<args>). The other
  * entries are borrowed from environ; only *var is owned. */
-static char **build_env(const char *args, size_t len, char **var)
+static char **build_env(const tool_def *t, const char *args, size_t len, char **var)
 {
     static const char key[] = "KIMI_TOOL_ARGS=";
     size_t n = 0;
@@ -432,7 +524,7 @@ static char **build_env(const char *args, size_t len, char **var)
     (*var)[sizeof key - 1 + len] = 0;
     size_t k = 0;
     for (char **e = environ; e && *e; e++)
-        if (strncmp(*e, key, sizeof key - 1))
+        if (env_passed(t, *e))
             env[k++] = *e;
     env[k++] = *var;
     env[k] = NULL;
@@ -799,7 +891,7 @@ int tools_run(const tool_def *t, const char *args, size_t args_len, const atomic
     /* large arguments on stdin only: in the environment too they would make the exec fail */
     out->stdin_only = args_len > TOOL_ARGS_ENV_MAX ? args_len : 0;
     char *var;
-    char **envp = build_env(args, out->stdin_only ? 0 : args_len, &var);
+    char **envp = build_env(t, args, out->stdin_only ? 0 : args_len, &var);
     if (!envp) {
         free_strings(argv);
         return kimi_fail(err, KIMI_ERR_NOMEM, "tool %s: out of memory", t->name);
@@ -937,5 +1029,16 @@ char *tool_message_denied(const char *name)
     buf_str(&b, "The user denied this call to ");
     add_name(&b, name ? name : "");
     buf_str(&b, ".");
+    return buf_finish(&b, NULL);
+}
+
+char *tool_message_not_asked(const char *name)
+{
+    text_buf b = {0};
+    buf_str(&b, "Not run: nobody could be asked to approve this call to ");
+    add_name(&b, name ? name : "");
+    buf_str(&b, " (no terminal to ask on); --allow-tools ");
+    add_name(&b, name ? name : "");
+    buf_str(&b, " would allow it.");
     return buf_finish(&b, NULL);
 }

@@ -30,6 +30,11 @@ typedef struct {
     char **argv;            /* [argc] exec.argv as written, with placeholders */
     int argc;
     double timeout_s;       /* exec.timeout_s (default 30) */
+    char **env;             /* [n_env] exec.env: the names of the variables passed on besides
+                               the default ones (see tools_run) */
+    int n_env;
+    char *withheld_env;     /* a variable never passed on, even when named (the API key's), or
+                               NULL: tools_withhold_env */
     int enabled;            /* /tools enable|disable NAME; 1 after loading */
     json_t *definition;     /* {"type":"function","function":{...}} without "exec" (owned) */
 } tool_def;
@@ -38,11 +43,21 @@ typedef struct {
     tool_def *tools;        /* [n_tools] in file order */
     int n_tools;
     char *path;             /* the file they came from */
+    char *notes;            /* warnings from loading, one a line without a final newline ("tools.json:
+                               tools[1] (word_count): exec.argv[2] \"{path}\" substitutes an
+                               argument without a \"--\" before it: ..."), or NULL */
 } tool_set;
 
 /* Read and validate a tools file. Every problem is one error naming the file and the entry
- * ("tools.json: tools[1] (word_count): exec.argv must be a non-empty array of strings"). */
+ * ("tools.json: tools[1] (word_count): exec.argv must be a non-empty array of strings").
+ * An argv element after argv[0] that substitutes a placeholder with no "--" element before it
+ * is loaded with a note in ts->notes: the model could pass "--files0-from=..." as an option
+ * (a note, not a refusal: some programs have no "--"). */
 int tools_load(tool_set *ts, const char *path, kimi_err *err);
+
+/* The variable name is never passed to a tool, even one whose exec.env names it (the API key's
+ * variable). 0, or KIMI_ERR_NOMEM. */
+int tools_withhold_env(tool_set *ts, const char *name, kimi_err *err);
 void tools_free(tool_set *ts);
 
 /* The tool named name, or NULL (disabled tools are found too: check ->enabled). */
@@ -77,10 +92,13 @@ typedef struct {
 
 /* Run one call of t with the argument JSON args[0..args_len). Blocks until the tool exits, times
  * out or *cancel becomes nonzero (checked at least every 50 ms); call it from a worker thread
- * when the caller must stay responsive. The arguments are given on stdin, and also in
- * KIMI_TOOL_ARGS up to TOOL_ARGS_ENV_MAX bytes (over it the variable is empty and the result
- * says so in a note); over TOOL_ARGS_CAP the call is not run (BAD_ARGUMENTS). Empty (or all
- * blank) arguments count as "{}". Returns 0 with *out filled
+ * when the caller must stay responsive. The tool's environment is PATH, HOME, USER, LANG,
+ * LC_*, TZ, TMPDIR and the variables its exec.env names, as the app has them (never
+ * withheld_env), and KIMI_TOOL_ARGS: nothing else (no API key, no token a shell profile
+ * exported). The arguments are given on stdin, and also in KIMI_TOOL_ARGS up to
+ * TOOL_ARGS_ENV_MAX bytes (over it the variable is empty and the result says so in a note);
+ * over TOOL_ARGS_CAP the call is not run (BAD_ARGUMENTS). Empty (or all blank) arguments count
+ * as "{}". Returns 0 with *out filled
  * whatever the tool did; nonzero (err set) only when the system refused (pipe, fork, out of
  * memory). When the tool exits, what it left running in its process group is killed (after
  * reading their output for up to 0.2 s). The caller must not ignore SIGCHLD nor reap children it
@@ -106,9 +124,14 @@ char *tool_result_message(const tool_result *r, size_t *len);
  *   unknown tool 'foo'
  *   unknown tool 'foo'; available: now, word_count, list_dir   (tools_message_unknown: enabled ones)
  *   unknown tool 'foo'; no tools are available
- *   The user denied this call to word_count. */
+ *   The user denied this call to word_count.
+ * tool_message_not_asked: a call no policy allows where there is no one to ask (--prompt,
+ * --script, input from a pipe):
+ *   Not run: nobody could be asked to approve this call to word_count (no terminal to ask on);
+ *   --allow-tools word_count would allow it.   (one line) */
 char *tool_message_unknown(const char *name);
 char *tools_message_unknown(const tool_set *ts, const char *name);
 char *tool_message_denied(const char *name);
+char *tool_message_not_asked(const char *name);
 
 #endif

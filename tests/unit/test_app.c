@@ -363,10 +363,14 @@ static void test_tool_rounds(void)
     app_close(a);
     opt.allow_tools = NULL;
 
-    /* without a policy or an approval callback the call is denied and the model told */
+    /* without a policy or an approval callback the call is not run and the model told that
+       nobody was asked (not "the user denied") and what would allow it */
     a = open_app(script, 2);
     send(a, "use the tool");
-    CHECK(strstr(msg(a, 2)->content.s, "denied") && !strcmp(app_session(a)->meta[2].tool_state, "denied"));
+    CHECK_MSG(strstr(msg(a, 2)->content.s, "nobody could be asked") && strstr(msg(a, 2)->content.s, "--allow-tools echo") &&
+                  !strstr(msg(a, 2)->content.s, "The user denied"),
+              "%s", msg(a, 2)->content.s);
+    CHECK(!strcmp(app_session(a)->meta[2].tool_state, "denied"));
     CHECK(!app_last_turn_called(a, "echo"));
     app_close(a);
 }
@@ -386,7 +390,7 @@ static void test_approval(void)
     app_close(a);
     rec = (recorder){0};
     app_frontend f2 = {.user = &rec, .turn_done = on_turn_done, .tool_approval = on_approval,
-                       .tool_update = on_update};
+                       .tool_update = on_update, .info = on_info};
     kimi_err err = {0};
     CHECK(app_open(&a, &opt, &f2, fake_open(script, 3), &err) == 0);
     rec.a = a;
@@ -403,6 +407,26 @@ static void test_approval(void)
     CHECK_INT(rec.approvals, 1);                    /* "always": the second call ran unasked */
     CHECK(!app_busy(a) && rec.outcome == APP_TURN_DONE);
     CHECK(n_msgs(a) == 6 && !strcmp(msg(a, 4)->content.s, "2\n"));
+    /* the grant is visible and revocable (issue 18): /tools names it, /tools ask takes it
+       back, and /new ends it */
+    CHECK(app_command(a, "/tools", &err) == 0);
+    CHECK_MSG(strstr(rec.info, "echo") && strstr(rec.info, "always (a)"), "%s", rec.info);
+    CHECK(app_command(a, "/tools ask echo", &err) == 0);
+    CHECK(app_command(a, "/tools", &err) == 0);
+    CHECK_MSG(strstr(rec.info, " asks ") && !strstr(rec.info, "always (a)"), "%s", rec.info);
+    CHECK(app_command(a, "/tools ask nosuch", &err) != 0 && strstr(err.msg, "no tool named 'nosuch'"));
+    app_close(a);
+    rec = (recorder){0};
+    CHECK(app_open(&a, &opt, &f2, fake_open(script, 3), &err) == 0);
+    rec.a = a;
+    rec.answer = TOOL_APPROVE_ALWAYS;
+    CHECK(app_send(a, "go", 2, &err) == 0);
+    wait_idle(a, 10);
+    CHECK_INT(rec.approvals, 1);
+    CHECK(app_command(a, "/tools", &err) == 0 && strstr(rec.info, "always (a)"));
+    CHECK(app_command(a, "/new", &err) == 0);
+    CHECK(app_command(a, "/tools", &err) == 0);
+    CHECK_MSG(strstr(rec.info, " asks ") && !strstr(rec.info, "always (a)"), "%s", rec.info);
     app_close(a);
 
     /* the tool disabled while its question is open: "yes" does not run it */
@@ -550,6 +574,32 @@ static void test_sessions(void)
     /* two exports in one second: two files, the first one kept */
     CHECK(app_command(a, "/export", &err) == 0 && app_command(a, "/export", &err) == 0);
     CHECK_MSG(system("test $(ls kimi-chat-*.md | wc -l) -eq 2") == 0, "%s", rec.info);
+
+    /* /export PATH never replaces a file, nor what a link there points to, unless told to
+       (issue 18: it silently replaced both while /save refused) */
+    FILE *mine = fopen("mine.md", "w");
+    fputs("my notes\n", mine);
+    fclose(mine);
+    err = (kimi_err){0};
+    CHECK_MSG(app_command(a, "/export mine.md", &err) != 0 && strstr(err.msg, "mine.md exists") &&
+                  strstr(err.msg, "/export md mine.md --force"),
+              "%s", err.msg);
+    CHECK(symlink("mine.md", "link.md") == 0);
+    CHECK_MSG(app_command(a, "/export json link.md", &err) != 0 && strstr(err.msg, "link.md exists"), "%s", err.msg);
+    CHECK(symlink("/nonexistent-dir/target", "dangling.md") == 0);
+    CHECK(app_command(a, "/export dangling.md", &err) != 0);
+    CHECK_MSG(app_command(a, "/export md link.md --force", &err) == 0, "%s", err.msg);
+    struct stat lst;
+    CHECK(lstat("link.md", &lst) == 0 && S_ISREG(lst.st_mode));   /* the link replaced, not followed */
+    mine = fopen("mine.md", "r");
+    CHECK(mine && fgets(text, sizeof text, mine));
+    fclose(mine);
+    CHECK_STR(text, "my notes\n");
+    CHECK_MSG(app_command(a, "/export md mine.md --force", &err) == 0, "%s", err.msg);
+    CHECK(lstat("mine.md", &lst) == 0 && (lst.st_mode & 0777) == 0600);   /* conversation text: 0600 */
+    mine = fopen("mine.md", "r");
+    CHECK(mine && fgets(text, sizeof text, mine) && strcmp(text, "my notes\n"));
+    fclose(mine);
 
     /* a corrupt file: an error, the session unchanged, and the file never written */
     char corrupt[400];

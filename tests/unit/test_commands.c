@@ -55,6 +55,15 @@ int main(void)
     CHECK(c.format == EXPORT_JSON && !strcmp(c.arg, "chat.json"));
     c = parse_ok("/export notes.md");
     CHECK(c.format == EXPORT_MARKDOWN && !strcmp(c.arg, "notes.md"));
+    CHECK(!c.force);
+    c = parse_ok("/export md notes.md --force");   /* replace an existing file (issue 18) */
+    CHECK(c.format == EXPORT_MARKDOWN && !strcmp(c.arg, "notes.md") && c.force);
+    c = parse_ok("/export out.json  --force");
+    CHECK(c.format == EXPORT_JSON && !strcmp(c.arg, "out.json") && c.force);
+    c = parse_ok("/export out/my--force.md");
+    CHECK(!c.force && !strcmp(c.arg, "out/my--force.md"));
+    c = parse_ok("/tools ask now");
+    CHECK(c.tools == TOOLS_ASK && !strcmp(c.arg, "now"));
     CHECK_STR(parse_ok("/load 2026-12-01T11-40-03").arg, "2026-12-01T11-40-03");
     CHECK_STR(parse_ok("/save keep").arg, "keep");
     CHECK_INT(parse_ok("/reasoning hidden").id, CMD_REASONING);
@@ -86,6 +95,7 @@ int main(void)
     parse_fails("/set temperature", "/set temperature: give one value");
     parse_fails("/set temperature 1 2", "/set temperature: give one value");
     parse_fails("/tools enable", "/tools enable: give one tool name");
+    parse_fails("/tools ask", "/tools ask: give one tool name");
     parse_fails("/tools list now", "/tools list: takes nothing after it");
     parse_fails("/tools paint", "/tools paint: unknown");
     parse_fails("/export pdf out.pdf", "/export pdf: the format is md or json");

@@ -136,13 +136,16 @@ static void test_load_demo(void)
     CHECK_INT(ts.tools[0].argc, 2);
     CHECK_STR(ts.tools[0].argv[0], "date");
     CHECK_STR(ts.tools[0].argv[1], "+%Y-%m-%d %H:%M:%S");
-    CHECK_INT(ts.tools[1].argc, 3);
+    CHECK_INT(ts.tools[1].argc, 4);
     CHECK_STR(ts.tools[1].argv[0], "wc");
     CHECK_STR(ts.tools[1].argv[1], "-w");
-    CHECK_STR(ts.tools[1].argv[2], "{path}");
-    CHECK(ts.tools[1].argv[3] == NULL);
+    CHECK_STR(ts.tools[1].argv[2], "--");   /* a path is never an option (issue 18) */
+    CHECK_STR(ts.tools[1].argv[3], "{path}");
+    CHECK(ts.tools[1].argv[4] == NULL);
     CHECK_STR(ts.tools[2].argv[0], "ls");
     CHECK_STR(ts.tools[2].argv[1], "-1");
+    CHECK_STR(ts.tools[2].argv[2], "--");
+    CHECK(ts.notes == NULL);                 /* every substitution guarded */
     for (int i = 0; i < 3; i++) {
         CHECK_NEAR(ts.tools[i].timeout_s, 30, 0);
         CHECK_INT(ts.tools[i].enabled, 1);
@@ -244,6 +247,10 @@ static void test_load_bad(void)
          ": tools[0] (a): exec.timeout_s must be a number of seconds in (0, 3600]"},
         {"[{\"type\": \"function\", " GOOD_FN("a") ", \"exec\": {\"argv\": [\"true\"], \"timeout_s\": \"30\"}}]",
          ": tools[0] (a): exec.timeout_s must be a number of seconds in (0, 3600]"},
+        {"[{\"type\": \"function\", " GOOD_FN("a") ", \"exec\": {\"argv\": [\"true\"], \"env\": \"HOME\"}}]",
+         ": tools[0] (a): exec.env must be an array of variable names"},
+        {"[{\"type\": \"function\", " GOOD_FN("a") ", \"exec\": {\"argv\": [\"true\"], \"env\": [\"A=b\"]}}]",
+         ": tools[0] (a): exec.env[0] must be a variable name (no '=')"},
         /* Syntax errors name line:column (jansson's: where the offending token ends). */
         {"[\n  {\"type\": \"function\",\n   \"function\": {\"name\" \"a\"}}\n]", ":3:26: not valid JSON: ':' expected near '\"a\"'"},
         {"[\n  {\"type\": \"function\", \"type\": \"function\"}\n]", ":2:29: not valid JSON: duplicate object key near '\"type\"'"},
@@ -290,12 +297,25 @@ static void test_load_lenient(void)
         CHECK_INT(ts.tools[0].argc, 9);
         CHECK_NEAR(ts.tools[0].timeout_s, 30, 0);
         CHECK_NEAR(ts.tools[1].timeout_s, 0.25, 0);
+        /* {dir} after argv[0] with no "--" before it: loaded, with a note naming it. */
+        CHECK_MSG(ts.notes && strstr(ts.notes, ": tools[0] (Find-files_2): exec.argv[1] \"{dir}\" substitutes an "
+                                                "argument with no \"--\" before it") && !strchr(ts.notes, '\n'),
+                  "notes: %s", ts.notes ? ts.notes : "(none)");
         /* The definition keeps the function's unknown keys but not the entry's. */
         const json_t *d = ts.tools[0].definition;
         CHECK(json_object_get(d, "strict") == NULL);
         CHECK(json_object_get(json_object_get(d, "function"), "x-extra") != NULL);
         tools_free(&ts);
     }
+    /* "--" before every substitution: no note; an embedded one is noted too. */
+    rc = load_text("[{\"type\": \"function\", " GOOD_FN("a") ", \"exec\": {\"argv\": [\"wc\", \"--\", \"{path}\"]}},\n"
+                   " {\"type\": \"function\", " GOOD_FN("b") ", \"exec\": {\"argv\": [\"grep\", \"--file={path}\"]}}]",
+                   &ts, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_MSG(ts.notes && strstr(ts.notes, "tools[1] (b): exec.argv[1] \"--file={path}\"") &&
+                  !strstr(ts.notes, "tools[0]"),
+              "notes: %s", ts.notes ? ts.notes : "(none)");
+    tools_free(&ts);
     rc = load_text("[]", &ts, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     CHECK_INT(ts.n_tools, 0);
@@ -363,6 +383,17 @@ static void test_run_demo(void)
     m = message(&r);
     CHECK_STR(m, want);
     free(m);
+    tool_result_free(&r);
+
+    /* A path that looks like an option is a path: wc --files0-from would print the lines of
+     * the file it names into the conversation (issue 18). */
+    const char *secret = tmp_path("private.txt");
+    write_file(secret, "private-line");
+    snprintf(args, sizeof args, "{\"path\": \"--files0-from=%s\"}", secret);
+    r = run_args(tools_find(&ts, "word_count"), args, NULL);
+    CHECK_INT(r.exit_status, 1);
+    CHECK_MSG(r.output && !strstr(r.output, "private-line") && strstr(r.output, "No such file"),
+              "word_count took its argument as an option: %s", r.output);
     tool_result_free(&r);
 
     /* list_dir: ls -1. */
@@ -523,12 +554,45 @@ static void test_run_stdin_and_env(void)
     CHECK_STR(r.output, "1\n");
     tool_result_free(&r);
     unsetenv("KIMI_TOOL_ARGS");
-    /* The rest of the environment is passed on. */
-    setenv("KIMI_TEST_TOOLS_VAR", "kept", 1);
-    r = run_one("[\"sh\", \"-c\", \"printf %s \\\"$KIMI_TEST_TOOLS_VAR\\\"\"]", "{}", 10, "{}");
-    CHECK_STR(r.output, "kept");
+    /* The environment is the minimal one plus what exec.env names; the API key's variable
+     * never, even when named (issue 18: a printenv tool sent the key to the server). */
+    setenv("KIMI_TEST_TOOLS_VAR", "named", 1);
+    setenv("KIMI_TEST_TOOLS_OTHER", "unnamed", 1);
+    setenv("LC_PAPER", "C", 1);
+    setenv("TZ", "UTC", 1);
+    setenv("OPENAI_API_KEY", "sk-test-secret", 1);
+    r = run_one("[\"env\"]", "{}", 10, "{}");
+    CHECK_INT(r.status, TOOL_RUN_DONE);
+    CHECK_MSG(r.output && strstr(r.output, "PATH=") && strstr(r.output, "LC_PAPER=C\n") &&
+                  strstr(r.output, "TZ=UTC\n"),
+              "the default variables are missing: %s", r.output);
+    CHECK_MSG(r.output && !strstr(r.output, "KIMI_TEST_TOOLS_") && !strstr(r.output, "sk-test-secret"),
+              "a tool got variables it does not name: %s", r.output);
     tool_result_free(&r);
+    kimi_err lerr;
+    tool_set named;
+    int lrc = load_text("[{\"type\": \"function\", \"function\": {\"name\": \"t\"},\n"
+                        "  \"exec\": {\"argv\": [\"env\"], \"env\": [\"KIMI_TEST_TOOLS_VAR\", \"OPENAI_API_KEY\"]}}]",
+                        &named, &lerr);
+    CHECK_MSG(lrc == 0, "%s", lerr.msg);
+    if (!lrc) {
+        CHECK_INT(named.tools[0].n_env, 2);
+        r = run_args(&named.tools[0], "{}", NULL);
+        CHECK_MSG(r.output && strstr(r.output, "KIMI_TEST_TOOLS_VAR=named\n") && strstr(r.output, "sk-test-secret") &&
+                      !strstr(r.output, "KIMI_TEST_TOOLS_OTHER"),
+                  "exec.env: %s", r.output);
+        tool_result_free(&r);
+        CHECK_INT(tools_withhold_env(&named, "OPENAI_API_KEY", &lerr), 0);
+        r = run_args(&named.tools[0], "{}", NULL);
+        CHECK_MSG(r.output && strstr(r.output, "KIMI_TEST_TOOLS_VAR=named\n") && !strstr(r.output, "sk-test-secret"),
+                  "the withheld key was passed: %s", r.output);
+        tool_result_free(&r);
+        tools_free(&named);
+    }
     unsetenv("KIMI_TEST_TOOLS_VAR");
+    unsetenv("KIMI_TEST_TOOLS_OTHER");
+    unsetenv("LC_PAPER");
+    unsetenv("OPENAI_API_KEY");
 
     /* Arguments larger than the pipe buffer: cat echoes all of them (writer and reader in one
      * loop, no deadlock); a tool that never reads stdin finishes normally (EPIPE, no SIGPIPE
@@ -951,6 +1015,10 @@ static void test_messages(void)
     free(m);
     m = tool_message_denied("word_count");
     CHECK_STR(m, "The user denied this call to word_count.");
+    free(m);
+    m = tool_message_not_asked("word_count");
+    CHECK_STR(m, "Not run: nobody could be asked to approve this call to word_count (no terminal to ask on); "
+                 "--allow-tools word_count would allow it.");
     free(m);
     /* Names from the model are made one safe line. */
     m = tool_message_unknown("a\nb\x1b[31m");

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -135,6 +136,12 @@ static void test_layout_and_lines(void)
     input_free(in);
 }
 
+static int file_mode(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) ? -1 : (int)(st.st_mode & 07777);
+}
+
 static void test_history(void)
 {
     char path[] = "/tmp/test_ui_input_XXXXXX";
@@ -159,9 +166,11 @@ static void test_history(void)
     CHECK(input_history_next(in));
     CHECK_STR(text(in), "typing");        /* what was being typed comes back */
     CHECK(!input_history_next(in));
+    CHECK_INT(chmod(path, 0644), 0);  /* a file an older kimi-chat left readable */
     input_history_add(in, "two\nlines", 9);
     input_history_add(in, "two\nlines", 9); /* the newest is not repeated */
     CHECK_INT(input_history_count(in), 4);
+    CHECK_INT(file_mode(path), 0600);
     input_free(in);
     /* the file took it in the same format; a fresh editor reads it back */
     in = input_new();
@@ -170,6 +179,17 @@ static void test_history(void)
     CHECK(input_history_prev(in));
     CHECK_STR(text(in), "two\nlines");
     input_free(in);
+    unlink(path);
+
+    /* A new history file is 0600 whatever the umask (issue 18: it was 0644, the readline
+       REPL's 0600, and it holds what the user typed). */
+    mode_t mask = umask(022);
+    in = input_new();
+    input_history_load(in, path);
+    input_history_add(in, "private", 7);
+    input_free(in);
+    umask(mask);
+    CHECK_INT(file_mode(path), 0600);
     unlink(path);
 }
 

@@ -104,6 +104,29 @@ static void test_displayable(void)
     check_displayable("cut" "\xE4\xB8", 5, "cut\xEF\xBF\xBD");
 }
 
+static void check_terminal_safe(const char *in, const char *want)
+{
+    strbuf b = {0};
+    text_terminal_safe(&b, in, strlen(in));
+    char *got = strbuf_take(&b);
+    CHECK_STR(got, want);
+    free(got);
+}
+
+/* The plain front end's form: the full screen's cleaning, newlines and tabs kept (issue 18: an
+ * id with \r\e[2K rewrote the approval line, OSC 0/52 set the title or the clipboard). */
+static void test_terminal_safe(void)
+{
+    check_terminal_safe("a\tb\nc", "a\tb\nc");
+    check_terminal_safe("x\r\ny\r\n", "x\ny\n");
+    check_terminal_safe("id\r\x1b[2Kother", "id^M^[[2Kother");
+    check_terminal_safe("\x1b]0;title\a", "^[]0;title^G");
+    check_terminal_safe("\x1b]52;c;aGk=\x1b\\", "^[]52;c;aGk=^[\\");
+    check_terminal_safe("csi\xC2\x9b" "31m", "csi\xEF\xBF\xBD" "31m");   /* C1 CSI */
+    check_terminal_safe("bad\xff " ZHONG, "bad\xEF\xBF\xBD " ZHONG);
+    check_terminal_safe("del\x7f\b", "del^?^H");
+}
+
 typedef struct {
     styled_lines l;
     char buf[16][256];
@@ -239,6 +262,7 @@ int main(void)
     test_clusters();
     test_terminal_profiles();
     test_displayable();
+    test_terminal_safe();
     test_wrap_ascii();
     test_wrap_unicode();
     test_wrap_prefix_and_styles();
