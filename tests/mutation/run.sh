@@ -51,26 +51,39 @@ mapfile -t lines < <(grep -v '^#' "$list" | grep -v '^[[:space:]]*$')
 n=${#lines[@]}
 [ "$n" -gt 0 ] || { echo "mutation: no mutants in $list"; exit 1; }
 
-# The build targets behind a test regex: the executables under the build folder that the
-# matching tests run or pass as arguments.
+# The build targets behind a test regex: each matching test's own name (a unit test's target),
+# replay_X for fuzz_replay_X, and the executables under the build folder that the tests run or
+# pass as arguments (ctest lists a test's command only once its executable exists).
 targets_for() {
     ctest --test-dir "$build" -R "$1" --show-only=json-v1 2>/dev/null | python3 -c '
 import json, os, sys
 build, names = sys.argv[1], set()
 for t in json.load(sys.stdin).get("tests", []):
+    names.add(t["name"])
+    if t["name"].startswith("fuzz_replay_"):
+        names.add(t["name"][len("fuzz_"):])
     for arg in t.get("command", []):
         if arg.startswith(build + "/"):
             names.add(os.path.basename(arg))
 print(" ".join(sorted(names)))' "$build"
 }
 build_for() {    # REGEX LOGFILE: builds the targets of the regex's tests that the build knows
-    local known wanted=() t
+    local known wanted t before="" round
     known=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
-    for t in $(targets_for "$1"); do
-        grep -qx -- "$t" <<<"$known" && wanted+=("$t")
+    : >"$2"
+    # a test's arguments (a helper executable) show once its own executable is built: again until
+    # no new target appears
+    for round in 1 2 3; do
+        wanted=""
+        for t in $(targets_for "$1"); do
+            grep -qx -- "$t" <<<"$known" && wanted="$wanted $t"
+        done
+        [ -n "$wanted" ] || { echo "no build targets for $1" >>"$2"; return 1; }
+        [ "$wanted" != "$before" ] || return 0
+        # shellcheck disable=SC2086
+        cmake --build "$build" -j"$jobs" --target $wanted >>"$2" 2>&1 || return 1
+        before=$wanted
     done
-    [ ${#wanted[@]} -gt 0 ] || { echo "no build targets for $1" >"$2"; return 1; }
-    cmake --build "$build" -j"$jobs" --target "${wanted[@]}" >"$2" 2>&1
 }
 field() { python3 -c 'import sys; print(sys.argv[1].split(" @@ ")[int(sys.argv[2])].strip(), end="")' "$1" "$2"; }
 

@@ -218,6 +218,15 @@ static void test_fence_lengths(void)
         }
     }
 
+    /* Two characters are no fence: the lines after them are text, not code. */
+    styled_lines two = layout("``\nnot code\n\n~~\nnor this\n", 40, 0);
+    CHECK_MSG(two.n_lines >= 2, "two-character fence: %zu lines", two.n_lines);
+    for (size_t i = 0; i < two.n_lines; i++)
+        for (size_t r = 0; r < two.lines[i].n_runs; r++)
+            CHECK_MSG(run(&two, i, r)->element == THEME_TEXT, "two-character fence: line %zu '%s' is not text", i,
+                      line(&two, i));
+    styled_lines_free(&two);
+
     /* Nested: a 5-backtick block holding a 4-backtick block holding a 3-backtick block stays one
      * block; its own closing fence ends it. */
     styled_lines l = layout("`````\n````md\n```c\nx\n```\n````\n`````\nafter\n", 16, 0);
