@@ -20,6 +20,7 @@ entries=(
   "python3-jinja2:"
   "locales: locale-gen localedef"
   "curl: curl"
+  "git: git"
   "groff-base: groff"
   "man-db: man"
 )

@@ -301,7 +301,8 @@ static int draft_length(engine *e, const request *r, speculate_policy *policy, i
 /* One speculative step: token and draft[k] through the backend at once, then each drafted id
  * tested against the logits before it (sampler_sample_draft); the accepted ones are sent as
  * generated, and *next is the id the step produced after them. The cache keeps token and the
- * accepted drafts, nothing after them. *stopped: the request ended on an accepted draft. */
+ * accepted drafts but the one a request ended on, nothing after them. *stopped: the request
+ * ended on an accepted draft. */
 static int verify_draft(engine *e, const request *r, sampler *smp, int32_t token, const int32_t *draft, int k,
                         engine_stats *st, int32_t *next, int *accepted, int *stopped, kimi_err *err)
 {
@@ -312,8 +313,8 @@ static int verify_draft(engine *e, const request *r, sampler *smp, int32_t token
     int rc = backend_decode_tokens(e->be, tokens, k + 1, start, e->draft_logits, err);
     if (rc)
         return rc;
-    /* The cache records token now and each draft as it is accepted, so that the checks of
-     * emit_generated see the positions really kept. */
+    /* The cache records token now and each accepted draft after it is sent, so that the checks
+     * of emit_generated see the positions a one-token step would have. */
     if ((rc = kv_cache_append(&e->cache, tokens, 1, err)))
         return rc;
     st->drafted_tokens += k;
@@ -323,8 +324,6 @@ static int verify_draft(engine *e, const request *r, sampler *smp, int32_t token
         *next = sampler_sample_draft(smp, e->draft_logits + (size_t)i * vocab, draft[i], &taken);
         if (!taken)
             break;
-        if ((rc = kv_cache_append(&e->cache, &draft[i], 1, err)))
-            return rc;
         ++*accepted;
         st->accepted_tokens++;
         st->decoded_tokens++;
@@ -332,6 +331,10 @@ static int verify_draft(engine *e, const request *r, sampler *smp, int32_t token
             *stopped = 1;
             break;
         }
+        /* Kept only once it is not the last token sent, as a one-token step would have run
+         * it: the cache then holds exactly what it holds without speculation. */
+        if ((rc = kv_cache_append(&e->cache, &draft[i], 1, err)))
+            return rc;
     }
     if (i == k && !*stopped)
         *next = sampler_sample(smp, e->draft_logits + (size_t)k * vocab);

@@ -12,6 +12,7 @@
 
 #include "engine/runtime/engine.h"
 #include "engine/runtime/speculate.h"
+#include "engine/text/tokenizer.h"
 #include "tests/unit/check.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"
@@ -166,15 +167,28 @@ static void test_greedy_identical(const char *model, int tp, long ctx)
             drafted += got.stats.drafted_tokens;
             accepted += got.stats.accepted_tokens;
         }
-        /* a stop id that comes mid-output: the first one stops every engine at the same place */
+        /* a stop id that comes mid-output: the first one stops every engine at the same place,
+         * and each cache then holds the same positions (the stop id, often an accepted draft,
+         * is not kept: a one-token step never runs it), which a follow-up turn shows */
         if (want.n > 6) {
-            int32_t stop = want.ids[want.n / 2];
+            int32_t stop = want.ids[want.n / 2], next[160];
             run(off, prompt, cases[c].n, cases[c].max_new, &stop, 1, &want);
+            int n_next = cases[c].n + want.n;
+            memcpy(next, prompt, (size_t)cases[c].n * sizeof *next);
+            memcpy(next + cases[c].n, want.ids, (size_t)want.n * sizeof *next);
+            next[n_next++] = 1;
+            run_result want_next, got_next;
+            run(off, next, n_next, 4, NULL, 0, &want_next);
             for (int s = 0; s < 3; s++) {
                 char what[128];
                 snprintf(what, sizeof what, "%s tp %d case %zu stop %s", model, tp, c, names[s]);
                 run(spec[s], prompt, cases[c].n, cases[c].max_new, &stop, 1, &got);
                 check_same(what, &want, &got);
+                run(spec[s], next, n_next, 4, NULL, 0, &got_next);
+                check_same(what, &want_next, &got_next);
+                CHECK_MSG(got_next.stats.reused_tokens == want_next.stats.reused_tokens,
+                          "%s: the follow-up reused %d, %d without speculation", what, got_next.stats.reused_tokens,
+                          want_next.stats.reused_tokens);
             }
         }
     }
@@ -224,6 +238,47 @@ static void test_follow_up_reuses_exact_cache(void)
     check_same("second turn", &want, &got);
     CHECK_MSG(got.stats.reused_tokens == want.stats.reused_tokens && got.stats.reused_tokens >= 60 + 39,
               "reused %d, %d without speculation", got.stats.reused_tokens, want.stats.reused_tokens);
+
+    /* every id of the first answer as the stop id in turn: some end the answer on an accepted
+     * draft, which the cache must not keep (a one-token step never runs the last token sent),
+     * so the follow-up turn reuses exactly what it reuses without speculation */
+    static const char text[] = "<|im_user|>user<|im_middle|>The cat sat on the mat. The cat sat on the mat. "
+                               "The cat sat on the mat.<|im_end|><|im_assistant|>assistant<|im_middle|>";
+    tokenizer *tok = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    kimi_err err = {0};
+    CHECK(tokenizer_load(&tok, DEMO, engine_model_config(off), &err) == 0);
+    CHECK(tokenizer_encode(tok, text, sizeof text - 1, 1, &ids, &n_ids, &err) == 0 && n_ids <= 60);
+    int n_prompt = (int)n_ids;
+    memcpy(turn, ids, n_ids * sizeof *ids);
+    free(ids);
+    tokenizer_free(tok);
+    run_result first;
+    run(off, turn, n_prompt, 40, NULL, 0, &first);
+    int stops_tried = 0;
+    for (int j = 1; j < first.n; j++) {
+        int seen = 0;
+        for (int i = 0; i < j; i++)
+            seen |= first.ids[i] == first.ids[j];
+        if (seen)
+            continue;
+        int32_t stop = first.ids[j];
+        int m = n_prompt;
+        run(off, turn, n_prompt, 40, &stop, 1, &want);
+        run(on, turn, n_prompt, 40, &stop, 1, &got);
+        check_same("stop on an id", &want, &got);
+        memcpy(turn + m, want.ids, (size_t)want.n * sizeof *turn);
+        m += want.n;
+        turn[m++] = 2;
+        run(off, turn, m, 3, NULL, 0, &want);
+        run(on, turn, m, 3, NULL, 0, &got);
+        check_same("after a stop", &want, &got);
+        CHECK_MSG(got.stats.reused_tokens == want.stats.reused_tokens, "stop id %d: the next turn reused %d, %d "
+                  "without speculation", stop, got.stats.reused_tokens, want.stats.reused_tokens);
+        stops_tried++;
+    }
+    CHECK(stops_tried >= 5);
 
     /* cancel a speculative request as soon as its first token arrives, then extend what it sent */
     periodic_prompt(turn, 50, 5, 300, vocab);
