@@ -23,6 +23,9 @@ enum { WORK_KERNEL, WORK_COPY, WORK_MEMSET, WORK_COLLECTIVE, WORK_EVENT, WORK_WA
 /* Enqueues w on stream (0: the legacy stream of the current device), or records it when the
  * stream is capturing. */
 cudaError_t enqueue(cudaStream_t stream, work w);
+/* stream, or the legacy stream of device when stream is 0 (NCCL runs on its communicator's
+ * device whatever the calling thread's current device). */
+cudaStream_t stream_on(cudaStream_t stream, int device);
 /* Whether stream is capturing now (for NCCL's rule on a first collective inside a capture). */
 bool capturing(cudaStream_t stream);
 /* Prints "cuemu: ..." and aborts: a kernel bug the emulator found (divergent barrier, bad mask,

@@ -131,6 +131,7 @@ ncclResult_t submit(ncclComm *c, cudaStream_t stream, emu::work w, bool is_send)
 {
     if (!c || c->aborted)
         return ncclInvalidArgument;
+    stream = emu::stream_on(stream, c->device);
     if (emu::capturing(stream)) {
         if (!c->warmed) {
             fprintf(stderr, "cuemu: NCCL: rank %d's first collective (%s) is inside a stream capture: NCCL connects "

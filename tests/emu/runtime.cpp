@@ -501,6 +501,24 @@ static pool &block_pool()
 
 static std::atomic<unsigned long long> launch_counter{0};
 
+/* cudaMalloc keeps kCanary bytes of 0xA5 after each allocation: a kernel that writes past the
+ * end of a buffer is named when it ends (a GPU would corrupt the neighbour silently). */
+constexpr size_t kCanary = 64;
+static std::mutex memory_lock;
+static std::map<uintptr_t, std::pair<size_t, int>> allocations;   /* device pointer -> bytes asked, device */
+
+static void check_canaries(const launch_desc &d)
+{
+    std::lock_guard<std::mutex> hold(memory_lock);
+    for (auto &a : allocations) {
+        const unsigned char *tail = (const unsigned char *)a.first + a.second.first;
+        for (size_t i = 0; i < kCanary; i++)
+            if (tail[i] != 0xA5)
+                fatal("%s (launched at %s:%d) wrote past the end of a device buffer of %zu bytes (byte %zu after it)",
+                      d.name, d.file, d.line, a.second.first, i);
+    }
+}
+
 static void run_grid(const launch_desc &d, const std::function<void()> &body)
 {
     auto job = std::make_shared<grid_job>();
@@ -527,6 +545,7 @@ static void run_grid(const launch_desc &d, const std::function<void()> &body)
         run_block(w, d, body, job->blocks[b]);
     while (job->done.load() < job->blocks.size() || job->helpers.load() > 0)
         std::this_thread::yield();
+    check_canaries(d);
 }
 
 /* ---- streams ---- */
@@ -607,6 +626,11 @@ static CUstream_st *legacy_stream(int device)
 static CUstream_st *resolve(cudaStream_t s)
 {
     return s ? s : legacy_stream(current_device);
+}
+
+cudaStream_t stream_on(cudaStream_t stream, int device)
+{
+    return stream ? stream : legacy_stream(device);
 }
 
 bool capturing(cudaStream_t stream)
@@ -712,8 +736,6 @@ using namespace emu;
 
 extern "C" {
 
-static std::mutex memory_lock;
-static std::map<uintptr_t, std::pair<size_t, int>> allocations;   /* device pointer -> bytes, device */
 static std::vector<size_t> used_bytes(64);
 
 cudaError_t cudaGetDeviceCount(int *count)
@@ -862,7 +884,7 @@ cudaError_t cudaMalloc(void **ptr, size_t size)
         return result(cudaErrorInvalidValue);
     if (active_captures.load() > 0)   /* unsafe while a global or thread-local capture runs */
         return result(cudaErrorStreamCaptureUnsupported);
-    size_t bytes = ((size ? size : 1) + 255) & ~(size_t)255;
+    size_t asked = size ? size : 1, bytes = (asked + kCanary + 255) & ~(size_t)255;
     std::lock_guard<std::mutex> hold(memory_lock);
     if (used_bytes[current_device] + bytes > cfg().arch.total_memory)
         return result(cudaErrorMemoryAllocation);
@@ -870,8 +892,9 @@ cudaError_t cudaMalloc(void **ptr, size_t size)
     if (!p)
         return result(cudaErrorMemoryAllocation);
     if (bytes <= ((size_t)64 << 20))
-        memset(p, 0xFF, bytes);     /* cudaMalloc does not clear: NaN bytes make a missed write show */
-    allocations[(uintptr_t)p] = {bytes, current_device};
+        memset(p, 0xFF, asked);     /* cudaMalloc does not clear: NaN bytes make a missed write show */
+    memset((char *)p + asked, 0xA5, kCanary);
+    allocations[(uintptr_t)p] = {asked, current_device};
     used_bytes[current_device] += bytes;
     *ptr = p;
     return cudaSuccess;
@@ -885,7 +908,7 @@ cudaError_t cudaFree(void *ptr)
     auto it = allocations.find((uintptr_t)ptr);
     if (it == allocations.end())
         return result(cudaErrorInvalidValue);
-    used_bytes[it->second.second] -= it->second.first;
+    used_bytes[it->second.second] -= (it->second.first + kCanary + 255) & ~(size_t)255;
     allocations.erase(it);
     free(ptr);
     return cudaSuccess;
