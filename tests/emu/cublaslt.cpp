@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <new>
+#include <vector>
 
 struct cublasLtContext {
     int device;
@@ -178,14 +179,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
     w.what = "cublasLtMatmul";
     w.bytes = 0;
     w.run = [=] {
+        /* op(A) by rows and op(B) by columns, converted once, so each dot product reads two
+         * contiguous vectors */
+        std::vector<float> rows(m * k), cols(n * k);
+        for (uint64_t i = 0; i < m; i++)
+            for (uint64_t p = 0; p < k; p++)
+                rows[i * k + p] = element(a, A.type, ta == CUBLAS_OP_N ? i + p * A.ld : p + i * A.ld);
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t p = 0; p < k; p++)
+                cols[j * k + p] = element(b, B.type, tb == CUBLAS_OP_N ? p + j * B.ld : j + p * B.ld);
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++) {
+                const float *x = &rows[i * k], *y = &cols[j * k];
                 double sum = 0.0;
-                for (uint64_t p = 0; p < k; p++) {
-                    size_t ai = ta == CUBLAS_OP_N ? i + p * A.ld : p + i * A.ld;
-                    size_t bi = tb == CUBLAS_OP_N ? p + j * B.ld : j + p * B.ld;
-                    sum += (double)element(a, A.type, ai) * (double)element(b, B.type, bi);
-                }
+                for (uint64_t p = 0; p < k; p++)
+                    sum += (double)x[p] * (double)y[p];
                 float prior = be != 0.0f ? element(c, C.type, i + j * C.ld) : 0.0f;
                 ((float *)d)[i + j * D.ld] = (float)((double)al * sum + (double)be * prior);
             }
