@@ -16,11 +16,26 @@ cmake -S "$src" -B "$build" -DKIMI_CUDA_EMU=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 jobs="$(nproc)"
 cmake --build "$build" -j"$jobs" --target test_gpu_kernels kimi-probe >/dev/null || exit 1
 
-kernels_test() { timeout 1200 "$build/tests/gpu/test_gpu_kernels"; }
+kernels_test() { exec timeout 1200 "$build/tests/gpu/test_gpu_kernels"; }
 # NCCL across two emulated devices, graphs on, steps prefill: the first step is captured
 nccl_test() {
-  (cd "$src" && KIMI_CUDA_PREFILL=steps KIMI_CUDA_COMM=nccl KIMI_CUDA_GRAPHS=1 timeout 1200 "$build/app/kimi-probe" verify \
-     --model tests/golden/fixtures/tiny-k25 --backend cuda --tp 2 --devices 0,1)
+  cd "$src" && exec env KIMI_CUDA_PREFILL=steps KIMI_CUDA_COMM=nccl KIMI_CUDA_GRAPHS=1 timeout 1200 \
+    "$build/app/kimi-probe" verify --model tests/golden/fixtures/tiny-k25 --backend cuda --tp 2 --devices 0,1
+}
+# Runs a test in the background; stops it at its first failure (1), or waits for its end (its
+# exit status). The tests run every case to the end otherwise, minutes under the emulator.
+until_failure() {
+  "$@" >"$scratch/test.log" 2>&1 &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    if grep -qE 'CHECK failed|cuemu:|^FAIL' "$scratch/test.log"; then
+      kill "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      return 1
+    fi
+    sleep 1
+  done
+  wait "$pid"
 }
 
 # file | line | text on that line | replacement | the bug | test
@@ -65,7 +80,7 @@ PY
   fi
   if ! cmake --build "$build" -j"$jobs" --target test_gpu_kernels kimi-probe >"$scratch/build.log" 2>&1; then
     echo "caught (does not compile)  $file:$line: $what"
-  elif $test >"$scratch/test.log" 2>&1; then
+  elif until_failure "$test"; then
     echo "SURVIVED  $file:$line: $what"
     survived=1
   else
