@@ -19,7 +19,9 @@ add_library(CUDA::cudart ALIAS kimi_cuemu)
 add_library(CUDA::cublasLt ALIAS kimi_cuemu)
 set(KIMI_NCCL_INCLUDE_DIR ${KIMI_EMU_DIR}/include)
 
-function(kimi_cuemu_kernels target)
+# kimi_cuemu_translate(out sources...): the translated C++ of each .cu (relative to the current
+# source directory), listed in out.
+function(kimi_cuemu_translate out)
   set(outputs)
   foreach(source ${ARGN})
     get_filename_component(name ${source} NAME)
@@ -33,11 +35,21 @@ function(kimi_cuemu_kernels target)
       COMMENT "cuemu: translating ${relative}")
     list(APPEND outputs ${output})
   endforeach()
-  add_library(${target} STATIC ${outputs})
+  set(${out} ${outputs} PARENT_SCOPE)
+endfunction()
+
+# The compile options of translated CUDA: nvcc does not warn on sign comparisons in device code;
+# g++ does, and knows no #pragma unroll.
+function(kimi_cuemu_options target)
   target_include_directories(${target} PUBLIC ${CMAKE_SOURCE_DIR})
   target_link_libraries(${target} PUBLIC kimi_cuemu)
-  # nvcc does not warn on sign comparisons in device code; g++ does, and knows no #pragma unroll
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -Wno-sign-compare -Wno-unknown-pragmas -ffp-contract=off)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -Wno-sign-compare -Wno-unknown-pragmas
+                         -ffp-contract=off)
   target_compile_definitions(${target} PRIVATE __CUDACC__ _GNU_SOURCE)
 endfunction()
-set(KIMI_NCCL_LIBRARY kimi_cuemu)
+
+function(kimi_cuemu_kernels target)
+  kimi_cuemu_translate(outputs ${ARGN})
+  add_library(${target} STATIC ${outputs})
+  kimi_cuemu_options(${target})
+endfunction()
