@@ -23,7 +23,8 @@ nccl_test() {
     "$build/app/kimi-probe" verify --model tests/golden/fixtures/tiny-k25 --backend cuda --tp 2 --devices 0,1
 }
 # Runs a test in the background; stops it at its first failure (1), or waits for its end (its
-# exit status). The tests run every case to the end otherwise, minutes under the emulator.
+# exit status). A mutant that the forward schedule of CUDA threads hides (a thread 0 that writes
+# a shared flag before the others read it) is run again in the reverse schedule. The tests run every case to the end otherwise, minutes under the emulator.
 until_failure() {
   "$@" >"$scratch/test.log" 2>&1 &
   local pid=$!
@@ -86,7 +87,7 @@ PY
   if ! cmake --build "$build" -j"$jobs" --target "$target" >"$scratch/build.log" 2>&1; then
     echo "INVALID (does not compile)  $file:$line: $what"
     survived=1
-  elif until_failure "$test"; then
+  elif until_failure "$test" && KIMI_EMU_SCHEDULE=reverse until_failure "$test"; then
     echo "SURVIVED  $file:$line: $what"
     survived=1
   else
