@@ -28,3 +28,16 @@ TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R 
 cmake --preset asan >/dev/null
 cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+# Every gpu-labelled test on the CPU emulation of CUDA (tests/emu, the cuemu preset) in the
+# forward schedule; then, in a random schedule whose seed is printed (rerun a failure with
+# KIMI_EMU_SCHEDULE=random KIMI_EMU_SEED=<seed>), the tests where the order of CUDA threads and
+# blocks matters most within CI's budget: the kernels at the real per-rank shapes, and the
+# whole backend at TP 8 with graphs on and off.
+cmake --preset cuemu >/dev/null
+cmake --build build-cuemu -j"$jobs"
+KIMI_EMU_SCHEDULE=forward ctest --test-dir build-cuemu --output-on-failure -j"$jobs" -L gpu
+seed="${KIMI_EMU_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+echo "cuemu: random schedule, KIMI_EMU_SEED=$seed"
+KIMI_EMU_SCHEDULE=random KIMI_EMU_SEED="$seed" ctest --test-dir build-cuemu --output-on-failure -j"$jobs" -L gpu \
+  -R '^(test_gpu_kernels|test_gpu_nvfp4|test_gpu_gemm|golden_cuda_tp8|cuda_graphs_on_off)$'

@@ -1084,13 +1084,18 @@ static int open_ranks(struct cuda_backend *be, const backend_options *opt, size_
     be->job = JOB_OPEN;
     spin_barrier_wait(&be->job_start);
     double last = now_seconds();
+    size_t reported = 0;    /* the byte count of the last report: each report says more */
+    int reports = 0;
     while (atomic_load(&be->ranks_loaded) < be->tp) {
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
         double now = now_seconds();
-        if (opt->on_load && !stopped && now - last >= LOAD_REPORT_SECONDS) {
+        size_t done = uploaded_bytes(be);
+        if (opt->on_load && !stopped && now - last >= LOAD_REPORT_SECONDS && done > reported) {
             last = now;
-            if (opt->on_load(opt->on_load_user, uploaded_bytes(be), bytes_total)) {
+            reported = done;
+            reports++;
+            if (opt->on_load(opt->on_load_user, done, bytes_total)) {
                 stopped = 1;
                 atomic_store(&be->stop_load, 1);
             }
@@ -1105,7 +1110,8 @@ static int open_ranks(struct cuda_backend *be, const backend_options *opt, size_
             return kimi_err_prefix(err, rd->status, "rank %d of %d (device %d)", r, be->tp, rd->device);
         }
     }
-    if (!stopped && opt->on_load && opt->on_load(opt->on_load_user, uploaded_bytes(be), bytes_total))
+    size_t done = uploaded_bytes(be);
+    if (!stopped && opt->on_load && (done > reported || !reports) && opt->on_load(opt->on_load_user, done, bytes_total))
         stopped = 1;
     return stopped ? BACKEND_STOPPED : 0;
 }

@@ -148,6 +148,8 @@ static void check_gemv_tokens(weight_format format, int rows, int cols, int sm_c
     CUDA_CHECK(cudaMemset(counters, 0, (size_t)rows * 4));
     gemv_scratch scratch = {partials, counters, rows, sm_count};
     for (int pass = 0; pass < 2; pass++) { /* twice: the split-K counters must be left at zero */
+        /* NaN bytes: the first pass's outputs, which are right, must not stand for the second's */
+        CUDA_CHECK(cudaMemset(dy, 0xFF, ty * 4));
         if (tokens == 1)
             CHECK_INT(linear_gemv_cuda(&m.dev, rows, 1, 0, dx, 0, dy, 0, &scratch, NULL), 0);
         else

@@ -1,0 +1,437 @@
+/* nccl: NCCL of the CPU emulation. A clique is the ranks of one communicator set; each rank's
+ * collectives run on its stream's thread, in order, and the k-th collective of every rank meet:
+ * the last to arrive computes the result (sums in rank order) for all of them. Send/recv meet
+ * per pair of ranks in order. Group calls are enqueued at ncclGroupEnd with the sends posted
+ * before any receive waits. Lazy connection setup as recent NCCL does it: a communicator's first
+ * collective must not be inside a stream capture (ncclInvalidUsage, said on stderr). Fault hook:
+ * KIMI_EMU_NCCL_FAIL=RANK:K fails rank RANK's K-th collective (1-based): its communicator
+ * reports ncclSystemError asynchronously and the collective waits, as a lost peer leaves it,
+ * until ncclCommAbort. */
+#include "emu.h"
+
+#include <nccl.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace {
+
+struct arrival {
+    const void *send;
+    void *recv;
+};
+
+struct clique {
+    int ranks;
+    std::mutex lock;
+    std::condition_variable changed;
+    std::map<unsigned long long, std::vector<arrival>> rounds;  /* collective index -> arrivals */
+    std::map<unsigned long long, int> arrived, released;
+    /* point to point: (from, to) -> posted sends in order */
+    std::map<std::pair<int, int>, std::vector<std::pair<const void *, size_t>>> sends;
+    std::map<std::pair<int, int>, size_t> sends_taken;
+    int joined = 0;
+};
+
+} // namespace
+
+struct ncclComm {
+    std::shared_ptr<clique> group;
+    int rank, device;
+    bool warmed = false;
+    std::atomic<bool> aborted{false};
+    std::atomic<int> async_error{ncclSuccess};
+    unsigned long long executed = 0;                /* collectives run so far (the stream thread's) */
+    std::map<int, unsigned long long> sent_to, received_from;
+};
+
+namespace {
+
+size_t type_size(ncclDataType_t t)
+{
+    switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+    }
+}
+
+int fail_rank = -1;
+unsigned long long fail_at = 0;
+std::once_flag fail_parsed;
+
+void parse_fault()
+{
+    const char *f = getenv("KIMI_EMU_NCCL_FAIL");
+    if (f && sscanf(f, "%d:%llu", &fail_rank, &fail_at) != 2)
+        emu::fatal("KIMI_EMU_NCCL_FAIL=%s: must be RANK:K", f);
+}
+
+/* The fault hook: true when this collective is the one to fail. */
+bool faulted(ncclComm *c)
+{
+    std::call_once(fail_parsed, parse_fault);
+    return c->rank == fail_rank && c->executed == fail_at;
+}
+
+void wait_aborted(ncclComm *c, std::unique_lock<std::mutex> &hold)
+{
+    c->group->changed.wait(hold, [c] { return c->aborted.load(); });
+}
+
+/* Runs on the rank's stream: meets the other ranks' collective of the same index; the last to
+ * arrive runs combine over all arrivals. */
+void meet(ncclComm *c, arrival mine, const std::function<void(std::vector<arrival> &)> &combine)
+{
+    clique &g = *c->group;
+    std::unique_lock<std::mutex> hold(g.lock);
+    unsigned long long index = ++c->executed;
+    if (faulted(c)) {
+        c->async_error = ncclSystemError;
+        wait_aborted(c, hold);
+        return;
+    }
+    std::vector<arrival> &slot = g.rounds[index];
+    slot.resize(g.ranks);
+    slot[c->rank] = mine;
+    if (++g.arrived[index] == g.ranks) {
+        combine(slot);
+        g.released[index] = 1;
+        g.changed.notify_all();
+    } else {
+        g.changed.wait(hold, [&] { return g.released.count(index) || c->aborted.load(); });
+    }
+    if (g.released.count(index) && ++g.released[index] == g.ranks + 1) {
+        g.rounds.erase(index);
+        g.arrived.erase(index);
+        g.released.erase(index);
+    }
+}
+
+struct pending {
+    ncclComm *comm;
+    cudaStream_t stream;
+    emu::work w;
+    bool is_send;
+};
+thread_local int group_depth = 0;
+thread_local std::vector<pending> grouped;
+
+ncclResult_t submit(ncclComm *c, cudaStream_t stream, emu::work w, bool is_send)
+{
+    if (!c || c->aborted)
+        return ncclInvalidArgument;
+    stream = emu::stream_on(stream, c->device);
+    if (emu::capturing(stream)) {
+        if (!c->warmed) {
+            fprintf(stderr, "cuemu: NCCL: rank %d's first collective (%s) is inside a stream capture: NCCL connects "
+                            "lazily and cannot do so while capturing; run one collective before capturing\n",
+                    c->rank, w.what.c_str());
+            return ncclInvalidUsage;
+        }
+    } else {
+        c->warmed = true;
+    }
+    if (group_depth > 0) {
+        grouped.push_back({c, stream, std::move(w), is_send});
+        return ncclSuccess;
+    }
+    return emu::enqueue(stream, std::move(w)) ? ncclUnhandledCudaError : ncclSuccess;
+}
+
+} // namespace
+
+namespace {
+
+template <class T> void reduce_into(std::vector<arrival> &all, size_t count, ncclRedOp_t op)
+{
+    std::vector<T> out(count);
+    for (size_t i = 0; i < count; i++) {
+        T v = ((const T *)all[0].send)[i];
+        for (size_t r = 1; r < all.size(); r++) {
+            T x = ((const T *)all[r].send)[i];
+            v = op == ncclSum ? (T)(v + x) : op == ncclProd ? (T)(v * x) : op == ncclMax ? (v > x ? v : x)
+                                                                                         : (v < x ? v : x);
+        }
+        out[i] = v;
+    }
+    for (arrival &a : all)
+        memcpy(a.recv, out.data(), count * sizeof(T));
+}
+
+} // namespace
+
+extern "C" {
+
+const char *ncclGetErrorString(ncclResult_t result)
+{
+    switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    }
+    return "unknown result code";
+}
+
+static std::mutex ids_lock;
+static std::map<unsigned long long, std::shared_ptr<clique>> by_id;
+static unsigned long long next_id = 1;
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    std::lock_guard<std::mutex> hold(ids_lock);
+    memset(id, 0, sizeof *id);
+    unsigned long long v = next_id++;
+    memcpy(id->internal, &v, sizeof v);
+    by_id[v] = nullptr;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+{
+    if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
+        return ncclInvalidArgument;
+    unsigned long long key;
+    memcpy(&key, id.internal, sizeof key);
+    std::shared_ptr<clique> g;
+    {
+        std::lock_guard<std::mutex> hold(ids_lock);
+        auto it = by_id.find(key);
+        if (it == by_id.end())
+            return ncclInvalidArgument;
+        if (!it->second) {
+            it->second = std::make_shared<clique>();
+            it->second->ranks = nranks;
+        }
+        g = it->second;
+    }
+    if (g->ranks != nranks)
+        return ncclInvalidArgument;
+    ncclComm *c = new ncclComm;
+    c->group = g;
+    c->rank = rank;
+    cudaGetDevice(&c->device);
+    std::unique_lock<std::mutex> hold(g->lock);
+    g->joined++;
+    g->changed.notify_all();
+    g->changed.wait(hold, [&] { return g->joined >= nranks; });   /* InitRank returns once all ranks joined */
+    *comm = c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+{
+    if (!comms || ndev < 1)
+        return ncclInvalidArgument;
+    int devices = 0;
+    cudaGetDeviceCount(&devices);
+    for (int i = 0; i < ndev; i++) {
+        int d = devlist ? devlist[i] : i;
+        if (d < 0 || d >= devices)
+            return ncclInvalidArgument;
+        for (int j = 0; j < i; j++)
+            if (devlist && devlist[j] == d)
+                return ncclInvalidUsage;    /* duplicate GPU */
+    }
+    auto g = std::make_shared<clique>();
+    g->ranks = ndev;
+    g->joined = ndev;
+    for (int i = 0; i < ndev; i++) {
+        comms[i] = new ncclComm;
+        comms[i]->group = g;
+        comms[i]->rank = i;
+        comms[i]->device = devlist ? devlist[i] : i;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    if (!comm)
+        return ncclInvalidArgument;
+    delete comm;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    if (!comm)
+        return ncclSuccess;
+    {
+        std::lock_guard<std::mutex> hold(comm->group->lock);
+        comm->aborted = true;
+        comm->group->changed.notify_all();
+    }
+    /* the collectives it releases still hold the communicator until their stream runs them */
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error)
+{
+    if (!comm || !async_error)
+        return ncclInvalidArgument;
+    *async_error = (ncclResult_t)comm->async_error.load();
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
+{
+    *count = comm->group->ranks;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    *rank = comm->rank;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    if (!sendbuff || !recvbuff || (datatype != ncclFloat32 && datatype != ncclFloat64 && datatype != ncclInt32))
+        return ncclInvalidArgument;
+    emu::work w;
+    w.kind = emu::WORK_COLLECTIVE;
+    w.what = "ncclAllReduce";
+    w.bytes = count * type_size(datatype);
+    w.run = [=] {
+        meet(comm, {sendbuff, recvbuff}, [=](std::vector<arrival> &all) {
+            if (datatype == ncclFloat32)
+                reduce_into<float>(all, count, op);
+            else if (datatype == ncclFloat64)
+                reduce_into<double>(all, count, op);
+            else
+                reduce_into<int>(all, count, op);
+        });
+    };
+    return submit(comm, stream, std::move(w), false);
+}
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    if (!sendbuff || !recvbuff)
+        return ncclInvalidArgument;
+    size_t bytes = sendcount * type_size(datatype);
+    emu::work w;
+    w.kind = emu::WORK_COLLECTIVE;
+    w.what = "ncclAllGather";
+    w.bytes = bytes * comm->group->ranks;
+    w.run = [=] {
+        meet(comm, {sendbuff, recvbuff}, [=](std::vector<arrival> &all) {
+            std::vector<char> out(bytes * all.size());
+            for (size_t r = 0; r < all.size(); r++)
+                memcpy(out.data() + r * bytes, all[r].send, bytes);
+            for (arrival &a : all)
+                memcpy(a.recv, out.data(), out.size());
+        });
+    };
+    return submit(comm, stream, std::move(w), false);
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    if (!comm || peer < 0 || peer >= comm->group->ranks || (!sendbuff && count))
+        return ncclInvalidArgument;
+    size_t bytes = count * type_size(datatype);
+    emu::work w;
+    w.kind = emu::WORK_COLLECTIVE;
+    w.what = "ncclSend";
+    w.bytes = bytes;
+    w.run = [=] {
+        clique &g = *comm->group;
+        std::unique_lock<std::mutex> hold(g.lock);
+        ++comm->executed;
+        if (faulted(comm)) {
+            comm->async_error = ncclSystemError;
+            wait_aborted(comm, hold);
+            return;
+        }
+        auto key = std::make_pair(comm->rank, peer);
+        auto &queue = g.sends[key];
+        queue.push_back({sendbuff, bytes});
+        size_t mine = queue.size();
+        g.changed.notify_all();
+        /* the send completes once the receiver has copied it */
+        g.changed.wait(hold, [&] { return g.sends_taken[key] >= mine || comm->aborted.load(); });
+    };
+    return submit(comm, stream, std::move(w), true);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    if (!comm || peer < 0 || peer >= comm->group->ranks || (!recvbuff && count))
+        return ncclInvalidArgument;
+    size_t bytes = count * type_size(datatype);
+    emu::work w;
+    w.kind = emu::WORK_COLLECTIVE;
+    w.what = "ncclRecv";
+    w.bytes = bytes;
+    w.run = [=] {
+        clique &g = *comm->group;
+        std::unique_lock<std::mutex> hold(g.lock);
+        ++comm->executed;
+        if (faulted(comm)) {
+            comm->async_error = ncclSystemError;
+            wait_aborted(comm, hold);
+            return;
+        }
+        auto key = std::make_pair(peer, comm->rank);
+        size_t index = g.sends_taken[key];
+        g.changed.wait(hold, [&] { return g.sends[key].size() > index || comm->aborted.load(); });
+        if (g.sends[key].size() <= index)
+            return;
+        auto posted = g.sends[key][index];
+        if (posted.second != bytes)
+            emu::fatal("ncclRecv of %zu bytes on rank %d from rank %d, which sent %zu", bytes, comm->rank, peer,
+                       posted.second);
+        memcpy(recvbuff, posted.first, bytes);
+        g.sends_taken[key] = index + 1;
+        g.changed.notify_all();
+    };
+    return submit(comm, stream, std::move(w), false);
+}
+
+ncclResult_t ncclGroupStart(void)
+{
+    group_depth++;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+    if (group_depth <= 0)
+        return ncclInvalidUsage;
+    if (--group_depth > 0)
+        return ncclSuccess;
+    std::vector<pending> ops;
+    ops.swap(grouped);
+    /* sends first: a rank that both sends and receives in one group must not wait on a receive
+     * before its own sends are posted. Each stream keeps the order of its own calls otherwise. */
+    std::stable_partition(ops.begin(), ops.end(), [](const pending &p) { return p.is_send; });
+    ncclResult_t status = ncclSuccess;
+    for (pending &p : ops)
+        if (emu::enqueue(p.stream, std::move(p.w)))
+            status = ncclUnhandledCudaError;
+    return status;
+}
+
+} /* extern "C" */
