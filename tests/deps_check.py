@@ -125,7 +125,14 @@ def commands(text):
     text = re.sub(r"=\(([^()]|\n)*\)", "=Q", text)                 # array literals
     text = re.sub(r"(?m)^\s*[A-Za-z0-9_|*.-]+\)", "", text)           # case labels
     found = []
+    lines, starts = [], []          # logical lines: a backslash-newline continues the line
     for no, line in enumerate(text.split("\n"), 1):
+        if lines and lines[-1].endswith("\\"):
+            lines[-1] = lines[-1][:-1] + " " + line
+        else:
+            lines.append(line)
+            starts.append(no)
+    for no, line in zip(starts, lines):
         for piece in SEPARATORS.split(line):
             words = piece.split()
             while words:
