@@ -388,7 +388,7 @@ static int append_answer(app *a, const generator_result *res, parse_stop_reason 
     chat_message_free(&m);
     if (rc)
         return rc;
-    a->context_used = res->prompt_tokens + res->generated_tokens;
+    a->context_used = (long)res->prompt_tokens + res->generated_tokens;
     if (a->fe.answer_done)
         a->fe.answer_done(a->fe.user, &a->sess.conv.messages[a->sess.conv.n_messages - 1],
                           &a->sess.meta[a->sess.conv.n_messages - 1]);
@@ -914,7 +914,7 @@ static void session_changed(app *a, int kept)
     a->context_used = 0;
     for (int i = a->sess.conv.n_messages - 1; i >= 0 && !a->context_used; i--)
         if (a->sess.meta[i].has_stats)
-            a->context_used = a->sess.meta[i].prompt_tokens + a->sess.meta[i].generated_tokens;
+            a->context_used = (long)a->sess.meta[i].prompt_tokens + a->sess.meta[i].generated_tokens;
     free(a->called.data);
     a->called = (strbuf){0};
     if (a->fe.session_reset)
