@@ -85,6 +85,7 @@ static int read_script(const app_options *o, script *s, int *code)
         return -1;
     }
     if (script_check(s)) {
+        script_free(s);
         *code = EXIT_SCRIPT;
         return -1;
     }
