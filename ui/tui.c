@@ -159,9 +159,14 @@ static void install_signals(void)
         return;
     struct sigaction crash = {.sa_handler = on_crash, .sa_flags = SA_RESETHAND | SA_NODEFER};
     sigemptyset(&crash.sa_mask);
-    /* every other signal whose default action ends the process (a crash, kill -QUIT, -USR1,
-       an alarm, a CPU or file size limit); one already ignored or handled is left as it is */
-    int fatal[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGQUIT, SIGTRAP, SIGSYS, SIGUSR1, SIGUSR2,
+    /* a crash always gives the terminal back (a sanitizer's own handler included: on_crash
+       re-raises with the default action) */
+    int crashes[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
+    for (size_t i = 0; i < sizeof crashes / sizeof *crashes; i++)
+        sigaction(crashes[i], &crash, NULL);
+    /* every other signal whose default action ends the process (kill -QUIT, -USR1, an alarm, a
+       CPU or file size limit); one already ignored or handled is left as it is */
+    int fatal[] = {SIGQUIT, SIGTRAP, SIGSYS, SIGUSR1, SIGUSR2,
                    SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGPOLL,
 #ifdef SIGSTKFLT
                    SIGSTKFLT,
