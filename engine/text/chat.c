@@ -106,11 +106,18 @@ int chat_text_append(chat_text *t, const char *s, size_t len, kimi_err *err)
 {
     if (len > SIZE_MAX - 1 - t->len)
         return kimi_fail(err, KIMI_ERR_NOMEM, "conversation: text too long");
-    char *grown = realloc(t->s, t->len + len + 1);
-    if (!grown)
-        return kimi_fail(err, KIMI_ERR_NOMEM, "conversation: out of memory");
-    memcpy(grown + t->len, s, len);
-    t->s = grown;
+    /* grown geometrically: a streamed answer arrives in thousands of small pieces */
+    size_t need = t->len + len + 1;
+    if (need > (t->cap ? t->cap : t->len + 1)) {
+        size_t cap = t->len + 1 > SIZE_MAX / 2 ? need : 2 * (t->len + 1);
+        cap = cap < need ? need : cap;
+        char *grown = realloc(t->s, cap);
+        if (!grown)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "conversation: out of memory");
+        t->s = grown;
+        t->cap = cap;
+    }
+    memcpy(t->s + t->len, s, len);
     t->len += len;
     t->s[t->len] = 0;
     return 0;

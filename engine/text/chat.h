@@ -24,6 +24,7 @@ typedef enum {
 typedef struct {
     char *s;               /* [len + 1], owned */
     size_t len;
+    size_t cap;            /* bytes allocated at s when chat_text_append grew it; 0 = len + 1 */
 } chat_text;
 
 typedef struct {
