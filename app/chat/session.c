@@ -288,14 +288,14 @@ static void sanitize_text(chat_text *t, int *bad)
     size_t n = utf8_replace_ill_formed((const uint8_t *)t->s, t->len, (uint8_t *)clean);
     clean[n] = 0;
     free(t->s);
-    *t = (chat_text){clean, n};
+    *t = (chat_text){.s = clean, .len = n};
 }
 
 static void sanitize_string(char **s, int *bad)
 {
     if (!*s)
         return;
-    chat_text t = {*s, strlen(*s)};
+    chat_text t = {.s = *s, .len = strlen(*s)};
     sanitize_text(&t, bad);
     *s = t.s;
 }

@@ -277,7 +277,7 @@ static int json_content(const json_t *obj, chat_text *out, const char *where, ki
     if (!joined)
         return kimi_fail(err, KIMI_ERR_NOMEM, "%s.content: out of memory", where);
     chat_text_free(out);
-    *out = (chat_text){joined, len};
+    *out = (chat_text){.s = joined, .len = len};
     return 0;
 }
 

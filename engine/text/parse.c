@@ -403,8 +403,8 @@ const int32_t *parse_ids(const stream_parser *p, size_t *n_ids)
 const chat_message *parse_message(stream_parser *p)
 {
     /* the text fields alias the parser's buffers */
-    p->message.reasoning = p->reasoning.len ? (chat_text){p->reasoning.data, p->reasoning.len} : (chat_text){0};
-    p->message.content = p->content.len ? (chat_text){p->content.data, p->content.len} : (chat_text){0};
+    p->message.reasoning = p->reasoning.len ? (chat_text){.s = p->reasoning.data, .len = p->reasoning.len} : (chat_text){0};
+    p->message.content = p->content.len ? (chat_text){.s = p->content.data, .len = p->content.len} : (chat_text){0};
     return &p->message;
 }
 

@@ -44,7 +44,7 @@ static inline int durability_session(session *s, uint64_t g, kimi_err *err)
         chat_message m = {.role = i % 2 ? CHAT_ROLE_ASSISTANT : CHAT_ROLE_USER};
         session_message_meta meta = {0};
         size_t len = durability_text(g, i, text, sizeof text);
-        m.content = (chat_text){text, len};
+        m.content = (chat_text){.s = text, .len = len};
         meta.n_ids = m.role == CHAT_ROLE_ASSISTANT ? durability_n_ids(g, i) : 0;
         for (size_t k = 0; k < meta.n_ids; k++)
             ids[k] = durability_id(g, i, k);
