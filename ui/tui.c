@@ -22,6 +22,7 @@
 #include "app/chat/commands.h"
 #include "app/chat/paths.h"
 #include "engine/base/array.h"
+#include "engine/text/utf8.h"
 #include "ui/input.h"
 #include "ui/paint.h"
 #include "ui/progress_text.h"
@@ -1267,7 +1268,7 @@ static int approval_key(tui *t, int key, int is_char, int alt)
     return 1;
 }
 
-/* One key from get_wch (is_char: a character, else a KEY_ code); alt: Esc came before it. */
+/* One key from read_wch (is_char: a character, else a KEY_ code); alt: Esc came before it. */
 static void handle_key(tui *t, int key, int is_char, int alt)
 {
     t->dirty = 1;
@@ -1447,6 +1448,48 @@ static void take_key(tui *t, int key, int is_char, int alt)
         t->typed_ahead[t->n_typed_ahead++] = (typed_key){key, is_char, alt};
 }
 
+/* get_wch, except that bytes which are not UTF-8 become U+FFFD, one for each maximal ill-formed
+ * subpart (as pasted text and the plain REPL do), and the keys behind them still arrive:
+ * ncurses' get_wch keeps collecting bytes after an ill-formed one and drops them all. A
+ * sequence cut short (its next byte not there within CONTINUATION_WAIT_MS) is one U+FFFD: a
+ * terminal writes a character's bytes together, but a slow link may split them. */
+enum { CONTINUATION_WAIT_MS = 200 };
+
+static int read_wch(wint_t *ch)
+{
+    int c = getch();
+    if (c == ERR)
+        return ERR;
+    if (c >= KEY_MIN) {
+        *ch = (wint_t)c;
+        return KEY_CODE_YES;
+    }
+    uint8_t seq[4] = {(uint8_t)c};
+    size_t n = 1, len = 1;
+    int kind;
+    while ((kind = utf8_sequence(seq, n, &len)) == UTF8_SHORT && n < sizeof seq) {
+        timeout(CONTINUATION_WAIT_MS);
+        c = getch();
+        nodelay(stdscr, TRUE);
+        if (c == ERR)
+            break;
+        if (c >= KEY_MIN || c < 0x80 || c > 0xBF) {
+            ungetch(c); /* not a continuation byte: the cut sequence ends before it */
+            break;
+        }
+        seq[n++] = (uint8_t)c;
+    }
+    if (kind == UTF8_OK) {
+        size_t next;
+        *ch = utf8_decode_valid(seq, 0, &next);
+        return OK;
+    }
+    if (kind == UTF8_BAD && len < n)
+        ungetch(seq[n - 1]); /* a byte that began no part of this sequence (at most the last) */
+    *ch = 0xFFFD;
+    return OK;
+}
+
 /* Enter with text right behind it (within the escape delay: faster than anyone types) is a
  * line break inside pasted text, where the terminal does not bracket pastes; only while the
  * input is being edited (Enter means something else in the transcript or a prompt). The key
@@ -1459,7 +1502,7 @@ static int enter_in_paste(const tui *t, wint_t *next, int *next_rc)
     struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
     if (poll(&p, 1, get_escdelay()) <= 0)
         return 0;
-    *next_rc = get_wch(next);
+    *next_rc = read_wch(next);
     /* text follows; Enter then Esc (or a function key) are two keys */
     return *next_rc == OK && *next != 27 && *next != 127 && (*next >= 32 || *next == '\r' || *next == '\t');
 }
@@ -1469,13 +1512,13 @@ static void read_keys(tui *t)
     wint_t ch;
     int rc;
     int read_ahead = 0; /* ch, rc hold a key already read */
-    while (read_ahead || (rc = get_wch(&ch)) != ERR) {
+    while (read_ahead || (rc = read_wch(&ch)) != ERR) {
         read_ahead = 0;
         int alt = 0;
         if (rc == OK && ch == 27 && !t->paste) {
             /* Esc with another key right behind it: Alt-key; alone: Esc */
             wint_t next;
-            int rc2 = get_wch(&next);
+            int rc2 = read_wch(&next);
             if (rc2 == ERR || rc2 == KEY_CODE_YES) {
                 /* alone, or before a function key (Esc then F1): two keys */
                 take_key(t, 27, 1, 0);
