@@ -699,8 +699,12 @@ static int on_view_command(void *user, const char *name, const char *arg, kimi_e
                                  : !strcmp(arg, "hidden") ? RM_REASONING_HIDDEN
                                                           : RM_REASONING_COLLAPSED;
         render_model_set_reasoning_mode(t->rm, mode);
+        char line[64];
+        snprintf(line, sizeof line, "reasoning %s", arg);
+        add_block(t, RM_NOTE, line);
     } else if (!strcmp(name, "tools")) {
         render_model_set_tools_expanded(t->rm, !strcmp(arg, "expanded"));
+        add_block(t, RM_NOTE, !strcmp(arg, "expanded") ? "tool results expanded" : "tool results folded");
     } else if (!strcmp(name, "edit")) {
         input_set_text(t->in, arg, strlen(arg));
         t->input_dirty = 1;

@@ -1017,7 +1017,7 @@ static int load_session(app *a, const char *path, kimi_err *err)
 {
     session loaded;
     session_init(&loaded);
-    if (session_load(&loaded, path, err)) {
+    if (session_load_conversation(&loaded, path, err)) {
         session_free(&loaded);
         return err->code;
     }
@@ -1152,6 +1152,13 @@ static int export_session(app *a, const command *c, kimi_err *err)
     if (!rc)
         say_info(a, "exported %d messages to %s", a->sess.conv.n_messages, path);
     return rc;
+}
+
+/* The confirmation of /load and --load. */
+static void say_loaded(app *a, const char *path)
+{
+    int n = a->sess.conv.n_messages;
+    say_info(a, "loaded %s (%d message%s)", path, n, n == 1 ? "" : "s");
 }
 
 static int view_command(app *a, const command *c, const char *arg, kimi_err *err)
@@ -1308,7 +1315,7 @@ static int run_command(app *a, command *c, kimi_err *err)
         char *path = resolve_session_name(a, c->arg);
         int rc = path ? load_session(a, path, err) : kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
         if (!rc)
-            say_info(a, "loaded %s (%d messages)", path, a->sess.conv.n_messages);
+            say_loaded(a, path);
         free(path);
         return rc;
     }
@@ -1396,6 +1403,7 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
     if (opt->load_path) {
         if (load_session(a, opt->load_path, err))
             goto fail;
+        say_loaded(a, opt->load_path);
     } else if (opt->resume) {
         /* with saving off (--no-save, or a folder that cannot be made) the newest session is
            still read, and never written */

@@ -917,6 +917,15 @@ int session_load(session *s, const char *path, kimi_err *err)
     return 0;
 }
 
+int session_load_conversation(session *s, const char *path, kimi_err *err)
+{
+    int rc = session_load(s, path, err);
+    if (rc || s->conv.n_messages)
+        return rc;
+    session_free(s);
+    return kimi_fail(err, KIMI_ERR_INPUT, "%s: no messages to load (an empty conversation)", path);
+}
+
 /* ---- atomic files ---- */
 
 /* Temp files are ".NAME.PID-N.tmp" beside the target: hidden (session_list skips them), named

@@ -108,6 +108,11 @@ int session_save(const session *s, const char *path, kimi_err *err);
  * (KIMI_ERR_INPUT; KIMI_ERR_IO when it cannot be read), and *s is left empty with path NULL.
  * On success s->path is path. *s is an output, as in session_from_json. */
 int session_load(session *s, const char *path, kimi_err *err);
+/* session_load for a conversation to continue (--load, /load): a file with no messages (`[]`,
+ * a session emptied by /undo) is an error, "PATH: no messages to load (an empty
+ * conversation)" (KIMI_ERR_INPUT), since loading it would replace the conversation with
+ * nothing and say so only as "0 messages". */
+int session_load_conversation(session *s, const char *path, kimi_err *err);
 
 /* An advisory lock on a session file, held by one kimi-chat for as long as it continues that
  * session, so that two processes never write one file in turn (each would drop the other's

@@ -82,6 +82,9 @@ expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.
 # The --load file is read and checked before the model loads (minutes with the real checkpoint):
 # its error comes first, with a model that would fail to load.
 expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.json" --model "$tmp/broken" --prompt hi
+# A file with no messages is an error naming it (before the model loads), not a silent new chat.
+echo '[]' > "$tmp/empty.json"
+expect 2 "^kimi-chat: $tmp/empty.json: no messages to load \(an empty conversation\)$" -- --load "$tmp/empty.json" --model "$tmp/broken" --prompt hi
 
 # A call the script did not allow is denied (nobody to ask), and the model is told what would allow it.
 printf '/set temperature 0\nWhat time is it?\n/export json %s\n' "$tmp/denied.json" > "$tmp/deny.kc"

@@ -613,6 +613,18 @@ static void test_sessions(void)
     err = (kimi_err){0};
     CHECK(app_command(a, "/load corrupt.json", &err) != 0 && strstr(err.msg, "corrupt.json"));
     CHECK_INT(n_msgs(a), 2);
+    /* an empty conversation ([] or no messages) is an error naming the file, not a silent
+       swap of the conversation for nothing */
+    for (int k = 0; k < 2; k++) {
+        f = fopen("empty.json", "w");
+        fputs(k ? "{\"messages\": []}" : "[]", f);
+        fclose(f);
+        err = (kimi_err){0};
+        CHECK_MSG(app_command(a, "/load empty.json", &err) == KIMI_ERR_INPUT &&
+                      strstr(err.msg, "empty.json: no messages to load (an empty conversation)"),
+                  "%s", err.msg);
+        CHECK_INT(n_msgs(a), 2);
+    }
     app_close(a);
 
     /* a file from outside the sessions folder is read, never written: autosave goes elsewhere */
