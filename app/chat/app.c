@@ -167,7 +167,10 @@ int app_save(app *a, kimi_err *err)
     if (!a->sess.path) {
         if (!a->sess.created)
             a->sess.created = time(NULL);
-        if (!(a->sess.path = session_new_path(a->sessions_dir, a->sess.created)))
+        const char *kind = a->opt->mode == APP_MODE_PROMPT   ? "prompt-"
+                           : a->opt->mode == APP_MODE_SCRIPT ? "script-"
+                                                             : "";
+        if (!(a->sess.path = session_new_path(a->sessions_dir, kind, a->sess.created)))
             return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
         reserved = 1;
         lock_new_file(a);

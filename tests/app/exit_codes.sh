@@ -73,6 +73,9 @@ touch "$tmp/a-file"
 XDG_DATA_HOME=$tmp/a-file expect 2 "^kimi-chat: $tmp/a-file/kimi-chat/sessions: cannot list the sessions" -- --resume --prompt hi
 rm -rf "$tmp/data"
 "$kimi_chat" --prompt "Hello! Who are you?" --temperature 0 > /dev/null 2>&1 < /dev/null
+# a one-shot run saves (so that --resume can follow it up) under a name that says so
+ls "$tmp/data/kimi-chat/sessions" | grep -qE '^prompt-[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9-]+\.json$' ||
+    { echo "FAIL: the --prompt run's session is not named prompt-*.json"; ls "$tmp/data/kimi-chat/sessions"; failed=$((failed + 1)); }
 before=$(cat "$tmp/data/kimi-chat/sessions/"*.json | md5sum)
 expect 0 "^resumed $tmp/data/kimi-chat/sessions/.*\(2 messages\)" -- --resume --no-save --prompt "What time is it?" --temperature 0
 [[ $(ls "$tmp/data/kimi-chat/sessions" | wc -l) -eq 1 && $(cat "$tmp/data/kimi-chat/sessions/"*.json | md5sum) == "$before" ]] ||
