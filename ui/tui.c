@@ -22,6 +22,7 @@
 #include "app/chat/commands.h"
 #include "app/chat/paths.h"
 #include "engine/base/array.h"
+#include "engine/base/monotonic.h"
 #include "ui/input.h"
 #include "ui/paint.h"
 #include "ui/progress_text.h"
@@ -212,17 +213,10 @@ static void restore_at_exit(void)
 
 /* ---- small helpers ---- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void hint(tui *t, const char *text)
 {
     snprintf(t->flash, sizeof t->flash, "%s", text);
-    t->flash_until = now_s() + FLASH_MS / 1000.0;
+    t->flash_until = monotonic_seconds() + FLASH_MS / 1000.0;
     t->dirty = 1;
 }
 
@@ -294,33 +288,39 @@ static int load_theme(tui *t, const char *name, kimi_err *err)
 
 /* ---- mirroring the session into the render model ---- */
 
-static rm_tool_state tool_state_of(const char *state, int exit_status, const char **label, char *buf, size_t cap)
+/* The render model's state and label of a call: state is an app_tool_state, or -1 for a word
+ * of a session file that names none (shown as failed, in its own words). */
+static rm_tool_state tool_state_of(int state, const char *word, int exit_status, const char **label, char *buf,
+                                   size_t cap)
 {
     *label = NULL;
-    if (!strcmp(state, "running"))
-        return RM_TOOL_RUNNING;
-    if (!strcmp(state, "waiting for approval"))
-        return RM_TOOL_WAITING;
-    if (!strcmp(state, "done")) {
+    const char *name = state >= 0 ? app_tool_state_name((app_tool_state)state) : word;
+    switch (state) {
+    case APP_TOOL_RUNNING: return RM_TOOL_RUNNING;
+    case APP_TOOL_WAITING: return RM_TOOL_WAITING;
+    case APP_TOOL_DONE:
         if (exit_status) {
             snprintf(buf, cap, "exit %d", exit_status);
             *label = buf;
             return RM_TOOL_FAILED;
         }
         return RM_TOOL_DONE;
-    }
-    *label = state;
-    if (!strcmp(state, "denied") || !strcmp(state, "cancelled"))
+    case APP_TOOL_DENIED:
+    case APP_TOOL_CANCELLED:
+        *label = name;
         return RM_TOOL_DENIED;
-    return RM_TOOL_FAILED;
+    default:
+        *label = name;
+        return RM_TOOL_FAILED;
+    }
 }
 
-static void set_tool(tui *t, int b, const char *state, int exit_status, double seconds,
+static void set_tool(tui *t, int b, int state, const char *word, int exit_status, double seconds,
                      const char *result, size_t result_len)
 {
     char buf[32];
     const char *label;
-    rm_tool_state s = tool_state_of(state, exit_status, &label, buf, sizeof buf);
+    rm_tool_state s = tool_state_of(state, word, exit_status, &label, buf, sizeof buf);
     render_model_set_tool_state(t->rm, b, s, label, s == RM_TOOL_WAITING ? -1 : seconds, NULL);
     if (result && s != RM_TOOL_RUNNING && s != RM_TOOL_WAITING)
         render_model_set_tool_result(t->rm, b, result, result_len, NULL);
@@ -364,9 +364,10 @@ static void mirror_message(tui *t, const session *s, int i, int *call_blocks, in
         for (int j = i - 1; j >= 0 && !owner; j--)
             if (s->conv.messages[j].role == CHAT_ROLE_ASSISTANT)
                 owner = &s->conv.messages[j];
+        const char *state = meta->tool_state ? meta->tool_state : "done";
         for (int k = 0; owner && k < owner->n_tool_calls && k < *n_calls; k++)
             if (m->tool_call_id && owner->tool_calls[k].id && !strcmp(m->tool_call_id, owner->tool_calls[k].id))
-                set_tool(t, call_blocks[k], meta->tool_state ? meta->tool_state : "done", meta->exit_status,
+                set_tool(t, call_blocks[k], app_tool_state_from_name(state), state, meta->exit_status,
                          meta->tool_state ? meta->tool_seconds : -1, content, m->content.len);
         break;
     }
@@ -446,7 +447,7 @@ static void show_session_from(tui *t, int kept)
 static void end_reasoning(tui *t)
 {
     if (t->live_reasoning >= 0) {
-        render_model_set_reasoning_stats(t->rm, t->live_reasoning, t->reasoning_pieces, now_s() - t->reasoning_start);
+        render_model_set_reasoning_stats(t->rm, t->live_reasoning, t->reasoning_pieces, monotonic_seconds() - t->reasoning_start);
         render_model_finish(t->rm, t->live_reasoning);
         t->live_reasoning = -1;
         t->dirty = 1;
@@ -502,7 +503,7 @@ static void on_stream(void *user, const parse_event *ev)
 {
     tui *t = user;
     t->dirty = 1;
-    double now = now_s();
+    double now = monotonic_seconds();
     if (ev->kind == PARSE_REASONING_TEXT || ev->kind == PARSE_CONTENT_TEXT || ev->kind == PARSE_TOOL_CALL_ARGS) {
         if (!t->first_token)
             t->first_token = now;
@@ -585,7 +586,7 @@ static void on_progress(void *user, const generator_progress *p)
     }
     t->dirty = 1;
     /* app_open blocks while the model loads: paint from here, at the frame rate */
-    if (!t->a && now_s() - t->last_paint >= FRAME_US / 1e6)
+    if (!t->a && monotonic_seconds() - t->last_paint >= FRAME_US / 1e6)
         paint_now(t);
 }
 
@@ -607,7 +608,7 @@ static void on_tool_approval(void *user, const app_tool_call *c)
     tui *t = user;
     int b = call_box(t, c->index, c->name, c->id);
     if (b >= 0)
-        set_tool(t, b, "waiting for approval", 0, -1, NULL, 0);
+        set_tool(t, b, APP_TOOL_WAITING, NULL, 0, -1, NULL, 0);
     t->approval = c->index;
     t->approval_always = 0;
     t->approval_stray_at = 0;
@@ -621,11 +622,11 @@ static void on_tool_update(void *user, const app_tool_call *c)
     tui *t = user;
     int b = call_box(t, c->index, c->name, c->id);
     if (b >= 0) {
-        set_tool(t, b, c->state, c->exit_status, c->seconds, c->result, c->result_len);
-        if (strcmp(c->state, "running"))
+        set_tool(t, b, (int)c->state, NULL, c->exit_status, c->seconds, c->result, c->result_len);
+        if (c->state != APP_TOOL_RUNNING)
             render_model_finish(t->rm, b);
     }
-    t->state = !strcmp(c->state, "running") ? GEN_TOOL : GEN_WAITING;
+    t->state = c->state == APP_TOOL_RUNNING ? GEN_TOOL : GEN_WAITING;
     if (t->a)
         t->shown_messages = app_session(t->a)->conv.n_messages;
 }
@@ -834,8 +835,8 @@ static void status_text(tui *t, char *buf, size_t cap)
     count_text(l, sizeof l, g->context_limit);
     double tps = t->tok_s;
     int decoding = t->state == GEN_THINKING || t->state == GEN_ANSWERING || t->state == GEN_CALLING;
-    if (decoding && t->first_token && now_s() - t->first_token > 0.2)
-        tps = t->gen_tokens / (now_s() - t->first_token);
+    if (decoding && t->first_token && monotonic_seconds() - t->first_token > 0.2)
+        tps = t->gen_tokens / (monotonic_seconds() - t->first_token);
     if (tps > 0)
         snprintf(speed, sizeof speed, tps < 100 ? " · %.1f tok/s" : " · %.0f tok/s", tps);
     /* the full line, then shorter ones until it fits (room for "↓ new" kept): "thinking" as
@@ -879,7 +880,7 @@ static void separator_text(tui *t, char *buf, size_t cap, int *element)
     *element = THEME_SEPARATOR;
     buf[0] = 0;
     if (t->approval >= 0) {
-        if (t->flash[0] && now_s() < t->flash_until)
+        if (t->flash[0] && monotonic_seconds() < t->flash_until)
             snprintf(buf, cap, " %s ", t->flash);
         else if (t->approval_always)
             snprintf(buf, cap, " a again to allow %s for this session · [y] once · [n] deny ", t->approval_name);
@@ -891,7 +892,7 @@ static void separator_text(tui *t, char *buf, size_t cap, int *element)
         snprintf(buf, cap, " %s history search: %s ", input_search_failed(t->in) ? "failing" : "reverse",
                  input_search_query(t->in));
         *element = THEME_STATUS_ACCENT;
-    } else if (t->flash[0] && now_s() < t->flash_until) {
+    } else if (t->flash[0] && monotonic_seconds() < t->flash_until) {
         snprintf(buf, cap, " %s ", t->flash);
         *element = THEME_NOTE;
     } else if (t->progress[0]) {
@@ -1069,7 +1070,7 @@ static void paint_now(tui *t)
     doupdate();
     paint_overlays_flush();
     t->dirty = t->force = t->input_dirty = 0;
-    t->last_paint = now_s();
+    t->last_paint = monotonic_seconds();
 }
 
 static void full_redraw(tui *t)
@@ -1250,7 +1251,7 @@ static int approval_key(tui *t, int key, int is_char, int alt)
     if (!alt && (key == 27 || key == 3 || key == '\t'))
         return 0;
     int answer = alt ? 0 : key == 'Y' ? 'y' : key == 'A' ? 'a' : key == 'N' ? 'n' : key;
-    double now = now_s();
+    double now = monotonic_seconds();
     if (t->approval_stray_at && now - t->approval_stray_at < APPROVAL_TYPING_S)
         answer = 0;
     if (answer == 'a' && !t->approval_always) {
@@ -1697,7 +1698,7 @@ static void print_transcript(tui *t)
 
 static void frame_tick(tui *t, int *timeout_ms)
 {
-    double now = now_s();
+    double now = monotonic_seconds();
     if (t->flash[0] && now >= t->flash_until) {
         t->flash[0] = 0;
         t->dirty = 1;
