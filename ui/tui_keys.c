@@ -12,6 +12,7 @@
 
 #include "app/chat/commands.h"
 #include "engine/base/array.h"
+#include "engine/base/monotonic.h"
 #include "engine/text/utf8.h"
 #include "ui/tui_paint.h"
 
@@ -170,7 +171,7 @@ static int approval_key(tui *t, int key, int is_char, int alt)
     if (!alt && (key == 27 || key == 3 || key == '\t'))
         return 0;
     int answer = alt ? 0 : key == 'Y' ? 'y' : key == 'A' ? 'a' : key == 'N' ? 'n' : key;
-    double now = tui_now();
+    double now = monotonic_seconds();
     if (t->approval_stray_at && now - t->approval_stray_at < APPROVAL_TYPING_S)
         answer = 0;
     if (answer == 'a' && !t->approval_always) {
