@@ -1,6 +1,6 @@
 /* tp_comm: the tensor-parallel communicator of the CPU backend: rank threads of one process
  * sum partial activations (all-reduce) and collect logit columns on rank 0 (gather) through
- * shared memory. */
+ * shared memory, and exchange slices within groups of ranks (decode context parallelism). */
 #ifndef KIMI_TP_COMM_H
 #define KIMI_TP_COMM_H
 
@@ -23,5 +23,13 @@ void tp_comm_allreduce_sum(tp_comm *c, int rank, float *buf, size_t n);
  * ranks pass NULL). Returns when every part is in place. */
 void tp_comm_gather_columns(tp_comm *c, int rank, const float *part, int rows, int part_cols,
                             int col_offset, float *const *out_rows);
+
+/* Groups of group_size consecutive ranks (group_size divides the ranks; every rank calls, each
+ * with the same group_size and n). All-gather: recv [group_size][n] receives slot s = the
+ * send [n] of member s of this rank's group. All-to-all: send [group_size][n] holds slot j for
+ * member j, recv [group_size][n] receives slot s = what member s sent this rank. Neither may
+ * alias recv with send. */
+void tp_comm_group_all_gather(tp_comm *c, int rank, int group_size, const float *send, float *recv, size_t n);
+void tp_comm_group_all_to_all(tp_comm *c, int rank, int group_size, const float *send, float *recv, size_t n);
 
 #endif
