@@ -188,6 +188,13 @@ int backend_decodes_tokens(const backend *be)
     return be->kind == BACKEND_CPU;
 }
 
+int backend_take_comm_census(backend *be, int rank, tp_comm_census *out, kimi_err *err)
+{
+    if (be->kind == BACKEND_CUDA)
+        return kimi_fail(err, KIMI_ERR_USAGE, "comm census: the cuda backend counts its collectives elsewhere");
+    return cpu_backend_take_comm_census(be->cpu, rank, out, err);
+}
+
 size_t backend_cache_bytes_per_rank(const backend *be)
 {
     if (be->kind == BACKEND_CUDA)

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/backend/tp_comm.h"
 #include "engine/base/error.h"
 #include "engine/model/weights.h"
 
@@ -99,6 +100,11 @@ long backend_take_cache_clamps(backend *be);
 enum { BACKEND_DECODE_TOKENS_MAX = 17 };
 int backend_decode_tokens(backend *be, const int32_t *tokens, int n, long start_pos, float *logits, kimi_err *err);
 int backend_decodes_tokens(const backend *be);
+
+/* The CPU backend's collectives on rank `rank` since the last take (engine/backend/tp_comm.h),
+ * then reset: a census of what a step exchanges. KIMI_ERR_USAGE on the CUDA backend or a rank
+ * out of range. */
+int backend_take_comm_census(backend *be, int rank, tp_comm_census *out, kimi_err *err);
 
 /* Bytes of latent cache one rank holds (the largest share; all layers). */
 size_t backend_cache_bytes_per_rank(const backend *be);

@@ -237,6 +237,14 @@ int cpu_backend_read_kv(cpu_backend *be, long n_pos, uint16_t *out, kimi_err *er
     return 0;
 }
 
+int cpu_backend_take_comm_census(cpu_backend *be, int rank, tp_comm_census *out, kimi_err *err)
+{
+    if (rank < 0 || rank >= be->tp)
+        return kimi_fail(err, KIMI_ERR_USAGE, "comm census: rank %d of %d", rank, be->tp);
+    tp_comm_take_census(be->comm, rank, out);
+    return 0;
+}
+
 size_t cpu_backend_cache_bytes_per_rank(const cpu_backend *be)
 {
     return rank_model_cache_bytes(be->ranks[0].model);

@@ -32,4 +32,17 @@ void tp_comm_gather_columns(tp_comm *c, int rank, const float *part, int rows, i
 void tp_comm_group_all_gather(tp_comm *c, int rank, int group_size, const float *send, float *recv, size_t n);
 void tp_comm_group_all_to_all(tp_comm *c, int rank, int group_size, const float *send, float *recv, size_t n);
 
+/* What one rank's calls moved since the last take (a census of the collectives per step):
+ * bytes are what a rank receives from the others, as a device communicator would move them. */
+typedef struct {
+    long allreduces;            /* tp_comm_allreduce_sum calls (with more than one rank) */
+    size_t allreduce_bytes;     /* their buffers: n x 4 B each */
+    long gathers;               /* tp_comm_gather_columns calls */
+    long group_exchanges;       /* all-gathers and all-to-alls within groups of more than one rank */
+    size_t group_bytes_in;      /* (group_size - 1) x n x 4 B each */
+} tp_comm_census;
+
+/* Rank's census since the last take, then reset; call between steps (no collective running). */
+void tp_comm_take_census(tp_comm *c, int rank, tp_comm_census *out);
+
 #endif

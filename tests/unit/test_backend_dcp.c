@@ -6,6 +6,9 @@
  * - a prefill equals, bit for bit, the same tokens as a shorter prefill plus decode steps, and
  *   rewriting positions from k on (prefix reuse, /retry, a rejected draft) equals a fresh run of
  *   the new sequence: no stale entry of another rank survives;
+ * - the census of one decode step's collectives: the two all-reduces per layer of DCP 1, plus
+ *   per layer an all-gather of the absorbed queries and an all-to-all of the partials, whose bytes
+ *   follow the formula (dcp - 1) x heads per rank x ((kv_lora + rope) + (kv_lora + 2)) x 4 B;
  * - --dcp that does not divide the ranks, and dcp > 1 on the CUDA backend, are usage errors. */
 #include <math.h>
 #include <pthread.h>
@@ -215,6 +218,44 @@ done:
     free(got);
 }
 
+static void check_census(void)
+{
+    kimi_err err = {0};
+    const model_config *c = &mw.cfg;
+    int heads = c->heads / TP, zero = 0;
+    float *logits = malloc(vocab() * sizeof *logits);
+    for (int dcp = 1; dcp <= TP; dcp *= 2) {
+        backend *be = open_backend(dcp, N_TOKENS);
+        if (!be)
+            continue;
+        CHECK(backend_forward(be, tokens, 20, 0, &zero, 1, logits, &err) == 0);
+        tp_comm_census census;
+        for (int r = 0; r < TP; r++)
+            backend_take_comm_census(be, r, &census, &err);
+        CHECK(backend_forward(be, &tokens[20], 1, 20, &zero, 1, logits, &err) == 0);
+        size_t want_bytes = (size_t)c->layers * (size_t)(dcp - 1) * (size_t)heads *
+                            (size_t)((c->kv_lora_rank + c->qk_rope_dim) + (c->kv_lora_rank + 2)) * sizeof(float);
+        for (int r = 0; r < TP; r++) {
+            CHECK_INT(backend_take_comm_census(be, r, &census, &err), 0);
+            CHECK_INT(census.allreduces, 2 * c->layers);
+            CHECK_INT(census.allreduce_bytes, 2 * (size_t)c->layers * (size_t)c->hidden * sizeof(float));
+            CHECK_INT(census.group_exchanges, dcp > 1 ? 2 * c->layers : 0);
+            CHECK_INT(census.group_bytes_in, want_bytes);
+            if (r == 0)
+                printf("decode step, tp %d dcp %d, per rank: %ld all-reduces (%zu B), %ld gathers, %ld group "
+                       "exchanges (%zu B in)\n", TP, dcp, census.allreduces, census.allreduce_bytes, census.gathers,
+                       census.group_exchanges, census.group_bytes_in);
+        }
+        backend_close(be);
+    }
+    free(logits);
+    backend *be = open_backend(1, 8);
+    tp_comm_census census;
+    if (be)
+        CHECK_INT(backend_take_comm_census(be, TP, &census, &err), KIMI_ERR_USAGE);
+    backend_close(be);
+}
+
 static void check_bad_dcp(void)
 {
     kimi_err err = {0};
@@ -255,6 +296,7 @@ int main(void)
     check_cache_bytes();
     check_steps_and_rewrite(2, 17, 23);
     check_steps_and_rewrite(8, 30, 13);
+    check_census();
     check_bad_dcp();
     weights_free(&mw);
     return check_finish();
