@@ -352,6 +352,10 @@ static void test_sharded_plan(void)
     kimi_err err = {0};
     CHECK_INT(engine_open(&e, &bad, &err), KIMI_ERR_USAGE);
     CHECK_MSG(strstr(err.msg, "--dcp 3") != NULL, "%s", err.msg);
+    /* refused before any load, with or without CUDA in this build */
+    engine_options cuda = {.model_dir = "/nonexistent", .backend = BACKEND_CUDA, .tp = 2, .dcp = 2};
+    CHECK_INT(engine_open(&e, &cuda, &err), KIMI_ERR_USAGE);
+    CHECK_MSG(strstr(err.msg, "--dcp 2") && strstr(err.msg, "cpu backend only"), "%s", err.msg);
 }
 
 static void test_bad_settings(void)
