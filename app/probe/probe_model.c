@@ -156,9 +156,9 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
         printf("max context   %ld positions fit after the largest rank's weights (max_position_embeddings %d)\n",
                plan->max_context, c->max_position);
     if (plan->dcp > 1)
-        printf("replicated    %ld positions would fit with the cache on every rank (dcp 1): dcp %d holds %.2fx\n",
-               plan->replicated_context, plan->dcp,
-               plan->replicated_context > 0 ? (double)plan->max_context / (double)plan->replicated_context : 0.0);
+        printf("replicated    %ld positions fit by memory with the cache on every rank (dcp 1); dcp %d: %ld (%.2fx)\n",
+               plan->replicated_context, plan->dcp, plan->memory_context,
+               plan->replicated_context > 0 ? (double)plan->memory_context / (double)plan->replicated_context : 0.0);
     printf("loaded in     %.3f s\n", mw->load_seconds);
 }
 
