@@ -96,6 +96,7 @@ int probe_golden(int argc, char **argv)
         return probe_report(&err);
     g.tp = (int)tp;
     g.dcp = (int)dcp;
+    snprintf(g.ranks, sizeof g.ranks, g.dcp > 1 ? "tp %d, dcp %d" : "tp %d", g.tp, g.dcp);
     g.backend = probe_arg(&a, "backend") ? probe_arg(&a, "backend") : "cpu";
     if (strcmp(g.backend, "cpu") && strcmp(g.backend, "cuda")) {
         kimi_fail(&err, KIMI_ERR_USAGE, "--backend: '%s' is not cpu or cuda", g.backend);
