@@ -12,6 +12,8 @@ typedef struct {
     const char *reference_dir;
     const char *backend;        /* "cpu" or "cuda" */
     int tp;
+    int dcp;                    /* ranks the latent cache is sharded over (--dcp) */
+    char ranks[32];             /* "tp 8" or "tp 8, dcp 4", for the case lines */
     int devices[8], n_devices;  /* --devices (the CUDA backend's; 0: its default) */
     int passed, failed;
 } golden_run;

@@ -10,6 +10,7 @@
 
 #include "app/probe/probe_args.h"
 #include "engine/backend/device_plan.h"
+#include "engine/backend/kv_shard.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/numeric.h"
 
@@ -22,11 +23,13 @@
 typedef struct {
     tp_shard *shards;           /* [tp] each rank's slices and the weight bytes it reads */
     size_t max_rank_bytes;
-    long memory_context;        /* positions that fit beside the largest rank's weights */
+    int dcp;                    /* ranks the cache is sharded over */
+    long replicated_context;    /* positions that fit beside the largest rank's weights, cache replicated */
+    long memory_context;        /* the same with the cache sharded over dcp ranks (dcp x replicated) */
     long max_context;           /* usable: memory_context capped at max_position_embeddings */
 } memory_plan;
 
-static int plan_memory(const model_weights *mw, int tp, double mem_gib, memory_plan *plan, kimi_err *err)
+static int plan_memory(const model_weights *mw, int tp, int dcp, double mem_gib, memory_plan *plan, kimi_err *err)
 {
     plan->shards = calloc((size_t)tp, sizeof *plan->shards);
     if (!plan->shards)
@@ -40,7 +43,9 @@ static int plan_memory(const model_weights *mw, int tp, double mem_gib, memory_p
         if (plan->shards[r].weight_bytes > plan->max_rank_bytes)
             plan->max_rank_bytes = plan->shards[r].weight_bytes;
     }
-    plan->memory_context = max_context_for_budget(&mw->cfg, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
+    plan->dcp = dcp;
+    plan->replicated_context = max_context_for_budget(&mw->cfg, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
+    plan->memory_context = kv_shard_context(plan->replicated_context, dcp);
     plan->max_context = plan->memory_context < mw->cfg.max_position ? plan->memory_context : mw->cfg.max_position;
     return 0;
 }
@@ -86,7 +91,10 @@ static void print_json(const model_weights *mw, int tp, double mem_gib, const me
         {"topk_group", c->topk_group}, {"vocab", c->vocab}, {"max_position", c->max_position},
         {"weight_bytes", (long long)mw->weight_bytes}, {"kv_bytes_per_token", (long long)kv_bytes_per_token(c)},
         {"tp", tp}, {"bytes_per_rank", (long long)plan->max_rank_bytes}, {"max_context", plan->max_context},
-        {"max_context_by_memory", plan->memory_context},
+        {"max_context_by_memory", plan->memory_context}, {"dcp", plan->dcp},
+        {"kv_bytes_per_token_per_rank", (long long)(kv_bytes_per_token(c) / (size_t)plan->dcp)},
+        {"max_context_replicated", plan->replicated_context < c->max_position ? plan->replicated_context
+                                                                              : c->max_position},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         json_object_set_new(o, ints[i].key, json_integer(ints[i].value));
@@ -126,6 +134,10 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
     printf("weights       %zu bytes (%.3f GiB)\n", mw->weight_bytes, mw->weight_bytes / GIB);
     printf("kv cache      %zu bytes per token (fp16 latent %d + k_pe %d, %d layers)\n", kv_bytes_per_token(c),
            c->kv_lora_rank, c->qk_rope_dim, c->layers);
+    if (plan->dcp > 1)
+        printf("kv sharding   dcp %d: position p on rank p %% %d of each group of %d ranks, %zu B per position per "
+               "rank (replicated: %zu)\n", plan->dcp, plan->dcp, plan->dcp, kv_bytes_per_token(c) / (size_t)plan->dcp,
+               kv_bytes_per_token(c));
     for (int r = 0; r < tp; r++) {
         char label[32];
         const tp_shard *sh = &plan->shards[r];
@@ -143,6 +155,10 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
     else
         printf("max context   %ld positions fit after the largest rank's weights (max_position_embeddings %d)\n",
                plan->max_context, c->max_position);
+    if (plan->dcp > 1)
+        printf("replicated    %ld positions fit by memory with the cache on every rank (dcp 1); dcp %d: %ld (%.2fx)\n",
+               plan->replicated_context, plan->dcp, plan->memory_context,
+               plan->replicated_context > 0 ? (double)plan->memory_context / (double)plan->replicated_context : 0.0);
     printf("loaded in     %.3f s\n", mw->load_seconds);
 }
 
@@ -151,10 +167,11 @@ int probe_info(int argc, char **argv)
     kimi_err err = {0};
     probe_args a;
     const char *dir;
-    long tp;
+    long tp, dcp;
     double mem_gib;
-    if (probe_args_parse(&a, argc, argv, "model,tp,mem-gib,json", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tp,dcp,mem-gib,json", &err) ||
         probe_arg_required(&a, "model", &dir, &err) || probe_arg_int(&a, "tp", 1, 1024, 1, &tp, &err) ||
+        probe_arg_int(&a, "dcp", 1, KV_SHARD_MAX, 1, &dcp, &err) || kv_shard_check((int)tp, (int)dcp, &err) ||
         probe_arg_double(&a, "mem-gib", DEFAULT_MEM_GIB, &mem_gib, &err))
         return probe_report(&err);
     if (!(mem_gib > 0 && mem_gib < 1e9)) {
@@ -170,7 +187,7 @@ int probe_info(int argc, char **argv)
     if (weights_load(&mw, dir, &err))
         return probe_report(&err);
     memory_plan plan = {0};
-    if (plan_memory(&mw, (int)tp, mem_gib, &plan, &err)) {
+    if (plan_memory(&mw, (int)tp, (int)dcp, mem_gib, &plan, &err)) {
         weights_free(&mw);
         return probe_report(&err);
     }

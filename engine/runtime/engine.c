@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/backend/kv_shard.h"
 #include "engine/base/cpu_count.h"
 #include "engine/base/monotonic.h"
 #include "engine/runtime/kv_cache.h"
@@ -659,6 +660,12 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     int rc;
     if (opt->tp < 1 || opt->tp > 8)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and 8", opt->tp);
+    int dcp = opt->dcp ? opt->dcp : 1;
+    if ((rc = kv_shard_check(opt->tp, dcp, err)))
+        return rc;
+    if (dcp > 1 && opt->backend != BACKEND_CPU)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--dcp %d: the %s backend keeps the cache replicated; decode context "
+                         "parallelism runs on the cpu backend only", dcp, backend_name(opt->backend));
     if (opt->threads_per_rank < 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "--threads %d: must be 0 (automatic) or positive", opt->threads_per_rank);
     if (opt->max_context < 0)
@@ -724,13 +731,14 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
             budget_source = "free device memory";
     }
     kv_cache_plan plan;
-    if ((rc = kv_cache_plan_context(cfg, rank_weights, rank_budget, opt->tp, opt->max_context, budget_source, &plan,
+    if ((rc = kv_cache_plan_context(cfg, rank_weights, rank_budget, opt->tp, dcp, opt->max_context, budget_source, &plan,
                                     err)))
         return rc;
     info->max_context = plan.max_context;
     info->max_fit = plan.max_fit;
     info->rank_budget_bytes = plan.rank_budget_bytes;
     info->kv_bytes_per_token = plan.kv_bytes_per_token;
+    info->dcp = dcp;
     write_summary(info, threads_note, &plan);
     write_kv_cache_note(info, cfg);
     /* Said before the wait: on a large checkpoint the user learns what context fits before
@@ -749,7 +757,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     }
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,
-                          .max_context = plan.max_context, .on_layer = on_layer, .on_layer_user = e,
+                          .max_context = plan.max_context, .dcp = dcp, .on_layer = on_layer, .on_layer_user = e,
                           .devices = opt->devices, .n_devices = opt->n_devices, .on_load = report_load,
                           .on_load_user = &lr};
     rc = backend_open(&e->be, &e->weights, &bo, err);
@@ -758,6 +766,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if (rc)
         return rc;
     info->max_context = backend_capacity(e->be);
+    info->cache_bytes_per_rank = backend_cache_bytes_per_rank(e->be);
     if ((rc = kv_cache_init(&e->cache, info->max_context, err)))
         return rc;
     e->logits = malloc((size_t)cfg->vocab * sizeof *e->logits);

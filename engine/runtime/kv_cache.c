@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/kv_shard.h"
 #include "engine/model/weights.h"
 
 int kv_cache_init(kv_cache *c, long capacity, kimi_err *err)
@@ -58,15 +59,19 @@ static double gib(size_t bytes)
 }
 
 int kv_cache_plan_context(const model_config *cfg, size_t rank_weight_bytes, size_t rank_budget_bytes, int tp,
-                          long requested, const char *budget_source, kv_cache_plan *out, kimi_err *err)
+                          int dcp, long requested, const char *budget_source, kv_cache_plan *out, kimi_err *err)
 {
     memset(out, 0, sizeof *out);
     if (tp < 1)
         return kimi_fail(err, KIMI_ERR_USAGE, "tp %d: must be at least 1", tp);
+    int rc = kv_shard_check(tp, dcp, err);
+    if (rc)
+        return rc;
     if (requested < 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: must be 0 (from the memory budget) or positive",
                          requested);
     out->tp = tp;
+    out->dcp = dcp;
     out->rank_weight_bytes = rank_weight_bytes;
     out->rank_budget_bytes = rank_budget_bytes;
     out->kv_bytes_per_token = kv_bytes_per_token(cfg);
@@ -74,14 +79,18 @@ int kv_cache_plan_context(const model_config *cfg, size_t rank_weight_bytes, siz
 
     out->max_fit = -1;
     if (rank_budget_bytes > 0) {
-        long fit = max_context_for_budget(cfg, rank_weight_bytes, rank_budget_bytes);
+        long fit = kv_shard_context(max_context_for_budget(cfg, rank_weight_bytes, rank_budget_bytes), dcp);
         out->max_fit = model_max > 0 && fit > model_max ? model_max : fit;
     }
-    char budget_text[200] = "";
+    char budget_text[300] = "", sharding[120] = "";
+    if (dcp > 1)
+        snprintf(sharding, sizeof sharding, ", the cache sharded over %d ranks (dcp %d): %zu B per position per rank",
+                 dcp, dcp, out->kv_bytes_per_token / (size_t)dcp);
     if (rank_budget_bytes > 0)
         snprintf(budget_text, sizeof budget_text,
-                 "%s: %.2f GiB per rank x %d, after %.2f GiB of weights per rank, at %zu B per position",
-                 budget_source, gib(rank_budget_bytes), tp, gib(rank_weight_bytes), out->kv_bytes_per_token);
+                 "%s: %.2f GiB per rank x %d, after %.2f GiB of weights per rank, at %zu B per position%s",
+                 budget_source, gib(rank_budget_bytes), tp, gib(rank_weight_bytes), out->kv_bytes_per_token,
+                 sharding);
 
     if (requested > 0) {
         if (model_max > 0 && requested > model_max)
@@ -96,7 +105,8 @@ int kv_cache_plan_context(const model_config *cfg, size_t rank_weight_bytes, siz
             snprintf(out->summary, sizeof out->summary, "context %ld positions (as asked; up to %ld fit, %s)",
                      requested, out->max_fit, budget_text);
         else
-            snprintf(out->summary, sizeof out->summary, "context %ld positions (as asked)", requested);
+            snprintf(out->summary, sizeof out->summary, "context %ld positions (as asked%s)", requested,
+                     sharding);
         return 0;
     }
 

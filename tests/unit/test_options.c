@@ -231,6 +231,23 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--tp '': not an integer (must be 1..8)", "--tp=");
     EXPECT_ERROR("--tp 99999999999999999999: out of range (must be 1..8)", "--tp", "99999999999999999999");
     EXPECT_ERROR("--tp: needs a value (N)", "--tp");
+    EXPECT_ERROR("--dcp 0: must be 1..8, dividing --tp", "--dcp", "0");
+    EXPECT_ERROR("--dcp -2: must be 1..8, dividing --tp", "--dcp", "-2");
+    EXPECT_ERROR("--dcp two: not an integer (must be 1..8, dividing --tp)", "--dcp", "two");
+    EXPECT_ERROR("--dcp 16: must be 1..8, dividing --tp", "--tp", "8", "--dcp", "16");
+    EXPECT_ERROR("--dcp 2: must divide --tp 1", "--dcp", "2");
+    EXPECT_ERROR("--dcp 3: must divide --tp 8", "--tp", "8", "--dcp", "3");
+    EXPECT_ERROR("--dcp 8: must divide --tp 4", "--dcp", "8", "--tp", "4");
+    {
+        app_options o;
+        PARSE_OK(o, "--tp", "8", "--dcp", "4");
+        CHECK_INT(o.tp, 8);
+        CHECK_INT(o.dcp, 4);
+        options_free(&o);
+        PARSE_OK(o, "--tp", "2");
+        CHECK_INT(o.dcp, 1);
+        options_free(&o);
+    }
     EXPECT_ERROR("--devices 0,,1: not a list of device ordinals 0..1023 like 0,1,2,3", "--devices", "0,,1");
     EXPECT_ERROR("--devices 0,1,2,3,4,5,6,7,8: at most 8 devices (one per rank)", "--devices", "0,1,2,3,4,5,6,7,8");
     EXPECT_ERROR("-m: needs a value (DIR)", "-m");
@@ -457,6 +474,18 @@ static void test_config_errors(void)
     reset_env();
     CONFIG_ERROR("tp = 4\n\n# c\ncolour = red\n", "CFG:4: unknown key 'colour'");
     CONFIG_ERROR("# c\ntp = 0\n", "CFG:2: tp = 0: must be 1..8");
+    CONFIG_ERROR("tp = 4\ndcp = 0\n", "CFG:2: dcp = 0: must be 1..8, dividing --tp");
+    {
+        /* checked once the flags are in: a config's dcp may pair with a --tp flag */
+        app_options o;
+        kimi_err e;
+        write_file(config_file, "tp = 4\ndcp = 8\n", 15);
+        CHECK_INT(parse(&o, &e, (char *)NULL), KIMI_ERR_USAGE);
+        CHECK_STR(e.msg, "--dcp 8: must divide --tp 4");
+        PARSE_OK(o, "--tp", "8");
+        CHECK_INT(o.dcp, 8);
+        options_free(&o);
+    }
     CONFIG_ERROR("temperature = nan\n", "CFG:1: temperature = nan: must be a number in [0, 100]");
     CONFIG_ERROR("top_p = 0.95 # cooler\n", "CFG:1: top_p = 0.95 # cooler: must be a number in (0, 1]");
     CONFIG_ERROR("model\n", "CFG:1: expected 'key = value'");
@@ -657,7 +686,7 @@ static void test_help_matches_man_page(void)
     }
     CHECK(width_ok);
     static const char *const brief[] = {
-        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--verify", "--plain", "--script",
+        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--dcp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--verify", "--plain", "--script",
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",
