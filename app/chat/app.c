@@ -21,6 +21,16 @@
 
 typedef enum { TURN_IDLE, TURN_GENERATING, TURN_APPROVAL, TURN_TOOL_RUNNING } turn_state;
 
+typedef struct {
+    char *text;                     /* [len] as the user typed it */
+    size_t len;
+} queued_message;
+
+typedef struct {
+    int at;                         /* the conversation had this many messages after the cut */
+    session cut;                    /* the messages cut off, with their meta */
+} rewound_part;
+
 /* One tool call of the answer being generated, as it streams. */
 typedef struct {
     strbuf id, name, args;
@@ -75,6 +85,16 @@ struct app {
     kimi_err tool_err;
     int tool_rc;
     const tool_def *tool_running;
+
+    /* messages sent while a turn ran, oldest first: each goes out when the turn before it ends */
+    queued_message *queue;          /* [n_queue] */
+    int n_queue, cap_queue;
+
+    /* what rewinds cut off, newest last: the top one goes back (/undo) while the conversation
+       is again exactly the part the rewind kept */
+    rewound_part *rewinds;          /* [n_rewinds] */
+    int n_rewinds, cap_rewinds;
+    int say_reuse;                  /* the next answer follows a rewind: say what the cache saved */
 };
 
 static double now_seconds(void)
@@ -351,6 +371,8 @@ static int start_generation(app *a, kimi_err *err)
     return 0;
 }
 
+static void queue_next(app *a, app_turn_outcome outcome);
+
 static void end_turn(app *a, app_turn_outcome outcome, const char *message)
 {
     a->state = TURN_IDLE;
@@ -358,6 +380,7 @@ static void end_turn(app *a, app_turn_outcome outcome, const char *message)
     autosave(a);
     if (a->fe.turn_done)
         a->fe.turn_done(a->fe.user, outcome, message);
+    queue_next(a, outcome);
 }
 
 /* The answer is complete: make it a message of the session. */
@@ -389,6 +412,13 @@ static int append_answer(app *a, const generator_result *res, parse_stop_reason 
     if (rc)
         return rc;
     a->context_used = (long)res->prompt_tokens + res->generated_tokens;
+    if (a->say_reuse) {
+        /* the engine's prefix cache still holds the part the rewind kept */
+        a->say_reuse = 0;
+        if (res->reused_tokens > 0 || res->ids)
+            say_info(a, "after the rewind: %d of %d prompt positions reused from the cache, %d prefilled",
+                     res->reused_tokens, res->prompt_tokens, res->prompt_tokens - res->reused_tokens);
+    }
     if (a->fe.answer_done)
         a->fe.answer_done(a->fe.user, &a->sess.conv.messages[a->sess.conv.n_messages - 1],
                           &a->sess.meta[a->sess.conv.n_messages - 1]);
@@ -792,6 +822,115 @@ static int clean_input(app *a, const char **text, size_t *len, char **owned, kim
     return 0;
 }
 
+/* ---- the queue ---- */
+
+static void queue_changed(app *a)
+{
+    if (a->fe.queue_changed)
+        a->fe.queue_changed(a->fe.user);
+}
+
+static int queue_add(app *a, int at, char *text, size_t len, kimi_err *err)
+{
+    if (a->n_queue == a->cap_queue) {
+        int cap = a->cap_queue ? 2 * a->cap_queue : 4;
+        queued_message *grown = realloc(a->queue, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the queued message");
+        a->queue = grown;
+        a->cap_queue = cap;
+    }
+    memmove(a->queue + at + 1, a->queue + at, (size_t)(a->n_queue - at) * sizeof *a->queue);
+    a->queue[at] = (queued_message){.text = text, .len = len};
+    a->n_queue++;
+    queue_changed(a);
+    return 0;
+}
+
+static int queue_message(app *a, const char *text, size_t len, kimi_err *err)
+{
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the queued message");
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    if (queue_add(a, a->n_queue, copy, len, err)) {
+        free(copy);
+        return err->code;
+    }
+    return 0;
+}
+
+/* Every queued message goes back to the front end's input, joined by blank lines (in order),
+ * and the queue is empty; without a front end to take them they stay queued. */
+static void queue_return(app *a)
+{
+    if (!a->fe.queue_returned || !a->n_queue)
+        return;
+    strbuf joined = {0};
+    for (int i = 0; i < a->n_queue; i++) {
+        if (i)
+            strbuf_add(&joined, "\n\n", 2);
+        strbuf_add(&joined, a->queue[i].text, a->queue[i].len);
+    }
+    if (joined.failed) {
+        free(joined.data);
+        return;     /* out of memory: they stay queued rather than vanish */
+    }
+    for (int i = 0; i < a->n_queue; i++)
+        free(a->queue[i].text);
+    a->n_queue = 0;
+    a->fe.queue_returned(a->fe.user, joined.data ? joined.data : "", joined.len);
+    free(joined.data);
+    queue_changed(a);
+}
+
+/* The turn ended: after a whole answer the oldest queued message is sent; after a failed,
+ * stopped or cut-short turn the queue goes back to the input, because what the user queued
+ * likely assumed an answer that did not come. */
+static void queue_next(app *a, app_turn_outcome outcome)
+{
+    if (!a->n_queue || a->state != TURN_IDLE)
+        return;
+    if (outcome != APP_TURN_DONE) {
+        queue_return(a);
+        return;
+    }
+    queued_message m = a->queue[0];
+    a->n_queue--;
+    memmove(a->queue, a->queue + 1, (size_t)a->n_queue * sizeof *a->queue);
+    queue_changed(a);
+    kimi_err err = {0};
+    if (app_send(a, m.text, m.len, &err)) {
+        report(a, &err);
+        kimi_err ignored = {0};
+        if (queue_add(a, 0, m.text, m.len, &ignored) == 0)
+            m.text = NULL;
+        queue_return(a);
+    }
+    free(m.text);
+}
+
+int app_queue_length(const app *a) { return a->n_queue; }
+
+const char *app_queued(const app *a, int i, size_t *len)
+{
+    if (i < 0 || i >= a->n_queue)
+        return NULL;
+    *len = a->queue[i].len;
+    return a->queue[i].text;
+}
+
+char *app_unqueue(app *a, size_t *len)
+{
+    if (!a->n_queue)
+        return NULL;
+    queued_message m = a->queue[--a->n_queue];
+    *len = m.len;
+    queue_changed(a);
+    return m.text;
+}
+
 int app_send(app *a, const char *text, size_t len, kimi_err *err)
 {
     if (a->state != TURN_IDLE)
@@ -815,7 +954,7 @@ int app_send(app *a, const char *text, size_t len, kimi_err *err)
 static int submit_line(app *a, const char *text, size_t len, kimi_err *err)
 {
     if (len >= 2 && text[0] == '/' && text[1] == '/')
-        return app_send(a, text + 1, len - 1, err);
+        return a->state != TURN_IDLE ? queue_message(a, text + 1, len - 1, err) : app_send(a, text + 1, len - 1, err);
     if (len && text[0] == '/') {
         if (memchr(text, 0, len))
             return kimi_fail(err, KIMI_ERR_INPUT, "a command is one line of text");
@@ -831,6 +970,8 @@ static int submit_line(app *a, const char *text, size_t len, kimi_err *err)
         blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
     if (blank)
         return 0;
+    if (a->state != TURN_IDLE)
+        return queue_message(a, text, len, err);
     return app_send(a, text, len, err);
 }
 
@@ -904,6 +1045,99 @@ static int set_system(app *a, const char *text, size_t len, kimi_err *err)
     int rc = replace_system(a, text, len, err);
     free(owned);
     return rc;
+}
+
+/* ---- rewinding ---- */
+
+static void session_changed(app *a, int kept);
+
+/* Drop what rewinds cut off at more than keep messages (-1: all): the conversation no longer
+ * has the part they were cut from (an /undo below it, /retry, /system, /new, /load). */
+static void forget_rewinds(app *a, int keep)
+{
+    int n = 0;
+    for (int i = 0; i < a->n_rewinds; i++) {
+        if (a->rewinds[i].at > keep)
+            session_free(&a->rewinds[i].cut);
+        else
+            a->rewinds[n++] = a->rewinds[i];
+    }
+    a->n_rewinds = n;
+    if (keep < 0)
+        a->say_reuse = 0;
+}
+
+/* Cut the conversation back to its first `at` messages, keeping the rest for /undo. */
+static int cut_at(app *a, int at, kimi_err *err)
+{
+    if (a->n_rewinds == a->cap_rewinds) {
+        int cap = a->cap_rewinds ? 2 * a->cap_rewinds : 4;
+        rewound_part *grown = realloc(a->rewinds, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        a->rewinds = grown;
+        a->cap_rewinds = cap;
+    }
+    rewound_part *r = &a->rewinds[a->n_rewinds];
+    r->at = at;
+    session_init(&r->cut);
+    for (int i = at; i < a->sess.conv.n_messages; i++)
+        if (session_append(&r->cut, &a->sess.conv.messages[i], &a->sess.meta[i], err)) {
+            session_free(&r->cut);
+            return err->code;
+        }
+    a->n_rewinds++;
+    session_truncate(&a->sess, at);
+    session_changed(a, at);
+    a->say_reuse = 1;
+    autosave(a);
+    return 0;
+}
+
+/* The newest rewind's cut-off part back, when the conversation is again just what it kept;
+ * 1 when it was brought back, 0 when there is none to bring back. */
+static int restore_rewound(app *a, kimi_err *err)
+{
+    if (!a->n_rewinds || a->rewinds[a->n_rewinds - 1].at != a->sess.conv.n_messages)
+        return 0;
+    rewound_part *r = &a->rewinds[a->n_rewinds - 1];
+    for (int i = 0; i < r->cut.conv.n_messages; i++)
+        if (session_append(&a->sess, &r->cut.conv.messages[i], &r->cut.meta[i], err)) {
+            session_truncate(&a->sess, r->at);
+            return -1;
+        }
+    int at = r->at, n = r->cut.conv.n_messages;
+    session_free(&r->cut);
+    a->n_rewinds--;
+    a->say_reuse = 0;
+    session_changed(a, at);
+    autosave(a);
+    say_info(a, "brought back the %d message%s the rewind cut off", n, n == 1 ? "" : "s");
+    return 1;
+}
+
+int app_rewind(app *a, int index, char **text, size_t *len, kimi_err *err)
+{
+    *text = NULL;
+    if (a->state != TURN_IDLE)
+        return kimi_fail(err, KIMI_ERR_STATE, "rewind: an answer is still coming: wait, or stop it first");
+    if (index < 0 || index >= a->sess.conv.n_messages || a->sess.conv.messages[index].role != CHAT_ROLE_USER)
+        return kimi_fail(err, KIMI_ERR_INPUT, "rewind: message %d is not one of your messages", index);
+    const chat_text *t = &a->sess.conv.messages[index].content;
+    size_t n = t->len;
+    char *copy = malloc(n + 1);
+    if (!copy)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    if (n)
+        memcpy(copy, t->s, n);
+    copy[n] = 0;
+    if (cut_at(a, index, err)) {
+        free(copy);
+        return err->code;
+    }
+    *text = copy;
+    *len = n;
+    return 0;
 }
 
 /* The conversation was replaced or cut from message kept on: the context it fills is what its
@@ -1027,6 +1261,7 @@ static int load_session(app *a, const char *path, kimi_err *err)
         a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
     session_free(&a->sess);
     a->sess = loaded;
+    forget_rewinds(a, -1);
     free(a->sess.path);
     /* A file of the sessions folder is continued; any other file (an export someone sent) is
        never written: autosave goes to a new file. */
@@ -1178,6 +1413,7 @@ static int run_command(app *a, command *c, kimi_err *err)
         a->sess.path = NULL;
         a->sess.created = 0;
         release_session_file(a);
+        forget_rewinds(a, -1);
         session_changed(a, a->sess.conv.n_messages);
         /* "always" was said about the conversation that ended */
         for (int i = 0; a->grant && i < a->tools.n_tools; i++)
@@ -1188,6 +1424,7 @@ static int run_command(app *a, command *c, kimi_err *err)
     case CMD_SYSTEM:
         if (require_idle(a, c, err) || set_system(a, c->text, c->text_len, err))
             return err->code;
+        forget_rewinds(a, -1);
         session_changed(a, 0);
         say_info(a, c->text_len ? "system prompt set" : "system prompt removed");
         return 0;
@@ -1232,6 +1469,8 @@ static int run_command(app *a, command *c, kimi_err *err)
         if (!rc) {
             session_truncate(&a->sess, u + 1);
             rc = begin_turn(a, err);
+            if (!rc)
+                forget_rewinds(a, u + 1);
             for (int i = 0; rc && i < kept.conv.n_messages; i++) {
                 kimi_err restore = {0};
                 if (session_append(&a->sess, &kept.conv.messages[i], &kept.meta[i], &restore))
@@ -1246,6 +1485,11 @@ static int run_command(app *a, command *c, kimi_err *err)
     case CMD_EDIT: {
         if (require_idle(a, c, err))
             return err->code;
+        if (c->id == CMD_UNDO) {
+            int restored = restore_rewound(a, err);
+            if (restored)
+                return restored < 0 ? err->code : 0;
+        }
         int u = last_user_index(a);
         if (u < 0)
             return kimi_fail(err, KIMI_ERR_STATE, "/%s: there is no exchange to %s", c->name,
@@ -1260,11 +1504,13 @@ static int run_command(app *a, command *c, kimi_err *err)
             if (rc)
                 return rc;
         }
+        if (c->id == CMD_EDIT)
+            return cut_at(a, u, err);
         session_truncate(&a->sess, u);
+        forget_rewinds(a, u);
         session_changed(a, u);
         autosave(a);
-        if (c->id == CMD_UNDO)
-            say_info(a, "dropped the last exchange");
+        say_info(a, "dropped the last exchange");
         return 0;
     }
     case CMD_TOOLS:
@@ -1464,6 +1710,11 @@ void app_close(app *a)
     if (a->have_tools)
         tools_free(&a->tools);
     free(a->grant);
+    for (int i = 0; i < a->n_queue; i++)
+        free(a->queue[i].text);
+    free(a->queue);
+    forget_rewinds(a, -1);
+    free(a->rewinds);
     session_free(&a->sess);
     release_session_file(a);
     free(a->sessions_dir);
