@@ -19,7 +19,7 @@
 #include "engine/base/array.h"
 #include "engine/text/utf8.h"
 
-typedef enum { TURN_IDLE, TURN_GENERATING, TURN_APPROVAL, TURN_TOOL_RUNNING } turn_state;
+typedef enum { TURN_IDLE, TURN_GENERATING, TURN_APPROVAL, TURN_TOOL_RUNNING, TURN_COMPACTING } turn_state;
 
 typedef struct {
     char *text;                     /* [len] as the user typed it */
@@ -95,6 +95,9 @@ struct app {
     rewound_part *rewinds;          /* [n_rewinds] */
     int n_rewinds, cap_rewinds;
     int say_reuse;                  /* the next answer follows a rewind: say what the cache saved */
+
+    int compact_at;                 /* /compact running: the summary goes in before this message */
+    int offered_compact;            /* the context is 90% full and /compact was offered */
 };
 
 static double now_seconds(void)
@@ -344,24 +347,60 @@ static void on_generator_event(void *user, const generator_event *ev)
     case PARSE_NOTE:
         break;
     }
-    if (a->fe.stream)
+    if (a->fe.stream && a->state != TURN_COMPACTING)   /* a summary is no answer to show */
         a->fe.stream(a->fe.user, pe);
 }
 
 /* ---- the turn ---- */
 
+/* What the model sees of messages [0, to), then extra (NULL: none): a leading system prompt and
+ * the messages from the last summary on (/compact). view->messages is a malloc'ed array of
+ * shallow copies (free the array only); *view is the session's own conversation when nothing is
+ * left out and nothing added. */
+static int model_view(app *a, int to, const chat_message *extra, chat_conversation *view, kimi_err *err)
+{
+    const chat_conversation *conv = &a->sess.conv;
+    int from = session_context_start(&a->sess);
+    if (!from && !extra && to == conv->n_messages) {
+        *view = *conv;
+        return 0;
+    }
+    *view = (chat_conversation){0};
+    int system = from > 0 && conv->messages[0].role == CHAT_ROLE_SYSTEM;
+    if (!(view->messages = malloc((size_t)(system + to - from + 1) * sizeof *view->messages)))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    if (system)
+        view->messages[view->n_messages++] = conv->messages[0];
+    for (int i = from; i < to; i++)
+        view->messages[view->n_messages++] = conv->messages[i];
+    if (extra)
+        view->messages[view->n_messages++] = *extra;
+    view->cap_messages = view->n_messages;
+    return 0;
+}
+
+static void model_view_free(app *a, chat_conversation *view)
+{
+    if (view->messages != a->sess.conv.messages)
+        free(view->messages);
+}
+
 static int start_generation(app *a, kimi_err *err)
 {
     answer_reset(a);
+    chat_conversation view;
+    if (model_view(a, a->sess.conv.n_messages, NULL, &view, err))
+        return err->code;
     json_t *declaration = a->have_tools && !a->opt->no_tools ? tools_declaration(&a->tools) : NULL;
     const session_settings *s = &a->sess.settings;
     generator_request req = {
-        .conv = &a->sess.conv, .tools = declaration, .thinking = s->thinking,
+        .conv = &view, .tools = declaration, .thinking = s->thinking,
         .temperature = s->temperature, .top_p = s->top_p, .top_k = s->top_k,
         .max_tokens = s->max_tokens, .seed = s->seed + (uint64_t)a->sess.conv.n_messages,
     };
     int rc = a->gen->ops->start(a->gen, &req, err);
     json_decref(declaration);
+    model_view_free(a, &view);
     if (rc)
         return rc;
     a->state = TURN_GENERATING;
@@ -412,6 +451,15 @@ static int append_answer(app *a, const generator_result *res, parse_stop_reason 
     if (rc)
         return rc;
     a->context_used = (long)res->prompt_tokens + res->generated_tokens;
+    long limit = a->gen->context_limit;
+    if (limit > 0 && a->context_used >= limit - limit / 10) {
+        if (!a->offered_compact)
+            say_info(a, "the context is %ld%% full (%ld of %ld tokens): /compact summarises the conversation so far to make room",
+                     100 * a->context_used / limit, a->context_used, limit);
+        a->offered_compact = 1;
+    } else {
+        a->offered_compact = 0;
+    }
     if (a->say_reuse) {
         /* the engine's prefix cache still holds the part the rewind kept */
         a->say_reuse = 0;
@@ -685,13 +733,17 @@ static void generation_finished(app *a)
     end_turn(a, APP_TURN_DONE, NULL);
 }
 
+static void compaction_finished(app *a);
+
 int app_dispatch(app *a, kimi_err *err)
 {
-    if (a->state == TURN_GENERATING) {
+    if (a->state == TURN_GENERATING || a->state == TURN_COMPACTING) {
         int rc = a->gen->ops->pump(a->gen, on_generator_event, a, err);
         if (rc < 0 || (rc > 1))
             return err->code;
-        if (rc == 1)
+        if (rc == 1 && a->state == TURN_COMPACTING)
+            compaction_finished(a);
+        else if (rc == 1)
             generation_finished(a);
         else if (err->code)
             return err->code;
@@ -707,7 +759,7 @@ int app_dispatch(app *a, kimi_err *err)
 int app_poll_fds(const app *a, struct pollfd *fds)
 {
     int n = 0;
-    if (a->state == TURN_GENERATING)
+    if (a->state == TURN_GENERATING || a->state == TURN_COMPACTING)
         fds[n++] = (struct pollfd){.fd = a->gen->ops->event_fd(a->gen), .events = POLLIN};
     if (a->state == TURN_TOOL_RUNNING)
         fds[n++] = (struct pollfd){.fd = a->tool_pipe[0], .events = POLLIN};
@@ -719,7 +771,7 @@ void app_stop(app *a)
     if (a->state == TURN_IDLE)
         return;
     a->stop_requested = 1;
-    if (a->state == TURN_GENERATING)
+    if (a->state == TURN_GENERATING || a->state == TURN_COMPACTING)
         a->gen->ops->cancel(a->gen);
     else if (a->state == TURN_TOOL_RUNNING)
         atomic_store(&a->tool_cancel, 1);
@@ -773,10 +825,11 @@ int app_last_turn_called(const app *a, const char *tool_name)
     return 0;
 }
 
+/* The user's last message (a /compact summary is not one). */
 static int last_user_index(const app *a)
 {
     for (int i = a->sess.conv.n_messages - 1; i >= 0; i--)
-        if (a->sess.conv.messages[i].role == CHAT_ROLE_USER)
+        if (a->sess.conv.messages[i].role == CHAT_ROLE_USER && !a->sess.meta[i].summary)
             return i;
     return -1;
 }
@@ -1050,6 +1103,7 @@ static int set_system(app *a, const char *text, size_t len, kimi_err *err)
 /* ---- rewinding ---- */
 
 static void session_changed(app *a, int kept);
+static void session_changed_keep_context(app *a, int kept);
 
 /* Drop what rewinds cut off at more than keep messages (-1: all): the conversation no longer
  * has the part they were cut from (an /undo below it, /retry, /system, /new, /load). */
@@ -1121,7 +1175,8 @@ int app_rewind(app *a, int index, char **text, size_t *len, kimi_err *err)
     *text = NULL;
     if (a->state != TURN_IDLE)
         return kimi_fail(err, KIMI_ERR_STATE, "rewind: an answer is still coming: wait, or stop it first");
-    if (index < 0 || index >= a->sess.conv.n_messages || a->sess.conv.messages[index].role != CHAT_ROLE_USER)
+    if (index < 0 || index >= a->sess.conv.n_messages || a->sess.conv.messages[index].role != CHAT_ROLE_USER ||
+        a->sess.meta[index].summary)
         return kimi_fail(err, KIMI_ERR_INPUT, "rewind: message %d is not one of your messages", index);
     const chat_text *t = &a->sess.conv.messages[index].content;
     size_t n = t->len;
@@ -1140,19 +1195,162 @@ int app_rewind(app *a, int index, char **text, size_t *len, kimi_err *err)
     return 0;
 }
 
+/* ---- /compact ---- */
+
+#define SUMMARY_HEADING "[Summary of the earlier conversation]\n\n"
+
+/* The model summarises what it sees before the user's last message (reasoning off, no tools);
+ * the summary goes in before that message and the model sees it, and what follows, from then
+ * on. */
+static int start_compaction(app *a, const char *instructions, kimi_err *err)
+{
+    int from = session_context_start(&a->sess);
+    int at = last_user_index(a);
+    int material = 0;      /* messages the summary replaces (the system prompt and an older summary
+                              are no news) */
+    for (int i = from; i < at; i++)
+        material += a->sess.conv.messages[i].role != CHAT_ROLE_SYSTEM && !a->sess.meta[i].summary;
+    if (at < 0 || !material)
+        return kimi_fail(err, KIMI_ERR_STATE, "/compact: nothing to compact: the model already sees only the last exchange");
+    chat_message ask = {.role = CHAT_ROLE_USER};
+    strbuf prompt = {0};
+    strbuf_str(&prompt, APP_COMPACT_PROMPT);
+    if (*instructions)
+        strbuf_printf(&prompt, "\n\nAlso: %s", instructions);
+    chat_conversation view = {0};
+    int rc = prompt.failed ? kimi_fail(err, KIMI_ERR_NOMEM, "out of memory")
+             : chat_text_set(&ask.content, prompt.data, prompt.len, err) ? err->code
+                                                                        : model_view(a, at, &ask, &view, err);
+    const session_settings *s = &a->sess.settings;
+    if (!rc) {
+        answer_reset(a);
+        generator_request req = {
+            /* Moonshot's non-thinking temperature, or the session's when lower (0: greedy) */
+            .conv = &view, .thinking = 0, .temperature = s->temperature < 0.6f ? s->temperature : 0.6f,
+            .top_p = s->top_p, .top_k = s->top_k,
+            .max_tokens = APP_COMPACT_MAX_TOKENS, .seed = s->seed,
+        };
+        rc = a->gen->ops->start(a->gen, &req, err);
+        model_view_free(a, &view);
+    }
+    chat_message_free(&ask);
+    free(prompt.data);
+    if (rc)
+        return rc;
+    a->state = TURN_COMPACTING;
+    a->stop_requested = 0;
+    a->compact_at = at;
+    say_info(a, "compacting: the model summarises %d message%s (Esc or Ctrl-C stops it)", material,
+             material == 1 ? "" : "s");
+    return 0;
+}
+
+/* Put message m (with meta) in at index `at`, moving the rest up one. */
+static int insert_message(app *a, int at, const chat_message *m, const session_message_meta *meta, kimi_err *err)
+{
+    session tail;
+    session_init(&tail);
+    int n = a->sess.conv.n_messages, rc = 0;
+    for (int i = at; !rc && i < n; i++)
+        rc = session_append(&tail, &a->sess.conv.messages[i], &a->sess.meta[i], err);
+    if (!rc) {
+        session_truncate(&a->sess, at);
+        rc = session_append(&a->sess, m, meta, err);
+        for (int i = 0; !rc && i < tail.conv.n_messages; i++)
+            rc = session_append(&a->sess, &tail.conv.messages[i], &tail.meta[i], err);
+        if (rc) {
+            /* back as it was: the tail's copies are still whole */
+            session_truncate(&a->sess, at);
+            for (int i = 0; i < tail.conv.n_messages; i++) {
+                kimi_err ignored = {0};
+                session_append(&a->sess, &tail.conv.messages[i], &tail.meta[i], &ignored);
+            }
+        }
+    }
+    session_free(&tail);
+    return rc ? err->code : 0;
+}
+
+static void compaction_finished(app *a)
+{
+    const generator_result *res = a->gen->ops->result(a->gen);
+    char why[600] = "";
+    int stopped = 0;
+    size_t start = 0;
+    while (start < a->content.len && strchr(" \t\r\n", a->content.data[start]))
+        start++;
+    if (res->error[0])
+        snprintf(why, sizeof why, "%s", res->error);
+    else if (a->stop_requested || a->stop_reason == PARSE_STOP_CANCELLED)
+        stopped = snprintf(why, sizeof why, "stopped");
+    else if (a->stop_reason == PARSE_STOP_MAX_TOKENS || a->stop_reason == PARSE_STOP_MAX_TOKENS_WHILE_THINKING)
+        snprintf(why, sizeof why, "the summary itself was too long (over %d tokens)", APP_COMPACT_MAX_TOKENS);
+    else if (a->stop_reason == PARSE_STOP_CONTEXT_FULL)
+        snprintf(why, sizeof why, "the context filled up while the model wrote the summary");
+    else if (a->content.failed || a->reasoning.failed)
+        snprintf(why, sizeof why, "out of memory for the summary");
+    else if (start == a->content.len)
+        snprintf(why, sizeof why, "the model wrote no summary");
+    else if (res->prompt_tokens > 0 && res->generated_tokens >= res->prompt_tokens)
+        /* a server that reports no usage (0) is not judged */
+        snprintf(why, sizeof why, "the summary itself was too long (%d tokens, no fewer than the %d it summarised)",
+                 res->generated_tokens, res->prompt_tokens);
+    if (!why[0]) {
+        kimi_err err = {0};
+        chat_message m = {.role = CHAT_ROLE_USER};
+        session_message_meta meta = {.summary = 1};
+        strbuf text = {0};
+        strbuf_str(&text, SUMMARY_HEADING);
+        strbuf_add(&text, a->content.data + start, a->content.len - start);
+        if (text.failed || chat_text_set(&m.content, text.data, text.len, &err) ||
+            insert_message(a, a->compact_at, &m, &meta, &err))
+            snprintf(why, sizeof why, "%s", err.msg[0] ? err.msg : "out of memory for the summary");
+        chat_message_free(&m);
+        free(text.data);
+    }
+    if (why[0]) {
+        char message[800];
+        snprintf(message, sizeof message, "/compact: %s; the conversation is as it was", why);
+        end_turn(a, stopped ? APP_TURN_STOPPED : APP_TURN_FAILED, message);
+        return;
+    }
+    int at = a->compact_at;
+    /* What the model sees now, about (the next answer counts it exactly): what it saw before,
+       less the part replaced, plus the summary. The part replaced is about the prompt of the
+       first answer to the last message (which also held the system prompt and that message),
+       else the summary request's prompt (which also held the request). */
+    long before = a->context_used;
+    const session_message_meta *first = at + 2 < a->sess.conv.n_messages ? &a->sess.meta[at + 2] : NULL;
+    long replaced = first && first->has_stats ? first->prompt_tokens : res->prompt_tokens;
+    long estimate = before - replaced + res->generated_tokens;
+    a->context_used = estimate > res->generated_tokens ? estimate : res->generated_tokens;
+    a->offered_compact = 0;
+    forget_rewinds(a, at);
+    session_changed_keep_context(a, at);
+    say_info(a, "compacted: the model now sees a summary of %d tokens and the last exchange (about %ld of %ld tokens "
+                "before); the whole conversation stays in the session file and exports",
+             res->generated_tokens, a->context_used, before);
+    end_turn(a, APP_TURN_DONE, NULL);
+}
+
 /* The conversation was replaced or cut from message kept on: the context it fills is what its
  * last answer filled (unknown, 0, when no answer has stats), and no tool counts as called in the
  * current turn. */
+static void session_changed_keep_context(app *a, int kept)
+{
+    free(a->called.data);
+    a->called = (strbuf){0};
+    if (a->fe.session_reset)
+        a->fe.session_reset(a->fe.user, kept);
+}
+
 static void session_changed(app *a, int kept)
 {
     a->context_used = 0;
     for (int i = a->sess.conv.n_messages - 1; i >= 0 && !a->context_used; i--)
         if (a->sess.meta[i].has_stats)
             a->context_used = (long)a->sess.meta[i].prompt_tokens + a->sess.meta[i].generated_tokens;
-    free(a->called.data);
-    a->called = (strbuf){0};
-    if (a->fe.session_reset)
-        a->fe.session_reset(a->fe.user, kept);
+    session_changed_keep_context(a, kept);
 }
 
 /* Where /load NAME reads: a session of that name in the sessions folder (what /save NAME
@@ -1558,6 +1756,10 @@ static int run_command(app *a, command *c, kimi_err *err)
         free(path);
         return rc;
     }
+    case CMD_COMPACT:
+        if (require_idle(a, c, err))
+            return err->code;
+        return start_compaction(a, c->arg, err);
     case CMD_SESSIONS: return list_sessions(a, err);
     case CMD_EXPORT: return export_session(a, c, err);
     case CMD_STATS: show_stats(a); return 0;

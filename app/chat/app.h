@@ -18,6 +18,19 @@
 
 #define APP_MAX_TOOL_ROUNDS 8       /* generations after tool results within one user turn */
 
+/* /compact [INSTRUCTIONS]: the model, reasoning off and without tools, is shown the
+ * conversation it sees up to the user's last message followed by this request (and "Also:
+ * INSTRUCTIONS"); its answer, at most APP_COMPACT_MAX_TOKENS, goes into the session as a user
+ * message marked summary (session_context_start) before that last message. A failure (the model
+ * or the server, a stop, a summary that runs past the cap, an empty one) leaves the
+ * conversation as it was and ends the "turn" with a one-line message. */
+#define APP_COMPACT_PROMPT                                                                          \
+    "Summarise our conversation so far for yourself: the summary will replace it, and you will "    \
+    "not see the conversation again. Keep what is needed to go on: the user's goals and "           \
+    "constraints, decisions taken, facts found (tool results included), names, numbers and code "   \
+    "that matter, open questions, and what was about to happen next. Plain text, at most 300 words."
+#define APP_COMPACT_MAX_TOKENS 1024
+
 typedef enum { TOOL_APPROVE_ONCE, TOOL_APPROVE_ALWAYS, TOOL_DENY } tool_approval;
 
 /* One tool call of the current answer, as the front end sees it. */

@@ -33,6 +33,7 @@ static const struct {
     {"load", NULL, CMD_LOAD, ARG_REQUIRED, "/load NAME|FILE             open a saved session or a JSON export"},
     {"sessions", NULL, CMD_SESSIONS, ARG_NONE, "/sessions                   list saved sessions"},
     {"export", NULL, CMD_EXPORT, ARG_OPTIONAL, "/export [md|json] [PATH] [--force]   write the transcript (default md, in the current folder; --force replaces PATH)"},
+    {"compact", NULL, CMD_COMPACT, ARG_OPTIONAL, "/compact [INSTRUCTIONS]     the model summarises the conversation so far; it goes on from the summary and the last exchange (the session file keeps it all)"},
     {"stats", NULL, CMD_STATS, ARG_NONE, "/stats                      tokens, cache reuse and speed of the last answer and the session"},
     {"theme", NULL, CMD_THEME, ARG_OPTIONAL, "/theme [NAME]               colours of the full-screen view (no NAME: list them)"},
     {"reasoning", NULL, CMD_REASONING, ARG_REQUIRED, "/reasoning collapsed|expanded|hidden   how reasoning is shown"},
@@ -40,7 +41,7 @@ static const struct {
 
 const char *commands_help(void)
 {
-    static char text[2048];
+    static char text[4096];
     if (!text[0]) {
         size_t used = 0;
         for (size_t i = 0; i < sizeof table / sizeof table[0] && used < sizeof text; i++)

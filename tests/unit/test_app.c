@@ -35,6 +35,8 @@ typedef struct {
     const char *refuse;         /* start fails with this (a server down) */
     generator_result result;
     char last_request_system[64];
+    int last_request_n, last_request_thinking, last_request_tools, last_request_max_tokens;
+    char last_request_first[160], last_request_last[600];   /* the first and last messages' text */
 } fake_generator;
 
 static int fake_start(generator *g, const generator_request *req, kimi_err *err)
@@ -49,6 +51,15 @@ static int fake_start(generator *g, const generator_request *req, kimi_err *err)
     snprintf(f->last_request_system, sizeof f->last_request_system, "%s",
              req->conv->n_messages && req->conv->messages[0].role == CHAT_ROLE_SYSTEM
                  ? req->conv->messages[0].content.s : "");
+    const chat_conversation *c = req->conv;
+    f->last_request_n = c->n_messages;
+    f->last_request_thinking = req->thinking;
+    f->last_request_tools = req->tools != NULL;
+    f->last_request_max_tokens = req->max_tokens;
+    snprintf(f->last_request_first, sizeof f->last_request_first, "%s",
+             c->n_messages && c->messages[0].content.s ? c->messages[0].content.s : "");
+    snprintf(f->last_request_last, sizeof f->last_request_last, "%s",
+             c->n_messages && c->messages[c->n_messages - 1].content.s ? c->messages[c->n_messages - 1].content.s : "");
     char byte = 1;
     return write(f->fd[1], &byte, 1) == 1 ? 0 : -1;
 }
@@ -930,6 +941,121 @@ static void test_rewind(void)
     opt.allow_tools = NULL;
 }
 
+static void compact(app *a, const char *line)
+{
+    kimi_err err = {0};
+    CHECK_MSG(app_command(a, line, &err) == 0, "%s: %s", line, err.msg);
+    CHECK(app_busy(a));
+    wait_idle(a, 10);
+}
+
+/* /compact: the model's summary goes in before the last exchange and the model sees only it,
+ * the system prompt and what follows; the session keeps everything; every failure leaves the
+ * conversation as it was. */
+static void test_compact(void)
+{
+    static const answer script[] = {
+        {.content = "a1", .stop = PARSE_STOP_END_OF_TURN}, {.content = "a2", .stop = PARSE_STOP_END_OF_TURN},
+        {.content = "  the gist\n", .stop = PARSE_STOP_END_OF_TURN}, {.content = "a3", .stop = PARSE_STOP_END_OF_TURN},
+    };
+    opt.allow_tools = "echo";
+    app *a = open_app(script, 4);
+    kimi_err err = {0};
+    CHECK(app_command(a, "/compact", &err) != 0 && strstr(err.msg, "nothing to compact"));
+    CHECK(app_command(a, "/system Be brief.", &err) == 0);
+    send(a, "q1");
+    CHECK(app_command(a, "/compact", &err) != 0 && strstr(err.msg, "nothing to compact"));
+    send(a, "q2");
+    CHECK_INT(n_msgs(a), 5);
+    compact(a, "/compact keep the numbers");
+    CHECK_MSG(rec.outcome == APP_TURN_DONE, "%s", rec.message);
+    /* what the model was asked: the system prompt, the first exchange, the request; no
+       reasoning, no tools, a cap */
+    CHECK_INT(fake.last_request_n, 4);
+    CHECK_STR(fake.last_request_first, "Be brief.");
+    CHECK(strstr(fake.last_request_last, "Summarise our conversation so far") &&
+          strstr(fake.last_request_last, "\n\nAlso: keep the numbers"));
+    CHECK(!fake.last_request_thinking && !fake.last_request_tools && fake.last_request_max_tokens == APP_COMPACT_MAX_TOKENS);
+    /* the summary sits before the last exchange, trimmed; nothing else changed */
+    CHECK_INT(n_msgs(a), 6);
+    CHECK(msg(a, 3)->role == CHAT_ROLE_USER && app_session(a)->meta[3].summary);
+    CHECK_STR(msg(a, 3)->content.s, "[Summary of the earlier conversation]\n\nthe gist\n");
+    CHECK_STR(msg(a, 1)->content.s, "q1");
+    CHECK_STR(msg(a, 4)->content.s, "q2");
+    CHECK_INT(session_context_start(app_session(a)), 3);
+    CHECK_INT(rec.reset_kept, 3);
+    CHECK(strstr(rec.infos, "compacted: the model now sees a summary of"));
+    /* the next turn: the system prompt, the summary and what follows it */
+    send(a, "q3");
+    CHECK_INT(fake.last_request_n, 5);
+    CHECK_STR(fake.last_request_first, "Be brief.");
+    CHECK_STR(fake.last_request_last, "q3");
+    /* the file and the export keep the whole conversation; it loads back as it was */
+    session back;
+    session_init(&back);
+    CHECK(session_load(&back, app_session(a)->path, &err) == 0 && back.conv.n_messages == 8 && back.meta[3].summary &&
+          !back.meta[4].summary && session_context_start(&back) == 3);
+    session_free(&back);
+    char *md = NULL;
+    size_t md_len;
+    CHECK(session_to_markdown(app_session(a), &md, &md_len, &err) == 0 && strstr(md, "### Summary (/compact)") &&
+          strstr(md, "q1"));
+    free(md);
+    /* /undo and rewinds never take the summary for the user's message */
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 6);
+    CHECK_STR(app_last_user_text(a, &md_len), "q2");
+    char *text = NULL;
+    CHECK(app_rewind(a, 3, &text, &md_len, &err) != 0 && !text);
+    app_close(a);
+    opt.allow_tools = NULL;
+
+    /* failures: the model fails, the user stops it, the summary runs past the cap, it is empty */
+    static const answer fine[] = {{.content = "ans", .stop = PARSE_STOP_END_OF_TURN}};
+    static const answer broken[] = {{.error = "engine broke"}};
+    static const answer endless[] = {{.endless = 1, .stop = PARSE_STOP_END_OF_TURN}};
+    static const answer too_long[] = {{.content = "on and on", .stop = PARSE_STOP_MAX_TOKENS}};
+    static const answer empty[] = {{.content = " \n", .stop = PARSE_STOP_END_OF_TURN}};
+    struct { const answer *summary; const char *message; app_turn_outcome outcome; } failures[] = {
+        {broken, "/compact: engine broke; the conversation is as it was", APP_TURN_FAILED},
+        {endless, "/compact: stopped; the conversation is as it was", APP_TURN_STOPPED},
+        {too_long, "/compact: the summary itself was too long (over 1024 tokens); the conversation is as it was", APP_TURN_FAILED},
+        {empty, "/compact: the model wrote no summary; the conversation is as it was", APP_TURN_FAILED},
+    };
+    for (size_t f = 0; f < sizeof failures / sizeof *failures; f++) {
+        a = open_app(fine, 1);
+        send(a, "q1");
+        send(a, "q2");
+        long used = app_context_used(a);
+        fake.script = failures[f].summary;
+        CHECK(app_command(a, "/compact", &err) == 0 && app_busy(a));
+        if (failures[f].summary == endless)
+            app_stop(a);
+        wait_idle(a, 10);
+        CHECK_MSG(rec.outcome == failures[f].outcome && !strcmp(rec.message, failures[f].message), "%s", rec.message);
+        CHECK(n_msgs(a) == 4 && !strcmp(msg(a, 2)->content.s, "q2") && session_context_start(app_session(a)) == 0);
+        CHECK(app_context_used(a) == used && !app_busy(a));
+        app_close(a);
+    }
+
+    /* the context 90% full: /compact is offered, once */
+    a = open_app(fine, 1);
+    fake.base.context_limit = 34;
+    send(a, "q1");                                  /* 10 prompt + 2 generated tokens */
+    CHECK(!strstr(rec.infos, "/compact"));
+    send(a, "q2");                                  /* 30 + 2 */
+    send(a, "q3");
+    const char *offer = strstr(rec.infos, "the context is 94% full (32 of 34 tokens): /compact summarises");
+    CHECK_MSG(offer && !strstr(offer + 60, "/compact summarises"), "%s", rec.infos);
+    app_close(a);
+
+    /* a file whose summary mark is not a boolean is refused, naming it */
+    session bad;
+    session_init(&bad);
+    const char *json = "{\"meta\": {\"messages\": [{\"summary\": 1}]}, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}";
+    CHECK(session_parse(&bad, json, strlen(json), "s.json", &err) != 0 && strstr(err.msg, "summary"));
+    session_free(&bad);
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_app.XXXXXX");
@@ -958,6 +1084,7 @@ int main(void)
     test_invalid_utf8_input();
     test_queue();
     test_rewind();
+    test_compact();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
     if (system(cmd))
