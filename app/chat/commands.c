@@ -39,6 +39,17 @@ static const struct {
     {"reasoning", NULL, CMD_REASONING, ARG_REQUIRED, "/reasoning collapsed|expanded|hidden   how reasoning is shown"},
 };
 
+const char *commands_name(int i)
+{
+    for (size_t k = 0; k < sizeof table / sizeof table[0]; k++) {
+        if (i-- == 0)
+            return table[k].name;
+        if (table[k].alias && i-- == 0)
+            return table[k].alias;
+    }
+    return NULL;
+}
+
 const char *commands_help(void)
 {
     static char text[4096];

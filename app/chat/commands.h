@@ -44,6 +44,10 @@ typedef struct {
  * ("/set temperature -1: must be a finite number >= 0"). */
 int command_parse(const char *line, size_t len, command *out, kimi_err *err);
 
+/* The command names without '/', aliases included ("exit" after "quit"), for completion:
+ * i = 0, 1, ... until NULL. */
+const char *commands_name(int i);
+
 /* The /help text: every command, one line each. */
 const char *commands_help(void);
 
