@@ -92,6 +92,70 @@ static void stop(tui *t)
     }
 }
 
+/* Cut the conversation back to before the user's message `message` and put its text into the
+ * input, to edit and send again (app_rewind; /undo brings the cut part back). */
+static void rewind_to(tui *t, int message)
+{
+    const session *s = app_session(t->a);
+    if (message < 0 || message >= s->conv.n_messages || s->conv.messages[message].role != CHAT_ROLE_USER ||
+        s->meta[message].summary) {
+        tui_hint(t, "rewind: select one of your messages (Tab, then ↑↓) and press e");
+        return;
+    }
+    int cut = s->conv.n_messages - message;
+    char *text = NULL;
+    size_t len = 0;
+    kimi_err err = {0};
+    if (app_rewind(t->a, message, &text, &len, &err)) {
+        tui_hint(t, err.msg);
+        return;
+    }
+    tui_input_put_back(t, text, len);
+    free(text);
+    char hint[160];
+    snprintf(hint, sizeof hint, "rewound: %d message%s cut off (/undo brings them back) · Enter sends it again", cut,
+             cut == 1 ? "" : "s");
+    tui_hint(t, hint);
+    render_model_scroll_to_bottom(t->rm);
+}
+
+static int last_user_message(const tui *t)
+{
+    const session *s = app_session(t->a);
+    for (int i = s->conv.n_messages - 1; i >= 0; i--)
+        if (s->conv.messages[i].role == CHAT_ROLE_USER && !s->meta[i].summary)
+            return i;
+    return -1;
+}
+
+/* Esc: a queued message comes back into the input first; else it stops the answer; twice
+ * within ESC_TWICE_S while idle it rewinds to the user's last message. */
+#define ESC_TWICE_S 0.6
+
+static void esc_key(tui *t)
+{
+    double now = tui_now();
+    int twice = t->last_esc && now - t->last_esc < ESC_TWICE_S;
+    t->last_esc = now;
+    size_t len;
+    char *queued = app_unqueue(t->a, &len);
+    if (queued) {
+        tui_input_put_back(t, queued, len);
+        free(queued);
+        t->last_esc = 0;
+    } else if (app_busy(t->a)) {
+        stop(t);
+        t->last_esc = 0;    /* Esc Esc to stop quickly is no rewind */
+    } else if (twice) {
+        t->last_esc = 0;
+        int m = last_user_message(t);
+        if (m < 0)
+            tui_hint(t, "rewind: no message of yours yet");
+        else
+            rewind_to(t, m);
+    }
+}
+
 static void scroll_key(tui *t, int key)
 {
     switch (key) {
@@ -145,6 +209,18 @@ static void focus_key(tui *t, int key, int is_char)
     } else if (is_char && key == 'y') {
         if (b >= 0)
             copy_block(t, b);
+    } else if (is_char && key == 'e') {
+        int m = b >= 0 && b < t->n_block_message ? t->block_message[b] : -1;
+        if (app_busy(t->a)) {
+            tui_hint(t, "rewind: an answer is still coming: wait, or stop it (Esc)");
+        } else if (m >= 0 && m < app_session(t->a)->conv.n_messages &&
+                   app_session(t->a)->conv.messages[m].role == CHAT_ROLE_USER) {
+            t->focus = 0;
+            render_model_focus(t->rm, -1);
+            rewind_to(t, m);
+        } else {
+            tui_hint(t, "e rewinds to one of your messages: select one with ↑↓");
+        }
     } else if (!is_char && is_scroll_key(key)) {
         scroll_key(t, key);
     }
@@ -301,7 +377,7 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
     }
     switch (key) {
     case 27: /* Esc */
-        stop(t);
+        esc_key(t);
         return;
     case 3: /* Ctrl-C */
         if (app_busy(t->a)) {
@@ -442,11 +518,18 @@ void tui_read_keys(tui *t)
             /* Esc with another key right behind it: Alt-key; alone: Esc */
             wint_t next;
             int rc2 = read_wch(&next);
-            if (rc2 == ERR || rc2 == KEY_CODE_YES) {
-                /* alone, or before a function key (Esc then F1): two keys */
+            if (rc2 == ERR || rc2 == KEY_CODE_YES || next == 27) {
+                /* alone, or before a function key (Esc then F1) or another Esc (Esc Esc
+                   rewinds): two keys */
                 take_key(t, 27, 1, 0);
                 if (rc2 == ERR)
                     continue;
+                if (rc2 == OK) {
+                    ch = next;  /* that Esc may begin an Alt-key itself */
+                    rc = rc2;
+                    read_ahead = 1;
+                    continue;
+                }
             } else {
                 alt = 1;
             }

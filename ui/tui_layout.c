@@ -141,6 +141,24 @@ void tui_separator_text(tui *t, char *buf, size_t cap, int *element)
     } else if (t->flash[0] && tui_now() < t->flash_until) {
         snprintf(buf, cap, " %s ", t->flash);
         *element = THEME_NOTE;
+    } else if (t->a && app_queue_length(t->a)) {
+        /* the newest queued message's first line, dimmed: Esc takes it back */
+        int n = app_queue_length(t->a);
+        size_t len;
+        const char *text = app_queued(t->a, n - 1, &len);
+        const char *nl = memchr(text, '\n', len);
+        size_t shown = nl ? (size_t)(nl - text) : len;
+        if (shown > 60) {
+            shown = 60;
+            while (shown && ((unsigned char)text[shown] & 0xC0) == 0x80)
+                shown--;
+        }
+        char count[32] = "";
+        if (n > 1)
+            snprintf(count, sizeof count, " (%d)", n);
+        snprintf(buf, cap, " queued%s: %.*s%s · sent when the answer ends · Esc takes it back ", count, (int)shown, text,
+                 shown < len ? "…" : "");
+        *element = THEME_FOLD_HINT;
     } else if (t->progress[0]) {
         snprintf(buf, cap, " %s ", t->progress);
         *element = THEME_NOTE;

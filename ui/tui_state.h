@@ -94,6 +94,7 @@ struct tui {
     strbuf paste_buf;
     char flash[200];
     double flash_until;
+    double last_esc;                /* when Esc was last pressed (Esc Esc rewinds) */
     int quit;
     int dirty;                      /* something to paint */
     int force;                      /* repaint every row */
@@ -114,5 +115,8 @@ void tui_hint(tui *t, const char *text);
 void tui_tag_blocks(tui *t, int from, int message);
 /* A finished note (RM_NOTE, RM_ERROR) at the end of the transcript. */
 void tui_add_block(tui *t, rm_block_kind kind, const char *text);
+/* text[0..len) goes into the input before what is typed there (a blank line between), the
+ * cursor at the end: a queued message taken back, a rewound message. */
+void tui_input_put_back(tui *t, const char *text, size_t len);
 
 #endif
