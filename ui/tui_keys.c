@@ -192,6 +192,128 @@ static void mouse_event(tui *t)
         render_model_toggle_fold(t->rm, t->row_block[ev.y]);
 }
 
+/* ---- transcript search (Ctrl-F) ---- */
+
+/* The matches of the query in every block's text (and each tool's result), again: blocks grow
+ * while an answer streams. */
+static void search_run(tui *t)
+{
+    search_result_clear(&t->search_hits);
+    search_query q;
+    kimi_err err = {0};
+    if (search_query_init(&q, t->search_query.data ? t->search_query.data : "", t->search_query.len, &err))
+        return;
+    int n = render_model_block_count(t->rm);
+    for (int b = 0; b < n && !err.code; b++) {
+        size_t len;
+        const char *s = render_model_block_text(t->rm, b, &len);
+        search_add_text(&t->search_hits, &q, 2 * b, s, len, &err);
+        if (render_model_block_kind(t->rm, b) == RM_TOOL && !err.code) {
+            s = render_model_tool_result(t->rm, b, &len);
+            search_add_text(&t->search_hits, &q, 2 * b + 1, s, len, &err);
+        }
+    }
+    search_query_free(&q);
+}
+
+/* Show match i: its block marked and scrolled into view, unfolded when folded. */
+static void search_show(tui *t, int i)
+{
+    if (i < 0 || i >= t->search_hits.n)
+        return;
+    t->search_match = i;
+    int b = t->search_hits.matches[i].text / 2;
+    if (render_model_is_folded(t->rm, b))
+        render_model_toggle_fold(t->rm, b);
+    render_model_focus(t->rm, b);
+}
+
+static void search_start(tui *t)
+{
+    t->focus = 0;
+    t->search_mode = SEARCH_TYPING;
+    t->search_query.len = 0;
+    t->search_match = -1;
+    search_result_clear(&t->search_hits);
+}
+
+static void search_end(tui *t)
+{
+    t->search_mode = SEARCH_OFF;
+    t->search_match = -1;
+    render_model_focus(t->rm, -1);
+}
+
+/* The query changed: the newest match (the view is mostly at the end), or, with none, the
+ * view stays where it is. */
+static void search_query_changed(tui *t)
+{
+    search_run(t);
+    if (t->search_hits.n)
+        search_show(t, t->search_hits.n - 1);
+    else
+        render_model_focus(t->rm, -1);
+}
+
+/* n / N: the next (newer) or previous (older) match, wrapping around. */
+static void search_step_to(tui *t, int dir)
+{
+    search_match at = t->search_match >= 0 && t->search_match < t->search_hits.n
+                          ? t->search_hits.matches[t->search_match] : (search_match){.text = -1};
+    search_run(t);
+    int i = at.text < 0 ? -1 : search_first_from(&t->search_hits, at.text, at.offset);
+    if (i >= t->search_hits.n)
+        i = -1;
+    search_show(t, search_step(&t->search_hits, i, dir));
+}
+
+/* A key while searching; 1 when it was taken. */
+static int search_key(tui *t, int key, int is_char, int alt)
+{
+    if (is_char && !alt && key == 27) {
+        search_end(t);
+        return 1;
+    }
+    if (t->search_mode == SEARCH_TYPING) {
+        if (is_char && (key == '\r' || key == '\n')) {
+            t->search_mode = SEARCH_MOVING;
+        } else if ((is_char && (key == 127 || key == 8)) || (!is_char && key == KEY_BACKSPACE)) {
+            while (t->search_query.len && ((unsigned char)t->search_query.data[t->search_query.len - 1] & 0xC0) == 0x80)
+                t->search_query.len--;
+            if (t->search_query.len)
+                t->search_query.len--;
+            search_query_changed(t);
+        } else if (is_char && !alt && key >= 32 && key != 127) {
+            char mb[8];
+            int n = wctomb(mb, (wchar_t)key);
+            if (n > 0) {
+                strbuf_add(&t->search_query, mb, (size_t)n);
+                search_query_changed(t);
+            }
+        } else if (!is_char && (key == KEY_DOWN || key == KEY_UP)) {
+            search_step_to(t, key == KEY_DOWN ? 1 : -1);
+        } else if (!is_char && is_scroll_key(key)) {
+            scroll_key(t, key);
+        }
+        return 1;
+    }
+    /* moving between the matches */
+    if (is_char && !alt && (key == 'n' || key == 'N' || key == '\r' || key == '\n')) {
+        search_step_to(t, key == 'N' ? -1 : 1);
+        return 1;
+    }
+    if (is_char && !alt && (key == 6 || key == '/')) {
+        t->search_mode = SEARCH_TYPING;     /* edit the query again */
+        return 1;
+    }
+    if (!is_char && is_scroll_key(key)) {
+        scroll_key(t, key);
+        return 1;
+    }
+    search_end(t);  /* any other key ends the search and does what it does */
+    return 0;
+}
+
 /* A key in Tab mode. */
 static void focus_key(tui *t, int key, int is_char)
 {
@@ -209,6 +331,9 @@ static void focus_key(tui *t, int key, int is_char)
     } else if (is_char && key == 'y') {
         if (b >= 0)
             copy_block(t, b);
+    } else if (is_char && key == '/') {
+        search_start(t);
+        render_model_focus(t->rm, -1);
     } else if (is_char && key == 'e') {
         int m = b >= 0 && b < t->n_block_message ? t->block_message[b] : -1;
         if (app_busy(t->a)) {
@@ -314,6 +439,8 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
     }
     if (t->approval >= 0 && approval_key(t, key, is_char, alt))
         return;
+    if (t->search_mode && search_key(t, key, is_char, alt))
+        return;
     if (t->focus) {
         focus_key(t, key, is_char);
         return;
@@ -405,7 +532,9 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
     case 1: input_edit_apply(t->in, INPUT_LINE_START); return;
     case 5: input_edit_apply(t->in, INPUT_LINE_END); return;
     case 2: input_edit_apply(t->in, INPUT_LEFT); return;
-    case 6: input_edit_apply(t->in, INPUT_RIGHT); return;
+    case 6: /* Ctrl-F: search the transcript (Right and Alt-F move in the input) */
+        search_start(t);
+        return;
     case 11: input_edit_apply(t->in, INPUT_KILL_TO_END); return;
     case 21: input_edit_apply(t->in, INPUT_KILL_TO_START); return;
     case 23: input_edit_apply(t->in, INPUT_KILL_WORD_BACK); return;

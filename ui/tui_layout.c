@@ -134,6 +134,20 @@ void tui_separator_text(tui *t, char *buf, size_t cap, int *element)
             snprintf(buf, cap, " run %s? [y] once · [a] always for %s · [n] deny ", t->approval_name,
                      t->approval_name);
         *element = THEME_TOOL_WAITING;
+    } else if (t->search_mode) {
+        const search_result *r = &t->search_hits;
+        char where[64];
+        if (!t->search_query.len)
+            snprintf(where, sizeof where, "type to search; case matters with a capital");
+        else if (!r->n)
+            snprintf(where, sizeof where, "no match");
+        else
+            snprintf(where, sizeof where, "match %d/%d", t->search_match + 1, r->n);
+        snprintf(buf, cap, " search: %.*s · %s · %s ", (int)t->search_query.len,
+                 t->search_query.data ? t->search_query.data : "", where,
+                 t->search_mode == SEARCH_TYPING ? "Enter, then n/N next/previous · Esc ends"
+                                                 : "n/N next/previous · / edits · Esc ends");
+        *element = r->n || !t->search_query.len ? THEME_STATUS_ACCENT : THEME_ERROR;
     } else if (input_searching(t->in)) {
         snprintf(buf, cap, " %s history search: %s ", input_search_failed(t->in) ? "failing" : "reverse",
                  input_search_query(t->in));

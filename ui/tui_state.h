@@ -14,6 +14,7 @@
 #include "ui/input.h"
 #include "ui/paint.h"
 #include "ui/render_model.h"
+#include "ui/search.h"
 #include "ui/theme.h"
 #include "ui/tui.h"
 
@@ -36,6 +37,8 @@ typedef enum {
 typedef struct {
     int key, is_char, alt;          /* as handle_key takes them */
 } typed_key;
+
+enum { SEARCH_OFF, SEARCH_TYPING, SEARCH_MOVING };
 
 struct tui {
     const app_options *opt;
@@ -95,6 +98,13 @@ struct tui {
     char flash[200];
     double flash_until;
     double last_esc;                /* when Esc was last pressed (Esc Esc rewinds) */
+
+    /* transcript search (Ctrl-F) */
+    int search_mode;                /* SEARCH_OFF, SEARCH_TYPING (the query), SEARCH_MOVING (n/N) */
+    strbuf search_query;
+    search_result search_hits;      /* texts numbered 2 * block (its text) and 2 * block + 1 (a
+                                       tool's result) */
+    int search_match;               /* the match shown, -1 none */
     int quit;
     int dirty;                      /* something to paint */
     int force;                      /* repaint every row */
