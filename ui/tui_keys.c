@@ -11,6 +11,8 @@
 #include <term.h>
 
 #include "app/chat/commands.h"
+#include "app/chat/completion.h"
+#include "app/chat/paths.h"
 #include "engine/base/array.h"
 #include "engine/text/utf8.h"
 #include "ui/tui_paint.h"
@@ -314,6 +316,95 @@ static int search_key(tui *t, int key, int is_char, int alt)
     return 0;
 }
 
+/* ---- Tab completion of a slash command ---- */
+
+/* The names of the sessions folder's files (without .json), malloc'ed into *names. */
+static int session_names(char ***names)
+{
+    *names = NULL;
+    char *dir = paths_sessions_dir(NULL);
+    session_entry *entries = NULL;
+    int n = 0;
+    if (!dir || session_list(dir, &entries, &n, NULL) || !(*names = calloc((size_t)n + 1, sizeof **names))) {
+        free(dir);
+        session_list_free(entries, n);
+        return 0;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const char *base = strrchr(entries[i].path, '/');
+        base = base ? base + 1 : entries[i].path;
+        size_t len = strlen(base);
+        if (len > 5 && !strcmp(base + len - 5, ".json") && ((*names)[k] = strndup(base, len - 5)))
+            k++;
+    }
+    session_list_free(entries, n);
+    free(dir);
+    return k;
+}
+
+/* Tab on an input that starts with '/': complete the word before the cursor (one candidate:
+ * all of it and a space; several: what they share, and the rule lists them). 0 when the input
+ * is no command (Tab then moves the focus to the transcript). */
+static int complete(tui *t)
+{
+    size_t len, cursor = input_cursor(t->in);
+    const char *text = input_text(t->in, &len);
+    if (!len || text[0] != '/' || memchr(text, '\n', cursor))
+        return 0;
+    /* the lists that live elsewhere */
+    char *theme_list = paths_theme_names();
+    const char *themes[64];
+    int n_themes = 0;
+    char *save = NULL;
+    for (char *w = theme_list ? strtok_r(theme_list, ", ", &save) : NULL; w && n_themes < 64; w = strtok_r(NULL, ", ", &save))
+        themes[n_themes++] = w;
+    char **sessions;
+    int n_sessions = session_names(&sessions);
+    int n_tools = app_tool_count(t->a);
+    const char **tools = calloc((size_t)n_tools + 1, sizeof *tools);
+    for (int i = 0; tools && i < n_tools; i++)
+        tools[i] = app_tool_name(t->a, i);
+    completion_sources src = {themes, n_themes, (const char *const *)sessions, n_sessions, tools, tools ? n_tools : 0};
+    completion c;
+    kimi_err err = {0};
+    if (completion_find(text, cursor, &src, &c, &err) == 0) {
+        size_t typed = cursor - c.start;
+        size_t common = completion_common_prefix(&c);
+        strbuf b = {0};
+        if (c.n == 1 || common > typed) {
+            const char *item = c.items[0];
+            size_t take = c.n == 1 ? strlen(item) : common;
+            strbuf_add(&b, text, c.start);
+            strbuf_add(&b, item, take);
+            if (c.n == 1 && take && item[take - 1] != '/')
+                strbuf_add(&b, " ", 1);
+            strbuf_add(&b, text + cursor, len - cursor);
+            if (!b.failed)
+                input_set_text(t->in, b.data, b.len);
+        }
+        if (c.n > 1) {
+            strbuf list = {0};
+            strbuf_str(&list, "Tab:");
+            for (int i = 0; i < c.n && list.len < sizeof t->flash - 8; i++)
+                strbuf_printf(&list, " %s", c.items[i]);
+            if (list.data)
+                tui_hint(t, list.data);
+            free(list.data);
+        } else if (!c.n) {
+            tui_hint(t, "Tab: nothing to complete here");
+        }
+        free(b.data);
+        completion_free(&c);
+    }
+    free(tools);
+    for (int i = 0; i < n_sessions; i++)
+        free(sessions[i]);
+    free(sessions);
+    free(theme_list);
+    return 1;
+}
+
 /* A key in Tab mode. */
 static void focus_key(tui *t, int key, int is_char)
 {
@@ -526,6 +617,8 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
     case '\r': submit(t); return;
     case '\n': input_insert(t->in, "\n", 1); return;
     case '\t':
+        if (complete(t))
+            return;
         t->focus = 1;
         render_model_focus_move(t->rm, -1);
         return;

@@ -801,6 +801,8 @@ int app_wind_down(app *a, double seconds, kimi_err *err)
 }
 
 int app_busy(const app *a) { return a->state != TURN_IDLE; }
+int app_tool_count(const app *a) { return a->have_tools ? a->tools.n_tools : 0; }
+const char *app_tool_name(const app *a, int i) { return i >= 0 && i < app_tool_count(a) ? a->tools.tools[i].name : NULL; }
 int app_quit_requested(const app *a) { return a->quit; }
 const session *app_session(const app *a) { return &a->sess; }
 const generator *app_generator(const app *a) { return a->gen; }

@@ -152,6 +152,10 @@ int app_wind_down(app *a, double seconds, kimi_err *err);
 /* Answer a pending tool_approval. */
 void app_approve(app *a, int call_index, tool_approval decision);
 
+/* The declared tools' names (completion): [0, app_tool_count). */
+int app_tool_count(const app *a);
+const char *app_tool_name(const app *a, int i);
+
 int app_busy(const app *a);         /* a turn is running (generating, waiting, or running tools) */
 int app_quit_requested(const app *a);   /* /quit was given */
 

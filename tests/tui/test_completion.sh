@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 24: Tab on a slash command completes it and its arguments (command names, theme names,
+# tool names, session names, file paths), listing the candidates in the rule when there are
+# several (capture-pane drops the space a completion adds); Tab on a plain input still moves the focus to the transcript.
+. "$(dirname "$0")/lib.sh"
+start main 100 30
+wait_ready
+tm send-keys -t "$PANE" '/th' Tab
+wait_for '^─ Tab: /theme /think '
+screen | grep -q '^> /th$' || fail "the input changed with two candidates"
+tm send-keys -t "$PANE" e Tab
+wait_for '^> /theme$'
+tm send-keys -t "$PANE" l Tab
+wait_for '^> /theme light$'
+tm send-keys -t "$PANE" Enter
+wait_for 'theme light'
+tm send-keys -t "$PANE" '/tools enable ' Tab
+wait_for '^─ Tab: list_dir now word_count '
+tm send-keys -t "$PANE" w Tab
+wait_for '^> /tools enable word_count$'
+tm send-keys -t "$PANE" C-u '/save garden-notes' Enter
+wait_for 'saved to .*garden-notes\.json'
+tm send-keys -t "$PANE" '/load gar' Tab
+wait_for '^> /load garden-notes$'
+tm send-keys -t "$PANE" C-u '/export json tests/tu' Tab
+wait_for '^> /export json tests/tui/$'
+tm send-keys -t "$PANE" C-u '/zz' Tab
+wait_for '^─ Tab: nothing to complete here'
+# a plain input: Tab is the transcript focus, as before
+tm send-keys -t "$PANE" C-u 'hello' Tab
+wait_for '^─ transcript: ↑↓ select'
+tm send-keys -t "$PANE" Tab C-u C-d
+wait_file "$TMP/main.exit"
+check_sane main
+echo PASS
