@@ -51,7 +51,9 @@ static void mirror_message(tui *t, const session *s, int i, int *call_blocks, in
     const char *content = m->content.s ? m->content.s : "";
     switch (m->role) {
     case CHAT_ROLE_USER:
-        render_model_finish(t->rm, render_model_append(t->rm, RM_USER, content, m->content.len, NULL));
+        /* a /compact summary is the model's text, shown as a note where it took effect */
+        render_model_finish(t->rm, render_model_append(t->rm, meta->summary ? RM_NOTE : RM_USER, content,
+                                                       m->content.len, NULL));
         break;
     case CHAT_ROLE_ASSISTANT: {
         if (m->reasoning.len) {
