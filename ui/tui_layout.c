@@ -102,6 +102,16 @@ void tui_status_text(tui *t, char *buf, size_t cap)
        "think", then without the backend, then without the temperature, then without thinking
        and the save state, then without the speed: a narrow terminal loses whole fields, not
        the end of one */
+    /* the session's name: its file in the sessions folder, without ".json" */
+    char name[64] = "";
+    if (s->path) {
+        const char *base = strrchr(s->path, '/');
+        base = base ? base + 1 : s->path;
+        size_t n = strlen(base);
+        if (n > 5 && !strcmp(base + n - 5, ".json"))
+            n -= 5;
+        snprintf(name, sizeof name, "%.*s", (int)(n < 48 ? n : 48), base);
+    }
     int room = t->cols - (t->new_below ? 8 : 0);
     for (int level = 0; level < 6; level++) {
         buf[0] = 0;
@@ -115,6 +125,8 @@ void tui_status_text(tui *t, char *buf, size_t cap)
             append(buf, cap, " · T %g", (double)s->settings.temperature);
         if (t->save_state[0] && level < 4)
             append(buf, cap, " · %s", t->save_state);
+        if (name[0] && level < 2)
+            append(buf, cap, " · %s", name);
         if (text_width(buf, strlen(buf)) <= room)
             break;
     }

@@ -22,6 +22,10 @@ tm send-keys -t "$PANE" C-u '/save garden-notes' Enter
 wait_for 'saved to .*garden-notes\.json'
 tm send-keys -t "$PANE" '/load gar' Tab
 wait_for '^> /load garden-notes$'
+# the status bar names the session loaded
+tm send-keys -t "$PANE" Enter
+wait_for 'loaded .*garden-notes\.json'
+wait_for '^ ready │ .* · garden-notes$'
 tm send-keys -t "$PANE" C-u '/export json tests/tu' Tab
 wait_for '^> /export json tests/tui/$'
 tm send-keys -t "$PANE" C-u '/zz' Tab
