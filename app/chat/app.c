@@ -1498,6 +1498,30 @@ static void list_tools(app *a)
     free(b.data);
 }
 
+/* /permissions: each tool as ask, always or disabled, as the next call would find it. */
+static void list_permissions(app *a)
+{
+    if (!a->have_tools || !a->tools.n_tools) {
+        say_info(a, "no tools (--tools FILE declares them)");
+        return;
+    }
+    strbuf b = {0};
+    strbuf_printf(&b, "tool permissions (/permissions NAME ask|always|disabled):");
+    for (int i = 0; i < a->tools.n_tools; i++) {
+        const tool_def *t = &a->tools.tools[i];
+        const char *p = !t->enabled || a->opt->no_tools ? "disabled"
+                        : allowed_by_policy(a, t)       ? "always"
+                        : a->fe.tool_approval           ? "ask"
+                                                        : "ask (nobody to ask here: not run)";
+        strbuf_printf(&b, "\n  %-14s %s", t->name, p);
+    }
+    if (a->opt->no_tools)
+        strbuf_printf(&b, "\n(all disabled by --no-tools)");
+    if (b.data)
+        say_info(a, "%s", b.data);
+    free(b.data);
+}
+
 static void show_stats(app *a)
 {
     const session *s = &a->sess;
@@ -1762,6 +1786,22 @@ static int run_command(app *a, command *c, kimi_err *err)
         if (require_idle(a, c, err))
             return err->code;
         return start_compaction(a, c->arg, err);
+    case CMD_PERMISSIONS: {
+        if (c->tools == TOOLS_LIST) {
+            list_permissions(a);
+            return 0;
+        }
+        tool_def *t = a->have_tools ? tools_find(&a->tools, c->arg) : NULL;
+        if (!t)
+            return kimi_fail(err, KIMI_ERR_INPUT, "/permissions: no tool named '%s' (/permissions lists them)", c->arg);
+        t->enabled = c->tools != TOOLS_DISABLE;
+        if (c->tools != TOOLS_DISABLE)
+            a->grant[t - a->tools.tools] = c->tools == TOOLS_ALWAYS ? GRANT_ALWAYS : GRANT_ASK;
+        say_info(a, "%s: %s", t->name, c->tools == TOOLS_ALWAYS ? "always (runs without asking in this conversation)"
+                                       : c->tools == TOOLS_ASK  ? "ask before every call"
+                                                                : "disabled (the model is told it is not available)");
+        return 0;
+    }
     case CMD_SESSIONS: return list_sessions(a, err);
     case CMD_EXPORT: return export_session(a, c, err);
     case CMD_STATS: show_stats(a); return 0;

@@ -127,6 +127,12 @@ static int add_argument(completion *c, int *cap, const char *name, size_t name_l
                                       is(first, first_len, "disable"));
         return wants_name ? add_words(c, cap, src->tools, src->n_tools, word, len, err) : 0;
     }
+    if (is(name, name_len, "permissions")) {
+        static const char *const modes[] = {"always", "ask", "disabled"};
+        if (arg == 0)
+            return add_words(c, cap, src->tools, src->n_tools, word, len, err);
+        return arg == 1 ? WORDS(modes) : 0;
+    }
     if (is(name, name_len, "theme") && arg == 0)
         return add_words(c, cap, src->themes, src->n_themes, word, len, err);
     if (is(name, name_len, "save") && arg == 0)

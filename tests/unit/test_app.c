@@ -1056,6 +1056,43 @@ static void test_compact(void)
     session_free(&bad);
 }
 
+/* /permissions: each tool as ask, always or disabled, and each change taking effect on the
+ * next call. */
+static void test_permissions(void)
+{
+    static const answer script[] = {
+        {.call_name = "echo", .call_args = "{\"text\": \"hi\"}", .call_valid = 1, .stop = PARSE_STOP_END_OF_TURN},
+        {.content = "done", .stop = PARSE_STOP_END_OF_TURN},
+    };
+    app *a = open_app(script, 2);
+    kimi_err err = {0};
+    CHECK(app_command(a, "/permissions", &err) == 0);
+    CHECK_MSG(strstr(rec.info, "\n  echo           ask (nobody to ask here: not run)") &&
+              strstr(rec.info, "\n  sleep          ask"), "%s", rec.info);
+    CHECK(app_command(a, "/permissions echo always", &err) == 0 && strstr(rec.info, "echo: always"));
+    CHECK(app_command(a, "/permissions", &err) == 0 && strstr(rec.info, "\n  echo           always"));
+    send(a, "echo it");
+    CHECK_STR(app_session(a)->meta[2].tool_state, "done");
+    CHECK(app_command(a, "/permissions echo disabled", &err) == 0);
+    CHECK(app_command(a, "/permissions", &err) == 0 && strstr(rec.info, "\n  echo           disabled"));
+    fake.started = 0;
+    send(a, "echo it");
+    CHECK_STR(app_session(a)->meta[6].tool_state, "unknown tool");
+    CHECK(app_command(a, "/permissions echo ask", &err) == 0);
+    CHECK(app_command(a, "/permissions", &err) == 0 && strstr(rec.info, "\n  echo           ask"));
+    CHECK(app_command(a, "/permissions nope always", &err) != 0 && strstr(err.msg, "no tool named 'nope'"));
+    app_close(a);
+    /* "ask" wins over --allow-tools, as /tools ask does */
+    opt.allow_tools = "echo";
+    a = open_app(script, 2);
+    CHECK(app_command(a, "/permissions", &err) == 0 && strstr(rec.info, "\n  echo           always"));
+    CHECK(app_command(a, "/permissions echo ask", &err) == 0);
+    send(a, "echo it");
+    CHECK_STR(app_session(a)->meta[2].tool_state, "denied");    /* nobody to ask */
+    app_close(a);
+    opt.allow_tools = NULL;
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_app.XXXXXX");
@@ -1085,6 +1122,7 @@ int main(void)
     test_queue();
     test_rewind();
     test_compact();
+    test_permissions();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
     if (system(cmd))

@@ -53,6 +53,9 @@ int main(void)
     CHECK_STR(complete("/tools  ask  w", NULL), "word_count");   /* extra spaces */
     CHECK_STR(complete("/tools folded ", NULL), "");
     CHECK_STR(complete("/save note", NULL), "notebook notes");
+    CHECK_STR(complete("/permissions n", NULL), "now");
+    CHECK_STR(complete("/permissions now a", NULL), "always ask");
+    CHECK_STR(complete("/permissions now always ", NULL), "");
     CHECK_STR(complete("/quit ", NULL), "");
     CHECK_STR(complete("/help", NULL), "/help");
     CHECK_STR(complete("hello /t", NULL), "");                 /* not a command */
