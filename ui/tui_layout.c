@@ -189,7 +189,14 @@ void tui_separator_text(tui *t, char *buf, size_t cap, int *element)
         snprintf(buf, cap, " %s ", t->progress);
         *element = THEME_NOTE;
     } else if (t->focus) {
-        snprintf(buf, cap, " transcript: ↑↓ select · Enter fold · y copy · Tab back ");
+        snprintf(buf, cap, " transcript: ↑↓ select · Enter fold · y copy · e rewind · / search · Tab back ");
         *element = THEME_STATUS_ACCENT;
+    } else if (t->a && !app_busy(t->a)) {
+        /* scrolled up and idle: how far the end is (while an answer streams, "↓ new" says so) */
+        long below = render_model_rows_below(t->rm);
+        if (below > 0) {
+            snprintf(buf, cap, " ↑ %ld line%s above the end · Ctrl-End returns ", below, below == 1 ? "" : "s");
+            *element = THEME_NOTE;
+        }
     }
 }
