@@ -50,6 +50,71 @@ static void copy_block(tui *t, int b)
     free(out.data);
 }
 
+/* A paste of at least PASTE_FOLD_LINES lines or PASTE_FOLD_BYTES bytes shows in the input as
+ * one marker and is sent whole. */
+enum { PASTE_FOLD_LINES = 20, PASTE_FOLD_BYTES = 8192 };
+
+/* The paste in t->paste_buf into the input: as typed when small, else as a marker. */
+static void paste_into_input(tui *t)
+{
+    const char *s = t->paste_buf.data ? t->paste_buf.data : "";
+    size_t n = t->paste_buf.len, n_lines = 1;
+    for (size_t i = 0; i < n; i++)
+        n_lines += s[i] == '\n' || (s[i] == '\r' && (i + 1 == n || s[i + 1] != '\n'));
+    tui_paste p = {.text = malloc(n + 1)};
+    if ((n_lines < PASTE_FOLD_LINES && n < PASTE_FOLD_BYTES) || !p.text ||
+        array_reserve(&t->pastes, &t->pastes_cap, (size_t)t->n_pastes + 1, sizeof *t->pastes)) {
+        free(p.text);
+        input_insert(t->in, s, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {    /* CR LF and CR as LF, as typed text is kept */
+        if (s[i] == '\r' && i + 1 < n && s[i + 1] == '\n')
+            continue;
+        p.text[p.len++] = s[i] == '\r' ? '\n' : s[i];
+    }
+    p.text[p.len] = 0;
+    snprintf(p.marker, sizeof p.marker, "[pasted %zu lines, %zu KB]", n_lines, (n + 1023) / 1024);
+    for (int k = 2, same = 1; same; k++) {   /* two pastes of one size: "[pasted ... #2]" */
+        same = 0;
+        for (int i = 0; i < t->n_pastes; i++)
+            same |= !strcmp(t->pastes[i].marker, p.marker);
+        if (same)
+            snprintf(p.marker, sizeof p.marker, "[pasted %zu lines, %zu KB #%d]", n_lines, (n + 1023) / 1024, k);
+    }
+    t->pastes[t->n_pastes++] = p;
+    input_insert(t->in, p.marker, strlen(p.marker));
+}
+
+/* text with each paste marker in it replaced: by the paste (*full, what is sent), and by the
+ * paste's first line and the marker (*brief, what the history keeps). */
+static int expand_pastes(const tui *t, const char *text, size_t len, strbuf *full, strbuf *brief)
+{
+    *full = *brief = (strbuf){0};
+    for (size_t i = 0; i < len;) {
+        int hit = -1;
+        for (int k = 0; k < t->n_pastes && hit < 0 && text[i] == '['; k++) {
+            size_t m = strlen(t->pastes[k].marker);
+            if (m <= len - i && !memcmp(text + i, t->pastes[k].marker, m))
+                hit = k;
+        }
+        if (hit < 0) {
+            strbuf_add(full, text + i, 1);
+            strbuf_add(brief, text + i, 1);
+            i++;
+            continue;
+        }
+        const tui_paste *p = &t->pastes[hit];
+        const char *nl = memchr(p->text, '\n', p->len);
+        strbuf_add(full, p->text, p->len);
+        strbuf_add(brief, p->text, nl ? (size_t)(nl - p->text) : p->len);
+        strbuf_add(brief, " ", 1);
+        strbuf_add(brief, p->marker, strlen(p->marker));
+        i += strlen(p->marker);
+    }
+    return full->failed || brief->failed ? -1 : 0;
+}
+
 static void submit(tui *t)
 {
     size_t len;
@@ -64,7 +129,16 @@ static void submit(tui *t)
         free(copy);
         return;
     }
-    input_history_add(t->in, copy, len);
+    strbuf full, brief;
+    if (expand_pastes(t, copy, len, &full, &brief)) {
+        free(full.data);
+        free(brief.data);
+        free(copy);
+        tui_hint(t, "out of memory for the pasted text");
+        return;
+    }
+    input_history_add(t->in, brief.data ? brief.data : "", brief.len);
+    free(brief.data);
     kimi_err err = {0};
     /* cleared first: /edit fills the input while the line runs; a message that could not be
        sent comes back, a command that failed does not (its error is on screen, Up recalls it,
@@ -74,12 +148,15 @@ static void submit(tui *t)
     kimi_err parse_err = {0};
     t->new_conversation = copy[0] == '/' && command_parse(copy, len, &c, &parse_err) == 0 &&
                           (c.id == CMD_NEW || c.id == CMD_LOAD);
-    int rc = app_submit_line(t->a, copy, len, &err);
+    int rc = app_submit_line(t->a, full.data ? full.data : "", full.len, &err);
     t->new_conversation = 0;
-    if (rc == 0)
+    if (rc == 0) {
         render_model_scroll_to_bottom(t->rm);
-    else if (copy[0] != '/')
-        input_set_text(t->in, copy, len);
+        tui_pastes_clear(t);
+    } else if (copy[0] != '/') {
+        input_set_text(t->in, copy, len);   /* the markers stay, and their pastes */
+    }
+    free(full.data);
     free(copy);
 }
 
@@ -494,7 +571,7 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
             if (t->approval >= 0)   /* pasted text is no answer and does not go to the input */
                 tui_hint(t, "answer y, a or n");
             else
-                input_insert(t->in, t->paste_buf.data ? t->paste_buf.data : "", t->paste_buf.len);
+                paste_into_input(t);
             free(t->paste_buf.data);
             t->paste_buf = (strbuf){0};
         } else if (is_char) {

@@ -139,7 +139,7 @@ static const char *const help_lines[] = {
     "",
     "Enter              send (a line ending in \\ continues); while the",
     "                   model answers, queue it (Esc takes it back)",
-    "Alt-Enter, Ctrl-J  new line (pasted newlines are kept)",
+    "Alt-Enter, Ctrl-J  new line (a paste of 20+ lines shows as one marker)",
     "Ctrl-A/E/B/K/U/W/Y, Alt-B/F, Home/End, arrows   edit",
     "Up/Down            input history (first/last line); Ctrl-R search",
     "Esc, Ctrl-C        stop the answer (what came is kept)",

@@ -61,6 +61,16 @@ void tui_input_put_back(tui *t, const char *text, size_t len)
     t->dirty = 1;
 }
 
+void tui_pastes_clear(tui *t)
+{
+    for (int i = 0; i < t->n_pastes; i++)
+        free(t->pastes[i].text);
+    free(t->pastes);
+    t->pastes = NULL;
+    t->n_pastes = 0;
+    t->pastes_cap = 0;
+}
+
 void tui_add_block(tui *t, rm_block_kind kind, const char *text)
 {
     int b = render_model_append(t->rm, kind, text, strlen(text), NULL);

@@ -40,6 +40,16 @@ typedef struct {
 
 enum { SEARCH_OFF, SEARCH_TYPING, SEARCH_MOVING };
 
+/* A big paste, shown in the input as its marker ("[pasted 200 lines, 11 KB]") and sent whole. */
+typedef struct {
+    char marker[64];
+    char *text;                     /* [len] line breaks as LF */
+    size_t len;
+} tui_paste;
+
+/* Free the folded pastes (the input was sent, or the view ends). */
+void tui_pastes_clear(tui *t);
+
 struct tui {
     const app_options *opt;
     app *a;                         /* NULL while app_open runs */
@@ -95,6 +105,9 @@ struct tui {
     WINDOW *help_win;
     int paste;                      /* inside a bracketed paste */
     strbuf paste_buf;
+    tui_paste *pastes;              /* [n_pastes] big pastes folded in the input */
+    int n_pastes;
+    size_t pastes_cap;
     char flash[200];
     double flash_until;
     double last_esc;                /* when Esc was last pressed (Esc Esc rewinds) */
