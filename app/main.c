@@ -206,7 +206,7 @@ int main(int argc, char **argv)
     if (o.load_path) {
         /* read and checked now, not after a load of minutes; app_open reads it again */
         session loaded;
-        int rc = session_load(&loaded, o.load_path, &err);
+        int rc = session_load_conversation(&loaded, o.load_path, &err);
         session_free(&loaded);
         if (rc) {
             options_free(&o);

@@ -19,6 +19,7 @@
 #include <term.h>
 
 #include "app/chat/paths.h"
+#include "engine/base/monotonic.h"
 #include "ui/signal_pipe.h"
 #include "ui/term_probe.h"
 #include "ui/text_width.h"
@@ -312,7 +313,7 @@ static void print_transcript(tui *t)
 
 static void frame_tick(tui *t, int *timeout_ms)
 {
-    double now = tui_now();
+    double now = monotonic_seconds();
     if (t->flash[0] && now >= t->flash_until) {
         t->flash[0] = 0;
         t->dirty = 1;

@@ -14,6 +14,7 @@
 #include "app/chat/completion.h"
 #include "app/chat/paths.h"
 #include "engine/base/array.h"
+#include "engine/base/monotonic.h"
 #include "engine/text/utf8.h"
 #include "ui/tui_paint.h"
 
@@ -213,7 +214,7 @@ static int last_user_message(const tui *t)
 
 static void esc_key(tui *t)
 {
-    double now = tui_now();
+    double now = monotonic_seconds();
     int twice = t->last_esc && now - t->last_esc < ESC_TWICE_S;
     t->last_esc = now;
     size_t len;
@@ -539,7 +540,7 @@ static int approval_key(tui *t, int key, int is_char, int alt)
     if (!alt && (key == 27 || key == 3 || key == '\t'))
         return 0;
     int answer = alt ? 0 : key == 'Y' ? 'y' : key == 'A' ? 'a' : key == 'N' ? 'n' : key;
-    double now = tui_now();
+    double now = monotonic_seconds();
     if (t->approval_stray_at && now - t->approval_stray_at < APPROVAL_TYPING_S)
         answer = 0;
     if (answer == 'a' && !t->approval_always) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/monotonic.h"
 #include "ui/text_width.h"
 
 void tui_layout(tui *t)
@@ -94,8 +95,8 @@ void tui_status_text(tui *t, char *buf, size_t cap)
     count_text(l, sizeof l, g->context_limit);
     double tps = t->tok_s;
     int decoding = t->state == GEN_THINKING || t->state == GEN_ANSWERING || t->state == GEN_CALLING;
-    if (decoding && t->first_token && tui_now() - t->first_token > 0.2)
-        tps = t->gen_tokens / (tui_now() - t->first_token);
+    if (decoding && t->first_token && monotonic_seconds() - t->first_token > 0.2)
+        tps = t->gen_tokens / (monotonic_seconds() - t->first_token);
     if (tps > 0)
         snprintf(speed, sizeof speed, tps < 100 ? " · %.1f tok/s" : " · %.0f tok/s", tps);
     /* the full line, then shorter ones until it fits (room for "↓ new" kept): "thinking" as
@@ -138,7 +139,7 @@ void tui_separator_text(tui *t, char *buf, size_t cap, int *element)
     *element = THEME_SEPARATOR;
     buf[0] = 0;
     if (t->approval >= 0) {
-        if (t->flash[0] && tui_now() < t->flash_until)
+        if (t->flash[0] && monotonic_seconds() < t->flash_until)
             snprintf(buf, cap, " %s ", t->flash);
         else if (t->approval_always)
             snprintf(buf, cap, " a again to allow %s for this session · [y] once · [n] deny ", t->approval_name);
@@ -164,7 +165,7 @@ void tui_separator_text(tui *t, char *buf, size_t cap, int *element)
         snprintf(buf, cap, " %s history search: %s ", input_search_failed(t->in) ? "failing" : "reverse",
                  input_search_query(t->in));
         *element = THEME_STATUS_ACCENT;
-    } else if (t->flash[0] && tui_now() < t->flash_until) {
+    } else if (t->flash[0] && monotonic_seconds() < t->flash_until) {
         snprintf(buf, cap, " %s ", t->flash);
         *element = THEME_NOTE;
     } else if (t->a && app_queue_length(t->a)) {

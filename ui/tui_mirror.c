@@ -6,38 +6,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/monotonic.h"
 #include "ui/progress_text.h"
 #include "ui/tui_paint.h"
 
 /* ---- mirroring the session into the render model ---- */
 
-static rm_tool_state tool_state_of(const char *state, int exit_status, const char **label, char *buf, size_t cap)
+/* The render model's state and label of a call: state is an app_tool_state, or -1 for a word
+ * of a session file that names none (shown as failed, in its own words). */
+static rm_tool_state tool_state_of(int state, const char *word, int exit_status, const char **label, char *buf,
+                                   size_t cap)
 {
     *label = NULL;
-    if (!strcmp(state, "running"))
-        return RM_TOOL_RUNNING;
-    if (!strcmp(state, "waiting for approval"))
-        return RM_TOOL_WAITING;
-    if (!strcmp(state, "done")) {
+    const char *name = state >= 0 ? app_tool_state_name((app_tool_state)state) : word;
+    switch (state) {
+    case APP_TOOL_RUNNING: return RM_TOOL_RUNNING;
+    case APP_TOOL_WAITING: return RM_TOOL_WAITING;
+    case APP_TOOL_DONE:
         if (exit_status) {
             snprintf(buf, cap, "exit %d", exit_status);
             *label = buf;
             return RM_TOOL_FAILED;
         }
         return RM_TOOL_DONE;
-    }
-    *label = state;
-    if (!strcmp(state, "denied") || !strcmp(state, "cancelled"))
+    case APP_TOOL_DENIED:
+    case APP_TOOL_CANCELLED:
+        *label = name;
         return RM_TOOL_DENIED;
-    return RM_TOOL_FAILED;
+    default:
+        *label = name;
+        return RM_TOOL_FAILED;
+    }
 }
 
-static void set_tool(tui *t, int b, const char *state, int exit_status, double seconds,
+static void set_tool(tui *t, int b, int state, const char *word, int exit_status, double seconds,
                      const char *result, size_t result_len)
 {
     char buf[32];
     const char *label;
-    rm_tool_state s = tool_state_of(state, exit_status, &label, buf, sizeof buf);
+    rm_tool_state s = tool_state_of(state, word, exit_status, &label, buf, sizeof buf);
     render_model_set_tool_state(t->rm, b, s, label, s == RM_TOOL_WAITING ? -1 : seconds, NULL);
     if (result && s != RM_TOOL_RUNNING && s != RM_TOOL_WAITING)
         render_model_set_tool_result(t->rm, b, result, result_len, NULL);
@@ -83,9 +90,10 @@ static void mirror_message(tui *t, const session *s, int i, int *call_blocks, in
         for (int j = i - 1; j >= 0 && !owner; j--)
             if (s->conv.messages[j].role == CHAT_ROLE_ASSISTANT)
                 owner = &s->conv.messages[j];
+        const char *state = meta->tool_state ? meta->tool_state : "done";
         for (int k = 0; owner && k < owner->n_tool_calls && k < *n_calls; k++)
             if (m->tool_call_id && owner->tool_calls[k].id && !strcmp(m->tool_call_id, owner->tool_calls[k].id))
-                set_tool(t, call_blocks[k], meta->tool_state ? meta->tool_state : "done", meta->exit_status,
+                set_tool(t, call_blocks[k], app_tool_state_from_name(state), state, meta->exit_status,
                          meta->tool_state ? meta->tool_seconds : -1, content, m->content.len);
         break;
     }
@@ -165,7 +173,7 @@ static void show_session_from(tui *t, int kept)
 static void end_reasoning(tui *t)
 {
     if (t->live_reasoning >= 0) {
-        render_model_set_reasoning_stats(t->rm, t->live_reasoning, t->reasoning_pieces, tui_now() - t->reasoning_start);
+        render_model_set_reasoning_stats(t->rm, t->live_reasoning, t->reasoning_pieces, monotonic_seconds() - t->reasoning_start);
         render_model_finish(t->rm, t->live_reasoning);
         t->live_reasoning = -1;
         t->dirty = 1;
@@ -221,7 +229,7 @@ static void on_stream(void *user, const parse_event *ev)
 {
     tui *t = user;
     t->dirty = 1;
-    double now = tui_now();
+    double now = monotonic_seconds();
     if (ev->kind == PARSE_REASONING_TEXT || ev->kind == PARSE_CONTENT_TEXT || ev->kind == PARSE_TOOL_CALL_ARGS) {
         if (!t->first_token)
             t->first_token = now;
@@ -302,7 +310,7 @@ static void on_progress(void *user, const generator_progress *p)
     }
     t->dirty = 1;
     /* app_open blocks while the model loads: paint from here, at the frame rate */
-    if (!t->a && tui_now() - t->last_paint >= FRAME_US / 1e6)
+    if (!t->a && monotonic_seconds() - t->last_paint >= FRAME_US / 1e6)
         tui_paint_now(t);
 }
 
@@ -324,7 +332,7 @@ static void on_tool_approval(void *user, const app_tool_call *c)
     tui *t = user;
     int b = call_box(t, c->index, c->name, c->id);
     if (b >= 0)
-        set_tool(t, b, "waiting for approval", 0, -1, NULL, 0);
+        set_tool(t, b, APP_TOOL_WAITING, NULL, 0, -1, NULL, 0);
     t->approval = c->index;
     t->approval_always = 0;
     t->approval_stray_at = 0;
@@ -338,11 +346,11 @@ static void on_tool_update(void *user, const app_tool_call *c)
     tui *t = user;
     int b = call_box(t, c->index, c->name, c->id);
     if (b >= 0) {
-        set_tool(t, b, c->state, c->exit_status, c->seconds, c->result, c->result_len);
-        if (strcmp(c->state, "running"))
+        set_tool(t, b, (int)c->state, NULL, c->exit_status, c->seconds, c->result, c->result_len);
+        if (c->state != APP_TOOL_RUNNING)
             render_model_finish(t->rm, b);
     }
-    t->state = !strcmp(c->state, "running") ? GEN_TOOL : GEN_WAITING;
+    t->state = c->state == APP_TOOL_RUNNING ? GEN_TOOL : GEN_WAITING;
     if (t->a)
         t->shown_messages = app_session(t->a)->conv.n_messages;
 }
@@ -414,8 +422,12 @@ static int on_view_command(void *user, const char *name, const char *arg, kimi_e
                                  : !strcmp(arg, "hidden") ? RM_REASONING_HIDDEN
                                                           : RM_REASONING_COLLAPSED;
         render_model_set_reasoning_mode(t->rm, mode);
+        char line[64];
+        snprintf(line, sizeof line, "reasoning %s", arg);
+        tui_add_block(t, RM_NOTE, line);
     } else if (!strcmp(name, "tools")) {
         render_model_set_tools_expanded(t->rm, !strcmp(arg, "expanded"));
+        tui_add_block(t, RM_NOTE, !strcmp(arg, "expanded") ? "tool results expanded" : "tool results folded");
     } else if (!strcmp(name, "edit")) {
         input_set_text(t->in, arg, strlen(arg));
         t->input_dirty = 1;

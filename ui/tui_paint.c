@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "app/chat/paths.h"
+#include "engine/base/monotonic.h"
 #include "ui/text_width.h"
 #include "ui/tui_layout.h"
 
@@ -229,7 +230,7 @@ void tui_paint_now(tui *t)
     doupdate();
     paint_overlays_flush();
     t->dirty = t->force = t->input_dirty = 0;
-    t->last_paint = tui_now();
+    t->last_paint = monotonic_seconds();
 }
 
 void tui_full_redraw(tui *t)

@@ -5,19 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-double tui_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "engine/base/monotonic.h"
 
 void tui_hint(tui *t, const char *text)
 {
     snprintf(t->flash, sizeof t->flash, "%s", text);
-    t->flash_until = tui_now() + FLASH_MS / 1000.0;
+    t->flash_until = monotonic_seconds() + FLASH_MS / 1000.0;
     t->dirty = 1;
 }
 

@@ -130,8 +130,6 @@ struct tui {
 
 /* ---- terminal restore on every path ---- */
 
-/* Seconds on the monotonic clock. */
-double tui_now(void);
 /* A one-line hint in the separator for FLASH_MS. */
 void tui_hint(tui *t, const char *text);
 /* Blocks from..(the last) show session message `message` (-1: they are notes). */

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "app/probe/probe_args.h"
+#include "engine/base/monotonic.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/speculate.h"
 #include "engine/text/tokenizer.h"
@@ -176,13 +177,6 @@ int probe_generate(int argc, char **argv)
 
 /* ---- bench ---- */
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static size_t matrix_bytes(const weight_matrix *w)
 {
     size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
@@ -265,7 +259,7 @@ static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *e
     double best = 0;
     uint64_t check = 0;
     for (int pass = 0; pass < 4; pass++) {
-        double t0 = now_seconds();
+        double t0 = monotonic_seconds();
         for (int t = 0; t < threads; t++) {
             size_t begin = n * (size_t)t / (size_t)threads, end = n * (size_t)(t + 1) / (size_t)threads;
             slices[t] = (read_slice){buf + begin, end - begin, 0};
@@ -275,7 +269,7 @@ static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *e
             pthread_join(ids[t], NULL);
             check += slices[t].sum;
         }
-        double rate = (double)(n * sizeof *buf) / (now_seconds() - t0) / 1e9;
+        double rate = (double)(n * sizeof *buf) / (monotonic_seconds() - t0) / 1e9;
         best = rate > best ? rate : best;
     }
     /* The sum of 0..n-1, four times: a wrong value would mean the reads were skipped. */
@@ -302,11 +296,11 @@ int probe_bench(int argc, char **argv)
         probe_engine_options(&a, n_prompt + n_gen < 16 ? 16 : n_prompt + n_gen, &opt, &err))
         return probe_report(&err);
 
-    double t0 = now_seconds();
+    double t0 = monotonic_seconds();
     engine *e = NULL;
     if (engine_open(&e, &opt, &err))
         return probe_report(&err);
-    double load_s = now_seconds() - t0;
+    double load_s = monotonic_seconds() - t0;
     const engine_info *info = engine_get_info(e);
     fprintf(stderr, "kimi-probe: %s\n", info->summary);
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/base/cpu_count.h"
+#include "engine/base/monotonic.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/speculate.h"
 
@@ -59,7 +60,7 @@ struct engine {
         request *r;
         int done, total;            /* tokens before the current forward call; to prefill */
         double reached;             /* tokens through every layer, fractional (on_layer's count) */
-        double start, last_report;  /* now_seconds() */
+        double start, last_report;  /* monotonic_seconds() */
     } prefill;
 
     pthread_t scheduler;
@@ -90,13 +91,6 @@ const char *engine_stop_reason_name(engine_stop_reason reason)
     case ENGINE_STOP_ERROR: return "error";
     }
     return "unknown";
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void request_free(request *r)
@@ -217,7 +211,7 @@ static engine_progress progress_at(engine_progress_kind kind, double done, doubl
 
 static void emit_prefill_progress(engine *e, double done)
 {
-    double now = now_seconds(), seconds = now - e->prefill.start;
+    double now = monotonic_seconds(), seconds = now - e->prefill.start;
     engine_event ev = {.kind = ENGINE_EVENT_PROGRESS, .request = e->prefill.r->id,
                        .progress = progress_at(ENGINE_PROGRESS_PREFILL, done, e->prefill.total, seconds)};
     e->prefill.last_report = now;
@@ -235,7 +229,7 @@ static int on_layer(void *user, double tokens_done)
         return 1;
     double done = e->prefill.done + tokens_done;
     e->prefill.reached = done;
-    if (done < e->prefill.total && now_seconds() - e->prefill.last_report >= PROGRESS_INTERVAL)
+    if (done < e->prefill.total && monotonic_seconds() - e->prefill.last_report >= PROGRESS_INTERVAL)
         emit_prefill_progress(e, done);
     return 0;
 }
@@ -344,7 +338,7 @@ static int verify_draft(engine *e, const request *r, sampler *smp, int32_t token
 /* The prefill's time and rate, whether it completed or stopped part-way (prefill.reached). */
 static void prefill_end(engine *e, engine_stats *st, double t0)
 {
-    st->prefill_seconds = now_seconds() - t0;
+    st->prefill_seconds = monotonic_seconds() - t0;
     st->prefill_tok_s = st->prefill_seconds > 0 ? e->prefill.reached / st->prefill_seconds : 0;
     e->prefill.r = NULL;
 }
@@ -368,7 +362,7 @@ static void run_request(engine *e, request *r)
     /* Until the prefill completes, prefilled_tokens counts the chunks kept in the cache and
      * prefill.reached the work done (a chunk stopped part-way in proportion), so a prefill
      * cancelled or failing part-way reports what it did, not the whole prompt. */
-    double t0 = now_seconds();
+    double t0 = monotonic_seconds();
     e->prefill.r = r;
     e->prefill.total = r->n_tokens - (int)reused;
     e->prefill.reached = 0;
@@ -406,25 +400,25 @@ static void run_request(engine *e, request *r)
         }
         if (emit_generated(e, r, token, &st))
             break;
-        double t = now_seconds();
+        double t = monotonic_seconds();
         int k = draft_length(e, r, &policy, token, &st, draft);
         if (k == 0) {
             if (forward_append(e, &token, 1, 1, &err))
                 goto failed;
             token = sampler_sample(&smp, e->logits);
-            speculate_policy_plain_step(&policy, now_seconds() - t);
+            speculate_policy_plain_step(&policy, monotonic_seconds() - t);
         } else {
             int accepted = 0, stopped = 0;
             if (verify_draft(e, r, &smp, token, draft, k, &st, &token, &accepted, &stopped, &err))
                 goto failed;
-            speculate_policy_verify_step(&policy, k, accepted, now_seconds() - t);
+            speculate_policy_verify_step(&policy, k, accepted, monotonic_seconds() - t);
             if (stopped) {
-                st.decode_seconds += now_seconds() - t;
+                st.decode_seconds += monotonic_seconds() - t;
                 st.decode_steps++;
                 break;
             }
         }
-        st.decode_seconds += now_seconds() - t;
+        st.decode_seconds += monotonic_seconds() - t;
         st.decode_steps++;
         st.decoded_tokens++;
     }
@@ -615,7 +609,7 @@ static int report_load(void *user, size_t done, size_t total)
     lr->total = total;
     if (!lr->opt->on_load_progress)
         return 0;
-    engine_progress p = progress_at(ENGINE_PROGRESS_LOAD, (double)done, (double)total, now_seconds() - lr->start);
+    engine_progress p = progress_at(ENGINE_PROGRESS_LOAD, (double)done, (double)total, monotonic_seconds() - lr->start);
     return lr->opt->on_load_progress(lr->opt->progress_user, &p);
 }
 
@@ -661,7 +655,7 @@ static int default_load_threads(long cores)
 
 static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
 {
-    double t0 = now_seconds();
+    double t0 = monotonic_seconds();
     int rc;
     if (opt->tp < 1 || opt->tp > 8)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and 8", opt->tp);
@@ -745,7 +739,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         opt->on_plan(opt->progress_user, info);
 
     /* Only once the plan says the weights fit: the CPU backend computes from the mmap. */
-    load_report lr = {opt, now_seconds(), 0, info->weight_bytes};
+    load_report lr = {opt, monotonic_seconds(), 0, info->weight_bytes};
     if (opt->backend == BACKEND_CPU) {
         rc = weights_page_in(&e->weights, info->load_threads, PROGRESS_INTERVAL, report_load, &lr, err);
         if (rc == WEIGHTS_STOPPED)
@@ -785,7 +779,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if (e->event_fd < 0)
         return kimi_fail(err, KIMI_ERR_IO, "eventfd: %s", strerror(errno));
 
-    info->load_seconds = now_seconds() - t0;
+    info->load_seconds = monotonic_seconds() - t0;
 
     rc = pthread_create(&e->scheduler, NULL, scheduler_main, e);
     if (rc)

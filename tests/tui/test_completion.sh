@@ -20,7 +20,10 @@ tm send-keys -t "$PANE" '/tools enable ' Tab
 wait_for '^─ Tab: list_dir now word_count '
 tm send-keys -t "$PANE" w Tab
 wait_for '^> /tools enable word_count$'
-tm send-keys -t "$PANE" C-u '/save garden-notes' Enter
+tm send-keys -t "$PANE" C-u 'Hello!' Enter      # an empty conversation is no session to load
+wait_for '^  you  Hello!'
+wait_ready 20
+tm send-keys -t "$PANE" '/save garden-notes' Enter
 wait_for 'saved to .*garden-notes\.json'
 tm send-keys -t "$PANE" '/load gar' Tab
 wait_for '^> /load garden-notes$'

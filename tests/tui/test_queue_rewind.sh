@@ -5,11 +5,11 @@
 # input, the rest cut off), the resend says what the cache reused, and /undo brings the cut
 # part back; Esc Esc rewinds to the last message.
 . "$(dirname "$0")/lib.sh"
-# the clock tool takes 3 s: the turn is busy long enough to type into
+# the clock tool takes 8 s: the turn is busy long enough to type into, even on a loaded machine
 python3 - "$(dirname "$0")/../../app/demo/kimi-demo/tools.json" "$TMP/tools.json" <<'PY'
 import json, sys
 tools = json.load(open(sys.argv[1]))
-tools[0]['exec']['argv'] = ['sh', '-c', 'sleep 3; date "+%Y-%m-%d %H:%M:%S"']
+tools[0]['exec']['argv'] = ['sh', '-c', 'sleep 8; date "+%Y-%m-%d %H:%M:%S"']
 json.dump(tools, open(sys.argv[2], 'w'))
 PY
 start main 100 40 -- --tools "$TMP/tools.json" --allow-tools now
@@ -19,7 +19,7 @@ wait_for '┌ now +functions\.now:0 ─ running'
 tm send-keys -t "$PANE" 'Thank you!' Enter
 wait_for '^─ queued: Thank you! · sent when the answer ends · Esc takes it back'
 screen | grep -q '^> Thank you' && fail "the queued message stayed in the input"
-wait_for '^  you  Thank you!' 20
+wait_for '^  you  Thank you!' 40
 wait_ready
 screen | grep -q 'queued:' && fail "the queue is still shown"
 

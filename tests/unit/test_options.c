@@ -3,6 +3,7 @@
  * mode (with a pseudo-terminal for the full-screen case), and --help against the man page
  * app/kimi-chat.1: the same flags both ways. */
 #include <ctype.h>
+#include <math.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -716,39 +717,75 @@ static void test_help_matches_man_page(void)
     }
 }
 
-/* One validator: for every setting and value, the flag is accepted exactly when /set accepts
- * it, with the same value (--temperature 150 was accepted while /set temperature 150 was not). */
+/* The text of a message after the name of where the value came from: "must be ...". */
+static const char *verdict(const char *msg)
+{
+    const char *m = strstr(msg, ": must be ");
+    return m ? m + 2 : msg;
+}
+
+/* One validator: for every setting and value, the flag, the config file and /set accept it
+ * alike, with the same value, or refuse it with the same words (--temperature 150 was accepted
+ * while /set temperature 150 was not; --temperature 1e308 said "must be a finite number").
+ * Numbers are decimal: hex (0x10, 0x1p3) is refused everywhere; -0 is 0. */
 static void test_flags_match_set(void)
 {
     static const struct {
         const char *flag, *key;
     } settings[] = {{"--temperature", "temperature"}, {"--top-p", "top_p"}, {"--top-k", "top_k"},
                     {"--max-tokens", "max_tokens"}, {"--seed", "seed"}};
-    static const char *values[] = {"0", "0.7", "1", "2", "100", "100.5", "150", "1e308", "-0", "-1",
-                                   "nan", "inf", "0x10", "1e3", "7", "1073741824", "1073741825",
-                                   "2147483648", "18446744073709551615", "18446744073709551616", "",
-                                   "abc"};
+    static const char *values[] = {"0", "0.7", "1", "2", "100", "100.0", "100.0001", "100.5", "150",
+                                   "1e308", "-0", "-0.0", "-1", "nan", "NaN", "inf", "-inf", "infinity",
+                                   "0x10", "0x1p3", "0X1", "1e", "1e3", "1e-3", "+1", ".5", "5.",
+                                   "7", "1073741824", "1073741825", "2147483648",
+                                   "18446744073709551615", "18446744073709551616", "", "abc"};
+    reset_env();
     for (size_t i = 0; i < sizeof settings / sizeof *settings; i++)
         for (size_t k = 0; k < sizeof values / sizeof *values; k++) {
-            app_options o;
-            kimi_err e;
-            char flag[64], line[128];
+            app_options o, oc;
+            kimi_err e = {0}, ec = {0};
+            char flag[64], line[128], cfg[128];
             snprintf(flag, sizeof flag, "%s=%s", settings[i].flag, values[k]);
             int flag_ok = parse(&o, &e, flag, (char *)NULL) == 0;
+            snprintf(cfg, sizeof cfg, "%s = %s\n", settings[i].key, values[k]);
+            write_config(cfg);
+            int cfg_ok = parse(&oc, &ec, (char *)NULL) == 0;
+            unlink(config_file);
             snprintf(line, sizeof line, "/set %s %s", settings[i].key, values[k]);
             command c;
             kimi_err ce = {0};
             int set_ok = command_parse(line, strlen(line), &c, &ce) == 0;
-            CHECK_MSG(flag_ok == set_ok, "%s %s, /set: %s", flag, flag_ok ? "accepted" : "refused",
+            CHECK_MSG(flag_ok == set_ok && cfg_ok == set_ok, "%s %s, config: %s, /set: %s", flag,
+                      flag_ok ? "accepted" : e.msg, cfg_ok ? "accepted" : ec.msg,
                       set_ok ? "accepted" : ce.msg);
-            if (flag_ok && set_ok) {
+            if (strchr(values[k], 'x') || strchr(values[k], 'X'))
+                CHECK_MSG(!set_ok, "%s: hex accepted", line);
+            /* an empty value is a missing one: "/set seed: give one value", "config:1: seed: no
+               value"; every other refusal says the same "must be ..." and names the value */
+            if (!flag_ok && !cfg_ok && !set_ok && *values[k]) {
+                CHECK_MSG(!strcmp(verdict(e.msg), verdict(ce.msg)) && !strcmp(verdict(ec.msg), verdict(ce.msg)),
+                          "%s: \"%s\", config: \"%s\", /set: \"%s\"", flag, e.msg, ec.msg, ce.msg);
+                char flag_given[64];
+                snprintf(flag_given, sizeof flag_given, "%s %s: must be ", settings[i].flag, values[k]);
+                snprintf(cfg, sizeof cfg, ":1: %s = %s: must be ", settings[i].key, values[k]);
+                CHECK_MSG(strstr(ce.msg, line) == ce.msg && strstr(e.msg, flag_given) == e.msg &&
+                              strstr(ec.msg, cfg),
+                          "messages name the value as given: \"%s\", \"%s\", \"%s\"", e.msg, ec.msg, ce.msg);
+            }
+            if (flag_ok && set_ok && cfg_ok) {
                 double flag_value = i == 0 ? o.temperature : i == 1 ? o.top_p : i == 2 ? o.top_k
                                     : i == 3 ? o.max_tokens : (double)o.seed;
+                double cfg_value = i == 0 ? oc.temperature : i == 1 ? oc.top_p : i == 2 ? oc.top_k
+                                   : i == 3 ? oc.max_tokens : (double)oc.seed;
                 double set_value = i < 2 ? (double)(float)c.number : (double)c.integer;
-                CHECK_MSG(flag_value == set_value, "%s: %g, /set: %g", flag, flag_value, set_value);
+                CHECK_MSG(flag_value == set_value && cfg_value == set_value && !signbit(set_value) &&
+                              !signbit(flag_value),
+                          "%s: %g, config: %g, /set: %g", flag, flag_value, cfg_value, set_value);
             }
             if (flag_ok)
                 options_free(&o);
+            if (cfg_ok)
+                options_free(&oc);
         }
 }
 
