@@ -750,6 +750,16 @@ static int at_bottom(render_model *rm)
     return 1;
 }
 
+long render_model_rows_below(render_model *rm)
+{
+    if (rm->following)
+        return 0;
+    long below = -(long)rm->top_row - rm->height;
+    for (int b = rm->top_block; b < rm->n_blocks; b++)
+        below += rows_of(rm, b);
+    return below > 0 ? below : 0;
+}
+
 static void follow(render_model *rm)
 {
     rm->following = 1;

@@ -141,6 +141,11 @@ void render_model_scroll_to_bottom(render_model *rm);
  * Returns its block, or -1 when there is none (nothing moves). */
 int render_model_jump_user(render_model *rm, int dir);
 
+/* Rows of the transcript below the view (0 while it follows the end): "↑ 37 lines above the
+ * end". Walks the blocks below the view (their rows are cached per width): call it when idle
+ * and scrolled up, not for every streamed token. */
+long render_model_rows_below(render_model *rm);
+
 /* Tab mode: the focused block (-1: none), shown with a marker in the gutter and scrolled into
  * view. render_model_focus_move() steps to the previous (dir < 0) or next shown block, starting
  * from the bottom of the view when none is focused; returns the focused block. */

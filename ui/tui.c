@@ -429,6 +429,9 @@ void tui_free(tui *t)
     free(t->block_message);
     free(t->typed_ahead);
     free(t->paste_buf.data);
+    free(t->search_query.data);
+    tui_pastes_clear(t);
+    search_result_free(&t->search_hits);
     free(t->fatal.data);
     free(t);
 }

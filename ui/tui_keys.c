@@ -11,6 +11,8 @@
 #include <term.h>
 
 #include "app/chat/commands.h"
+#include "app/chat/completion.h"
+#include "app/chat/paths.h"
 #include "engine/base/array.h"
 #include "engine/base/monotonic.h"
 #include "engine/text/utf8.h"
@@ -49,6 +51,71 @@ static void copy_block(tui *t, int b)
     free(out.data);
 }
 
+/* A paste of at least PASTE_FOLD_LINES lines or PASTE_FOLD_BYTES bytes shows in the input as
+ * one marker and is sent whole. */
+enum { PASTE_FOLD_LINES = 20, PASTE_FOLD_BYTES = 8192 };
+
+/* The paste in t->paste_buf into the input: as typed when small, else as a marker. */
+static void paste_into_input(tui *t)
+{
+    const char *s = t->paste_buf.data ? t->paste_buf.data : "";
+    size_t n = t->paste_buf.len, n_lines = 1;
+    for (size_t i = 0; i < n; i++)
+        n_lines += s[i] == '\n' || (s[i] == '\r' && (i + 1 == n || s[i + 1] != '\n'));
+    tui_paste p = {.text = malloc(n + 1)};
+    if ((n_lines < PASTE_FOLD_LINES && n < PASTE_FOLD_BYTES) || !p.text ||
+        array_reserve(&t->pastes, &t->pastes_cap, (size_t)t->n_pastes + 1, sizeof *t->pastes)) {
+        free(p.text);
+        input_insert(t->in, s, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {    /* CR LF and CR as LF, as typed text is kept */
+        if (s[i] == '\r' && i + 1 < n && s[i + 1] == '\n')
+            continue;
+        p.text[p.len++] = s[i] == '\r' ? '\n' : s[i];
+    }
+    p.text[p.len] = 0;
+    snprintf(p.marker, sizeof p.marker, "[pasted %zu lines, %zu KB]", n_lines, (n + 1023) / 1024);
+    for (int k = 2, same = 1; same; k++) {   /* two pastes of one size: "[pasted ... #2]" */
+        same = 0;
+        for (int i = 0; i < t->n_pastes; i++)
+            same |= !strcmp(t->pastes[i].marker, p.marker);
+        if (same)
+            snprintf(p.marker, sizeof p.marker, "[pasted %zu lines, %zu KB #%d]", n_lines, (n + 1023) / 1024, k);
+    }
+    t->pastes[t->n_pastes++] = p;
+    input_insert(t->in, p.marker, strlen(p.marker));
+}
+
+/* text with each paste marker in it replaced: by the paste (*full, what is sent), and by the
+ * paste's first line and the marker (*brief, what the history keeps). */
+static int expand_pastes(const tui *t, const char *text, size_t len, strbuf *full, strbuf *brief)
+{
+    *full = *brief = (strbuf){0};
+    for (size_t i = 0; i < len;) {
+        int hit = -1;
+        for (int k = 0; k < t->n_pastes && hit < 0 && text[i] == '['; k++) {
+            size_t m = strlen(t->pastes[k].marker);
+            if (m <= len - i && !memcmp(text + i, t->pastes[k].marker, m))
+                hit = k;
+        }
+        if (hit < 0) {
+            strbuf_add(full, text + i, 1);
+            strbuf_add(brief, text + i, 1);
+            i++;
+            continue;
+        }
+        const tui_paste *p = &t->pastes[hit];
+        const char *nl = memchr(p->text, '\n', p->len);
+        strbuf_add(full, p->text, p->len);
+        strbuf_add(brief, p->text, nl ? (size_t)(nl - p->text) : p->len);
+        strbuf_add(brief, " ", 1);
+        strbuf_add(brief, p->marker, strlen(p->marker));
+        i += strlen(p->marker);
+    }
+    return full->failed || brief->failed ? -1 : 0;
+}
+
 static void submit(tui *t)
 {
     size_t len;
@@ -63,7 +130,16 @@ static void submit(tui *t)
         free(copy);
         return;
     }
-    input_history_add(t->in, copy, len);
+    strbuf full, brief;
+    if (expand_pastes(t, copy, len, &full, &brief)) {
+        free(full.data);
+        free(brief.data);
+        free(copy);
+        tui_hint(t, "out of memory for the pasted text");
+        return;
+    }
+    input_history_add(t->in, brief.data ? brief.data : "", brief.len);
+    free(brief.data);
     kimi_err err = {0};
     /* cleared first: /edit fills the input while the line runs; a message that could not be
        sent comes back, a command that failed does not (its error is on screen, Up recalls it,
@@ -73,12 +149,15 @@ static void submit(tui *t)
     kimi_err parse_err = {0};
     t->new_conversation = copy[0] == '/' && command_parse(copy, len, &c, &parse_err) == 0 &&
                           (c.id == CMD_NEW || c.id == CMD_LOAD);
-    int rc = app_submit_line(t->a, copy, len, &err);
+    int rc = app_submit_line(t->a, full.data ? full.data : "", full.len, &err);
     t->new_conversation = 0;
-    if (rc == 0)
+    if (rc == 0) {
         render_model_scroll_to_bottom(t->rm);
-    else if (copy[0] != '/')
-        input_set_text(t->in, copy, len);
+        tui_pastes_clear(t);
+    } else if (copy[0] != '/') {
+        input_set_text(t->in, copy, len);   /* the markers stay, and their pastes */
+    }
+    free(full.data);
     free(copy);
 }
 
@@ -90,6 +169,70 @@ static void stop(tui *t)
         t->approval = -1;
         t->dirty = 1;
         app_stop(t->a);
+    }
+}
+
+/* Cut the conversation back to before the user's message `message` and put its text into the
+ * input, to edit and send again (app_rewind; /undo brings the cut part back). */
+static void rewind_to(tui *t, int message)
+{
+    const session *s = app_session(t->a);
+    if (message < 0 || message >= s->conv.n_messages || s->conv.messages[message].role != CHAT_ROLE_USER ||
+        s->meta[message].summary) {
+        tui_hint(t, "rewind: select one of your messages (Tab, then ↑↓) and press e");
+        return;
+    }
+    int cut = s->conv.n_messages - message;
+    char *text = NULL;
+    size_t len = 0;
+    kimi_err err = {0};
+    if (app_rewind(t->a, message, &text, &len, &err)) {
+        tui_hint(t, err.msg);
+        return;
+    }
+    tui_input_put_back(t, text, len);
+    free(text);
+    char hint[160];
+    snprintf(hint, sizeof hint, "rewound: %d message%s cut off (/undo brings them back) · Enter sends it again", cut,
+             cut == 1 ? "" : "s");
+    tui_hint(t, hint);
+    render_model_scroll_to_bottom(t->rm);
+}
+
+static int last_user_message(const tui *t)
+{
+    const session *s = app_session(t->a);
+    for (int i = s->conv.n_messages - 1; i >= 0; i--)
+        if (s->conv.messages[i].role == CHAT_ROLE_USER && !s->meta[i].summary)
+            return i;
+    return -1;
+}
+
+/* Esc: a queued message comes back into the input first; else it stops the answer; twice
+ * within ESC_TWICE_S while idle it rewinds to the user's last message. */
+#define ESC_TWICE_S 0.6
+
+static void esc_key(tui *t)
+{
+    double now = monotonic_seconds();
+    int twice = t->last_esc && now - t->last_esc < ESC_TWICE_S;
+    t->last_esc = now;
+    size_t len;
+    char *queued = app_unqueue(t->a, &len);
+    if (queued) {
+        tui_input_put_back(t, queued, len);
+        free(queued);
+        t->last_esc = 0;
+    } else if (app_busy(t->a)) {
+        stop(t);
+        t->last_esc = 0;    /* Esc Esc to stop quickly is no rewind */
+    } else if (twice) {
+        t->last_esc = 0;
+        int m = last_user_message(t);
+        if (m < 0)
+            tui_hint(t, "rewind: no message of yours yet");
+        else
+            rewind_to(t, m);
     }
 }
 
@@ -129,6 +272,217 @@ static void mouse_event(tui *t)
         render_model_toggle_fold(t->rm, t->row_block[ev.y]);
 }
 
+/* ---- transcript search (Ctrl-F) ---- */
+
+/* The matches of the query in every block's text (and each tool's result), again: blocks grow
+ * while an answer streams. */
+static void search_run(tui *t)
+{
+    search_result_clear(&t->search_hits);
+    search_query q;
+    kimi_err err = {0};
+    if (search_query_init(&q, t->search_query.data ? t->search_query.data : "", t->search_query.len, &err))
+        return;
+    int n = render_model_block_count(t->rm);
+    for (int b = 0; b < n && !err.code; b++) {
+        size_t len;
+        const char *s = render_model_block_text(t->rm, b, &len);
+        search_add_text(&t->search_hits, &q, 2 * b, s, len, &err);
+        if (render_model_block_kind(t->rm, b) == RM_TOOL && !err.code) {
+            s = render_model_tool_result(t->rm, b, &len);
+            search_add_text(&t->search_hits, &q, 2 * b + 1, s, len, &err);
+        }
+    }
+    search_query_free(&q);
+}
+
+/* Show match i: its block marked and scrolled into view, unfolded when folded. */
+static void search_show(tui *t, int i)
+{
+    if (i < 0 || i >= t->search_hits.n)
+        return;
+    t->search_match = i;
+    int b = t->search_hits.matches[i].text / 2;
+    if (render_model_is_folded(t->rm, b))
+        render_model_toggle_fold(t->rm, b);
+    render_model_focus(t->rm, b);
+}
+
+static void search_start(tui *t)
+{
+    t->focus = 0;
+    t->search_mode = SEARCH_TYPING;
+    t->search_query.len = 0;
+    t->search_match = -1;
+    search_result_clear(&t->search_hits);
+}
+
+static void search_end(tui *t)
+{
+    t->search_mode = SEARCH_OFF;
+    t->search_match = -1;
+    render_model_focus(t->rm, -1);
+}
+
+/* The query changed: the newest match (the view is mostly at the end), or, with none, the
+ * view stays where it is. */
+static void search_query_changed(tui *t)
+{
+    search_run(t);
+    if (t->search_hits.n)
+        search_show(t, t->search_hits.n - 1);
+    else
+        render_model_focus(t->rm, -1);
+}
+
+/* n / N: the next (newer) or previous (older) match, wrapping around. */
+static void search_step_to(tui *t, int dir)
+{
+    search_match at = t->search_match >= 0 && t->search_match < t->search_hits.n
+                          ? t->search_hits.matches[t->search_match] : (search_match){.text = -1};
+    search_run(t);
+    int i = at.text < 0 ? -1 : search_first_from(&t->search_hits, at.text, at.offset);
+    if (i >= t->search_hits.n)
+        i = -1;
+    search_show(t, search_step(&t->search_hits, i, dir));
+}
+
+/* A key while searching; 1 when it was taken. */
+static int search_key(tui *t, int key, int is_char, int alt)
+{
+    if (is_char && !alt && key == 27) {
+        search_end(t);
+        return 1;
+    }
+    if (t->search_mode == SEARCH_TYPING) {
+        if (is_char && (key == '\r' || key == '\n')) {
+            t->search_mode = SEARCH_MOVING;
+        } else if ((is_char && (key == 127 || key == 8)) || (!is_char && key == KEY_BACKSPACE)) {
+            while (t->search_query.len && ((unsigned char)t->search_query.data[t->search_query.len - 1] & 0xC0) == 0x80)
+                t->search_query.len--;
+            if (t->search_query.len)
+                t->search_query.len--;
+            search_query_changed(t);
+        } else if (is_char && !alt && key >= 32 && key != 127) {
+            char mb[8];
+            int n = wctomb(mb, (wchar_t)key);
+            if (n > 0) {
+                strbuf_add(&t->search_query, mb, (size_t)n);
+                search_query_changed(t);
+            }
+        } else if (!is_char && (key == KEY_DOWN || key == KEY_UP)) {
+            search_step_to(t, key == KEY_DOWN ? 1 : -1);
+        } else if (!is_char && is_scroll_key(key)) {
+            scroll_key(t, key);
+        }
+        return 1;
+    }
+    /* moving between the matches */
+    if (is_char && !alt && (key == 'n' || key == 'N' || key == '\r' || key == '\n')) {
+        search_step_to(t, key == 'N' ? -1 : 1);
+        return 1;
+    }
+    if (is_char && !alt && (key == 6 || key == '/')) {
+        t->search_mode = SEARCH_TYPING;     /* edit the query again */
+        return 1;
+    }
+    if (!is_char && is_scroll_key(key)) {
+        scroll_key(t, key);
+        return 1;
+    }
+    search_end(t);  /* any other key ends the search and does what it does */
+    return 0;
+}
+
+/* ---- Tab completion of a slash command ---- */
+
+/* The names of the sessions folder's files (without .json), malloc'ed into *names. */
+static int session_names(char ***names)
+{
+    *names = NULL;
+    char *dir = paths_sessions_dir(NULL);
+    session_entry *entries = NULL;
+    int n = 0;
+    if (!dir || session_list(dir, &entries, &n, NULL) || !(*names = calloc((size_t)n + 1, sizeof **names))) {
+        free(dir);
+        session_list_free(entries, n);
+        return 0;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const char *base = strrchr(entries[i].path, '/');
+        base = base ? base + 1 : entries[i].path;
+        size_t len = strlen(base);
+        if (len > 5 && !strcmp(base + len - 5, ".json") && ((*names)[k] = strndup(base, len - 5)))
+            k++;
+    }
+    session_list_free(entries, n);
+    free(dir);
+    return k;
+}
+
+/* Tab on an input that starts with '/': complete the word before the cursor (one candidate:
+ * all of it and a space; several: what they share, and the rule lists them). 0 when the input
+ * is no command (Tab then moves the focus to the transcript). */
+static int complete(tui *t)
+{
+    size_t len, cursor = input_cursor(t->in);
+    const char *text = input_text(t->in, &len);
+    if (!len || text[0] != '/' || memchr(text, '\n', cursor))
+        return 0;
+    /* the lists that live elsewhere */
+    char *theme_list = paths_theme_names();
+    const char *themes[64];
+    int n_themes = 0;
+    char *save = NULL;
+    for (char *w = theme_list ? strtok_r(theme_list, ", ", &save) : NULL; w && n_themes < 64; w = strtok_r(NULL, ", ", &save))
+        themes[n_themes++] = w;
+    char **sessions;
+    int n_sessions = session_names(&sessions);
+    int n_tools = app_tool_count(t->a);
+    const char **tools = calloc((size_t)n_tools + 1, sizeof *tools);
+    for (int i = 0; tools && i < n_tools; i++)
+        tools[i] = app_tool_name(t->a, i);
+    completion_sources src = {themes, n_themes, (const char *const *)sessions, n_sessions, tools, tools ? n_tools : 0};
+    completion c;
+    kimi_err err = {0};
+    if (completion_find(text, cursor, &src, &c, &err) == 0) {
+        size_t typed = cursor - c.start;
+        size_t common = completion_common_prefix(&c);
+        strbuf b = {0};
+        if (c.n == 1 || common > typed) {
+            const char *item = c.items[0];
+            size_t take = c.n == 1 ? strlen(item) : common;
+            strbuf_add(&b, text, c.start);
+            strbuf_add(&b, item, take);
+            if (c.n == 1 && take && item[take - 1] != '/')
+                strbuf_add(&b, " ", 1);
+            strbuf_add(&b, text + cursor, len - cursor);
+            if (!b.failed)
+                input_set_text(t->in, b.data, b.len);
+        }
+        if (c.n > 1) {
+            strbuf list = {0};
+            strbuf_str(&list, "Tab:");
+            for (int i = 0; i < c.n && list.len < sizeof t->flash - 8; i++)
+                strbuf_printf(&list, " %s", c.items[i]);
+            if (list.data)
+                tui_hint(t, list.data);
+            free(list.data);
+        } else if (!c.n) {
+            tui_hint(t, "Tab: nothing to complete here");
+        }
+        free(b.data);
+        completion_free(&c);
+    }
+    free(tools);
+    for (int i = 0; i < n_sessions; i++)
+        free(sessions[i]);
+    free(sessions);
+    free(theme_list);
+    return 1;
+}
+
 /* A key in Tab mode. */
 static void focus_key(tui *t, int key, int is_char)
 {
@@ -146,6 +500,21 @@ static void focus_key(tui *t, int key, int is_char)
     } else if (is_char && key == 'y') {
         if (b >= 0)
             copy_block(t, b);
+    } else if (is_char && key == '/') {
+        search_start(t);
+        render_model_focus(t->rm, -1);
+    } else if (is_char && key == 'e') {
+        int m = b >= 0 && b < t->n_block_message ? t->block_message[b] : -1;
+        if (app_busy(t->a)) {
+            tui_hint(t, "rewind: an answer is still coming: wait, or stop it (Esc)");
+        } else if (m >= 0 && m < app_session(t->a)->conv.n_messages &&
+                   app_session(t->a)->conv.messages[m].role == CHAT_ROLE_USER) {
+            t->focus = 0;
+            render_model_focus(t->rm, -1);
+            rewind_to(t, m);
+        } else {
+            tui_hint(t, "e rewinds to one of your messages: select one with ↑↓");
+        }
     } else if (!is_char && is_scroll_key(key)) {
         scroll_key(t, key);
     }
@@ -203,7 +572,7 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
             if (t->approval >= 0)   /* pasted text is no answer and does not go to the input */
                 tui_hint(t, "answer y, a or n");
             else
-                input_insert(t->in, t->paste_buf.data ? t->paste_buf.data : "", t->paste_buf.len);
+                paste_into_input(t);
             free(t->paste_buf.data);
             t->paste_buf = (strbuf){0};
         } else if (is_char) {
@@ -238,6 +607,8 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
         return;
     }
     if (t->approval >= 0 && approval_key(t, key, is_char, alt))
+        return;
+    if (t->search_mode && search_key(t, key, is_char, alt))
         return;
     if (t->focus) {
         focus_key(t, key, is_char);
@@ -302,7 +673,7 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
     }
     switch (key) {
     case 27: /* Esc */
-        stop(t);
+        esc_key(t);
         return;
     case 3: /* Ctrl-C */
         if (app_busy(t->a)) {
@@ -324,13 +695,17 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
     case '\r': submit(t); return;
     case '\n': input_insert(t->in, "\n", 1); return;
     case '\t':
+        if (complete(t))
+            return;
         t->focus = 1;
         render_model_focus_move(t->rm, -1);
         return;
     case 1: input_edit_apply(t->in, INPUT_LINE_START); return;
     case 5: input_edit_apply(t->in, INPUT_LINE_END); return;
     case 2: input_edit_apply(t->in, INPUT_LEFT); return;
-    case 6: input_edit_apply(t->in, INPUT_RIGHT); return;
+    case 6: /* Ctrl-F: search the transcript (Right and Alt-F move in the input) */
+        search_start(t);
+        return;
     case 11: input_edit_apply(t->in, INPUT_KILL_TO_END); return;
     case 21: input_edit_apply(t->in, INPUT_KILL_TO_START); return;
     case 23: input_edit_apply(t->in, INPUT_KILL_WORD_BACK); return;
@@ -443,11 +818,18 @@ void tui_read_keys(tui *t)
             /* Esc with another key right behind it: Alt-key; alone: Esc */
             wint_t next;
             int rc2 = read_wch(&next);
-            if (rc2 == ERR || rc2 == KEY_CODE_YES) {
-                /* alone, or before a function key (Esc then F1): two keys */
+            if (rc2 == ERR || rc2 == KEY_CODE_YES || next == 27) {
+                /* alone, or before a function key (Esc then F1) or another Esc (Esc Esc
+                   rewinds): two keys */
                 take_key(t, 27, 1, 0);
                 if (rc2 == ERR)
                     continue;
+                if (rc2 == OK) {
+                    ch = next;  /* that Esc may begin an Alt-key itself */
+                    rc = rc2;
+                    read_ahead = 1;
+                    continue;
+                }
             } else {
                 alt = 1;
             }

@@ -103,6 +103,16 @@ void tui_status_text(tui *t, char *buf, size_t cap)
        "think", then without the backend, then without the temperature, then without thinking
        and the save state, then without the speed: a narrow terminal loses whole fields, not
        the end of one */
+    /* the session's name: its file in the sessions folder, without ".json" */
+    char name[64] = "";
+    if (s->path) {
+        const char *base = strrchr(s->path, '/');
+        base = base ? base + 1 : s->path;
+        size_t n = strlen(base);
+        if (n > 5 && !strcmp(base + n - 5, ".json"))
+            n -= 5;
+        snprintf(name, sizeof name, "%.*s", (int)(n < 48 ? n : 48), base);
+    }
     int room = t->cols - (t->new_below ? 8 : 0);
     for (int level = 0; level < 6; level++) {
         buf[0] = 0;
@@ -116,6 +126,8 @@ void tui_status_text(tui *t, char *buf, size_t cap)
             append(buf, cap, " · T %g", (double)s->settings.temperature);
         if (t->save_state[0] && level < 4)
             append(buf, cap, " · %s", t->save_state);
+        if (name[0] && level < 2)
+            append(buf, cap, " · %s", name);
         if (text_width(buf, strlen(buf)) <= room)
             break;
     }
@@ -135,6 +147,20 @@ void tui_separator_text(tui *t, char *buf, size_t cap, int *element)
             snprintf(buf, cap, " run %s? [y] once · [a] always for %s · [n] deny ", t->approval_name,
                      t->approval_name);
         *element = THEME_TOOL_WAITING;
+    } else if (t->search_mode) {
+        const search_result *r = &t->search_hits;
+        char where[64];
+        if (!t->search_query.len)
+            snprintf(where, sizeof where, "type to search; case matters with a capital");
+        else if (!r->n)
+            snprintf(where, sizeof where, "no match");
+        else
+            snprintf(where, sizeof where, "match %d/%d", t->search_match + 1, r->n);
+        snprintf(buf, cap, " search: %.*s · %s · %s ", (int)t->search_query.len,
+                 t->search_query.data ? t->search_query.data : "", where,
+                 t->search_mode == SEARCH_TYPING ? "Enter, then n/N next/previous · Esc ends"
+                                                 : "n/N next/previous · / edits · Esc ends");
+        *element = r->n || !t->search_query.len ? THEME_STATUS_ACCENT : THEME_ERROR;
     } else if (input_searching(t->in)) {
         snprintf(buf, cap, " %s history search: %s ", input_search_failed(t->in) ? "failing" : "reverse",
                  input_search_query(t->in));
@@ -142,11 +168,36 @@ void tui_separator_text(tui *t, char *buf, size_t cap, int *element)
     } else if (t->flash[0] && monotonic_seconds() < t->flash_until) {
         snprintf(buf, cap, " %s ", t->flash);
         *element = THEME_NOTE;
+    } else if (t->a && app_queue_length(t->a)) {
+        /* the newest queued message's first line, dimmed: Esc takes it back */
+        int n = app_queue_length(t->a);
+        size_t len;
+        const char *text = app_queued(t->a, n - 1, &len);
+        const char *nl = memchr(text, '\n', len);
+        size_t shown = nl ? (size_t)(nl - text) : len;
+        if (shown > 60) {
+            shown = 60;
+            while (shown && ((unsigned char)text[shown] & 0xC0) == 0x80)
+                shown--;
+        }
+        char count[32] = "";
+        if (n > 1)
+            snprintf(count, sizeof count, " (%d)", n);
+        snprintf(buf, cap, " queued%s: %.*s%s · sent when the answer ends · Esc takes it back ", count, (int)shown, text,
+                 shown < len ? "…" : "");
+        *element = THEME_FOLD_HINT;
     } else if (t->progress[0]) {
         snprintf(buf, cap, " %s ", t->progress);
         *element = THEME_NOTE;
     } else if (t->focus) {
-        snprintf(buf, cap, " transcript: ↑↓ select · Enter fold · y copy · Tab back ");
+        snprintf(buf, cap, " transcript: ↑↓ select · Enter fold · y copy · e rewind · / search · Tab back ");
         *element = THEME_STATUS_ACCENT;
+    } else if (t->a && !app_busy(t->a)) {
+        /* scrolled up and idle: how far the end is (while an answer streams, "↓ new" says so) */
+        long below = render_model_rows_below(t->rm);
+        if (below > 0) {
+            snprintf(buf, cap, " ↑ %ld line%s above the end · Ctrl-End returns ", below, below == 1 ? "" : "s");
+            *element = THEME_NOTE;
+        }
     }
 }

@@ -58,7 +58,9 @@ static void mirror_message(tui *t, const session *s, int i, int *call_blocks, in
     const char *content = m->content.s ? m->content.s : "";
     switch (m->role) {
     case CHAT_ROLE_USER:
-        render_model_finish(t->rm, render_model_append(t->rm, RM_USER, content, m->content.len, NULL));
+        /* a /compact summary is the model's text, shown as a note where it took effect */
+        render_model_finish(t->rm, render_model_append(t->rm, meta->summary ? RM_NOTE : RM_USER, content,
+                                                       m->content.len, NULL));
         break;
     case CHAT_ROLE_ASSISTANT: {
         if (m->reasoning.len) {
@@ -438,6 +440,15 @@ static int on_view_command(void *user, const char *name, const char *arg, kimi_e
     return 0;
 }
 
+static void on_queue_changed(void *user) { ((tui *)user)->dirty = 1; }
+
+static void on_queue_returned(void *user, const char *text, size_t len)
+{
+    tui *t = user;
+    tui_input_put_back(t, text, len);
+    tui_hint(t, "the queued message is back in the input: the turn did not finish");
+}
+
 app_frontend tui_mirror_frontend(tui *t)
 {
     return (app_frontend){
@@ -445,6 +456,7 @@ app_frontend tui_mirror_frontend(tui *t)
         .progress = on_progress, .answer_done = on_answer_done, .tool_approval = on_tool_approval,
         .tool_update = on_tool_update, .turn_done = on_turn_done, .info = on_info, .error = on_error,
         .session_reset = on_session_reset, .saved = on_saved, .view_command = on_view_command,
+        .queue_changed = on_queue_changed, .queue_returned = on_queue_returned,
     };
 }
 

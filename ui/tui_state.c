@@ -38,6 +38,33 @@ void tui_tag_blocks(tui *t, int from, int message)
     t->n_block_message = n;
 }
 
+void tui_input_put_back(tui *t, const char *text, size_t len)
+{
+    size_t typed_len;
+    const char *typed = input_text(t->in, &typed_len);
+    strbuf b = {0};
+    strbuf_add(&b, text, len);
+    if (typed_len) {
+        strbuf_add(&b, "\n\n", 2);
+        strbuf_add(&b, typed, typed_len);
+    }
+    if (!b.failed)
+        input_set_text(t->in, b.data ? b.data : "", b.len);
+    free(b.data);
+    t->input_dirty = 1;
+    t->dirty = 1;
+}
+
+void tui_pastes_clear(tui *t)
+{
+    for (int i = 0; i < t->n_pastes; i++)
+        free(t->pastes[i].text);
+    free(t->pastes);
+    t->pastes = NULL;
+    t->n_pastes = 0;
+    t->pastes_cap = 0;
+}
+
 void tui_add_block(tui *t, rm_block_kind kind, const char *text)
 {
     int b = render_model_append(t->rm, kind, text, strlen(text), NULL);

@@ -14,6 +14,7 @@
 #include "ui/input.h"
 #include "ui/paint.h"
 #include "ui/render_model.h"
+#include "ui/search.h"
 #include "ui/theme.h"
 #include "ui/tui.h"
 
@@ -36,6 +37,18 @@ typedef enum {
 typedef struct {
     int key, is_char, alt;          /* as handle_key takes them */
 } typed_key;
+
+enum { SEARCH_OFF, SEARCH_TYPING, SEARCH_MOVING };
+
+/* A big paste, shown in the input as its marker ("[pasted 200 lines, 11 KB]") and sent whole. */
+typedef struct {
+    char marker[64];
+    char *text;                     /* [len] line breaks as LF */
+    size_t len;
+} tui_paste;
+
+/* Free the folded pastes (the input was sent, or the view ends). */
+void tui_pastes_clear(tui *t);
 
 struct tui {
     const app_options *opt;
@@ -92,8 +105,19 @@ struct tui {
     WINDOW *help_win;
     int paste;                      /* inside a bracketed paste */
     strbuf paste_buf;
+    tui_paste *pastes;              /* [n_pastes] big pastes folded in the input */
+    int n_pastes;
+    size_t pastes_cap;
     char flash[200];
     double flash_until;
+    double last_esc;                /* when Esc was last pressed (Esc Esc rewinds) */
+
+    /* transcript search (Ctrl-F) */
+    int search_mode;                /* SEARCH_OFF, SEARCH_TYPING (the query), SEARCH_MOVING (n/N) */
+    strbuf search_query;
+    search_result search_hits;      /* texts numbered 2 * block (its text) and 2 * block + 1 (a
+                                       tool's result) */
+    int search_match;               /* the match shown, -1 none */
     int quit;
     int dirty;                      /* something to paint */
     int force;                      /* repaint every row */
@@ -112,5 +136,8 @@ void tui_hint(tui *t, const char *text);
 void tui_tag_blocks(tui *t, int from, int message);
 /* A finished note (RM_NOTE, RM_ERROR) at the end of the transcript. */
 void tui_add_block(tui *t, rm_block_kind kind, const char *text);
+/* text[0..len) goes into the input before what is typed there (a blank line between), the
+ * cursor at the end: a queued message taken back, a rewound message. */
+void tui_input_put_back(tui *t, const char *text, size_t len);
 
 #endif

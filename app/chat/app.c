@@ -20,7 +20,17 @@
 #include "engine/base/monotonic.h"
 #include "engine/text/utf8.h"
 
-typedef enum { TURN_IDLE, TURN_GENERATING, TURN_APPROVAL, TURN_TOOL_RUNNING } turn_state;
+typedef enum { TURN_IDLE, TURN_GENERATING, TURN_APPROVAL, TURN_TOOL_RUNNING, TURN_COMPACTING } turn_state;
+
+typedef struct {
+    char *text;                     /* [len] as the user typed it */
+    size_t len;
+} queued_message;
+
+typedef struct {
+    int at;                         /* the conversation had this many messages after the cut */
+    session cut;                    /* the messages cut off, with their meta */
+} rewound_part;
 
 /* One tool call of the answer being generated, as it streams. */
 typedef struct {
@@ -76,6 +86,19 @@ struct app {
     kimi_err tool_err;
     int tool_rc;
     const tool_def *tool_running;
+
+    /* messages sent while a turn ran, oldest first: each goes out when the turn before it ends */
+    queued_message *queue;          /* [n_queue] */
+    int n_queue, cap_queue;
+
+    /* what rewinds cut off, newest last: the top one goes back (/undo) while the conversation
+       is again exactly the part the rewind kept */
+    rewound_part *rewinds;          /* [n_rewinds] */
+    int n_rewinds, cap_rewinds;
+    int say_reuse;                  /* the next answer follows a rewind: say what the cache saved */
+
+    int compact_at;                 /* /compact running: the summary goes in before this message */
+    int offered_compact;            /* the context is 90% full and /compact was offered */
 };
 
 static void say_info(app *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -321,24 +344,60 @@ static void on_generator_event(void *user, const generator_event *ev)
     case PARSE_NOTE:
         break;
     }
-    if (a->fe.stream)
+    if (a->fe.stream && a->state != TURN_COMPACTING)   /* a summary is no answer to show */
         a->fe.stream(a->fe.user, pe);
 }
 
 /* ---- the turn ---- */
 
+/* What the model sees of messages [0, to), then extra (NULL: none): a leading system prompt and
+ * the messages from the last summary on (/compact). view->messages is a malloc'ed array of
+ * shallow copies (free the array only); *view is the session's own conversation when nothing is
+ * left out and nothing added. */
+static int model_view(app *a, int to, const chat_message *extra, chat_conversation *view, kimi_err *err)
+{
+    const chat_conversation *conv = &a->sess.conv;
+    int from = session_context_start(&a->sess);
+    if (!from && !extra && to == conv->n_messages) {
+        *view = *conv;
+        return 0;
+    }
+    *view = (chat_conversation){0};
+    int system = from > 0 && conv->messages[0].role == CHAT_ROLE_SYSTEM;
+    if (!(view->messages = malloc((size_t)(system + to - from + 1) * sizeof *view->messages)))
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    if (system)
+        view->messages[view->n_messages++] = conv->messages[0];
+    for (int i = from; i < to; i++)
+        view->messages[view->n_messages++] = conv->messages[i];
+    if (extra)
+        view->messages[view->n_messages++] = *extra;
+    view->cap_messages = view->n_messages;
+    return 0;
+}
+
+static void model_view_free(app *a, chat_conversation *view)
+{
+    if (view->messages != a->sess.conv.messages)
+        free(view->messages);
+}
+
 static int start_generation(app *a, kimi_err *err)
 {
     answer_reset(a);
+    chat_conversation view;
+    if (model_view(a, a->sess.conv.n_messages, NULL, &view, err))
+        return err->code;
     json_t *declaration = a->have_tools && !a->opt->no_tools ? tools_declaration(&a->tools) : NULL;
     const session_settings *s = &a->sess.settings;
     generator_request req = {
-        .conv = &a->sess.conv, .tools = declaration, .thinking = s->thinking,
+        .conv = &view, .tools = declaration, .thinking = s->thinking,
         .temperature = s->temperature, .top_p = s->top_p, .top_k = s->top_k,
         .max_tokens = s->max_tokens, .seed = s->seed + (uint64_t)a->sess.conv.n_messages,
     };
     int rc = a->gen->ops->start(a->gen, &req, err);
     json_decref(declaration);
+    model_view_free(a, &view);
     if (rc)
         return rc;
     a->state = TURN_GENERATING;
@@ -348,6 +407,8 @@ static int start_generation(app *a, kimi_err *err)
     return 0;
 }
 
+static void queue_next(app *a, app_turn_outcome outcome);
+
 static void end_turn(app *a, app_turn_outcome outcome, const char *message)
 {
     a->state = TURN_IDLE;
@@ -355,6 +416,7 @@ static void end_turn(app *a, app_turn_outcome outcome, const char *message)
     autosave(a);
     if (a->fe.turn_done)
         a->fe.turn_done(a->fe.user, outcome, message);
+    queue_next(a, outcome);
 }
 
 /* The answer is complete: make it a message of the session. */
@@ -386,6 +448,22 @@ static int append_answer(app *a, const generator_result *res, parse_stop_reason 
     if (rc)
         return rc;
     a->context_used = (long)res->prompt_tokens + res->generated_tokens;
+    long limit = a->gen->context_limit;
+    if (limit > 0 && a->context_used >= limit - limit / 10) {
+        if (!a->offered_compact)
+            say_info(a, "the context is %ld%% full (%ld of %ld tokens): /compact summarises the conversation so far to make room",
+                     100 * a->context_used / limit, a->context_used, limit);
+        a->offered_compact = 1;
+    } else {
+        a->offered_compact = 0;
+    }
+    if (a->say_reuse) {
+        /* the engine's prefix cache still holds the part the rewind kept */
+        a->say_reuse = 0;
+        if (res->reused_tokens > 0 || res->ids)
+            say_info(a, "after the rewind: %d of %d prompt positions reused from the cache, %d prefilled",
+                     res->reused_tokens, res->prompt_tokens, res->prompt_tokens - res->reused_tokens);
+    }
     if (a->fe.answer_done)
         a->fe.answer_done(a->fe.user, &a->sess.conv.messages[a->sess.conv.n_messages - 1],
                           &a->sess.meta[a->sess.conv.n_messages - 1]);
@@ -679,13 +757,17 @@ static void generation_finished(app *a)
     end_turn(a, APP_TURN_DONE, NULL);
 }
 
+static void compaction_finished(app *a);
+
 int app_dispatch(app *a, kimi_err *err)
 {
-    if (a->state == TURN_GENERATING) {
+    if (a->state == TURN_GENERATING || a->state == TURN_COMPACTING) {
         int rc = a->gen->ops->pump(a->gen, on_generator_event, a, err);
         if (rc < 0 || (rc > 1))
             return err->code;
-        if (rc == 1)
+        if (rc == 1 && a->state == TURN_COMPACTING)
+            compaction_finished(a);
+        else if (rc == 1)
             generation_finished(a);
         else if (err->code)
             return err->code;
@@ -701,7 +783,7 @@ int app_dispatch(app *a, kimi_err *err)
 int app_poll_fds(const app *a, struct pollfd *fds)
 {
     int n = 0;
-    if (a->state == TURN_GENERATING)
+    if (a->state == TURN_GENERATING || a->state == TURN_COMPACTING)
         fds[n++] = (struct pollfd){.fd = a->gen->ops->event_fd(a->gen), .events = POLLIN};
     if (a->state == TURN_TOOL_RUNNING)
         fds[n++] = (struct pollfd){.fd = a->tool_pipe[0], .events = POLLIN};
@@ -713,7 +795,7 @@ void app_stop(app *a)
     if (a->state == TURN_IDLE)
         return;
     a->stop_requested = 1;
-    if (a->state == TURN_GENERATING)
+    if (a->state == TURN_GENERATING || a->state == TURN_COMPACTING)
         a->gen->ops->cancel(a->gen);
     else if (a->state == TURN_TOOL_RUNNING)
         atomic_store(&a->tool_cancel, 1);
@@ -743,6 +825,8 @@ int app_wind_down(app *a, double seconds, kimi_err *err)
 }
 
 int app_busy(const app *a) { return a->state != TURN_IDLE; }
+int app_tool_count(const app *a) { return a->have_tools ? a->tools.n_tools : 0; }
+const char *app_tool_name(const app *a, int i) { return i >= 0 && i < app_tool_count(a) ? a->tools.tools[i].name : NULL; }
 int app_quit_requested(const app *a) { return a->quit; }
 const session *app_session(const app *a) { return &a->sess; }
 const generator *app_generator(const app *a) { return a->gen; }
@@ -767,10 +851,11 @@ int app_last_turn_called(const app *a, const char *tool_name)
     return 0;
 }
 
+/* The user's last message (a /compact summary is not one). */
 static int last_user_index(const app *a)
 {
     for (int i = a->sess.conv.n_messages - 1; i >= 0; i--)
-        if (a->sess.conv.messages[i].role == CHAT_ROLE_USER)
+        if (a->sess.conv.messages[i].role == CHAT_ROLE_USER && !a->sess.meta[i].summary)
             return i;
     return -1;
 }
@@ -816,6 +901,115 @@ static int clean_input(app *a, const char **text, size_t *len, char **owned, kim
     return 0;
 }
 
+/* ---- the queue ---- */
+
+static void queue_changed(app *a)
+{
+    if (a->fe.queue_changed)
+        a->fe.queue_changed(a->fe.user);
+}
+
+static int queue_add(app *a, int at, char *text, size_t len, kimi_err *err)
+{
+    if (a->n_queue == a->cap_queue) {
+        int cap = a->cap_queue ? 2 * a->cap_queue : 4;
+        queued_message *grown = realloc(a->queue, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the queued message");
+        a->queue = grown;
+        a->cap_queue = cap;
+    }
+    memmove(a->queue + at + 1, a->queue + at, (size_t)(a->n_queue - at) * sizeof *a->queue);
+    a->queue[at] = (queued_message){.text = text, .len = len};
+    a->n_queue++;
+    queue_changed(a);
+    return 0;
+}
+
+static int queue_message(app *a, const char *text, size_t len, kimi_err *err)
+{
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the queued message");
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    if (queue_add(a, a->n_queue, copy, len, err)) {
+        free(copy);
+        return err->code;
+    }
+    return 0;
+}
+
+/* Every queued message goes back to the front end's input, joined by blank lines (in order),
+ * and the queue is empty; without a front end to take them they stay queued. */
+static void queue_return(app *a)
+{
+    if (!a->fe.queue_returned || !a->n_queue)
+        return;
+    strbuf joined = {0};
+    for (int i = 0; i < a->n_queue; i++) {
+        if (i)
+            strbuf_add(&joined, "\n\n", 2);
+        strbuf_add(&joined, a->queue[i].text, a->queue[i].len);
+    }
+    if (joined.failed) {
+        free(joined.data);
+        return;     /* out of memory: they stay queued rather than vanish */
+    }
+    for (int i = 0; i < a->n_queue; i++)
+        free(a->queue[i].text);
+    a->n_queue = 0;
+    a->fe.queue_returned(a->fe.user, joined.data ? joined.data : "", joined.len);
+    free(joined.data);
+    queue_changed(a);
+}
+
+/* The turn ended: after a whole answer the oldest queued message is sent; after a failed,
+ * stopped or cut-short turn the queue goes back to the input, because what the user queued
+ * likely assumed an answer that did not come. */
+static void queue_next(app *a, app_turn_outcome outcome)
+{
+    if (!a->n_queue || a->state != TURN_IDLE)
+        return;
+    if (outcome != APP_TURN_DONE) {
+        queue_return(a);
+        return;
+    }
+    queued_message m = a->queue[0];
+    a->n_queue--;
+    memmove(a->queue, a->queue + 1, (size_t)a->n_queue * sizeof *a->queue);
+    queue_changed(a);
+    kimi_err err = {0};
+    if (app_send(a, m.text, m.len, &err)) {
+        report(a, &err);
+        kimi_err ignored = {0};
+        if (queue_add(a, 0, m.text, m.len, &ignored) == 0)
+            m.text = NULL;
+        queue_return(a);
+    }
+    free(m.text);
+}
+
+int app_queue_length(const app *a) { return a->n_queue; }
+
+const char *app_queued(const app *a, int i, size_t *len)
+{
+    if (i < 0 || i >= a->n_queue)
+        return NULL;
+    *len = a->queue[i].len;
+    return a->queue[i].text;
+}
+
+char *app_unqueue(app *a, size_t *len)
+{
+    if (!a->n_queue)
+        return NULL;
+    queued_message m = a->queue[--a->n_queue];
+    *len = m.len;
+    queue_changed(a);
+    return m.text;
+}
+
 int app_send(app *a, const char *text, size_t len, kimi_err *err)
 {
     if (a->state != TURN_IDLE)
@@ -839,7 +1033,7 @@ int app_send(app *a, const char *text, size_t len, kimi_err *err)
 static int submit_line(app *a, const char *text, size_t len, kimi_err *err)
 {
     if (len >= 2 && text[0] == '/' && text[1] == '/')
-        return app_send(a, text + 1, len - 1, err);
+        return a->state != TURN_IDLE ? queue_message(a, text + 1, len - 1, err) : app_send(a, text + 1, len - 1, err);
     if (len && text[0] == '/') {
         if (memchr(text, 0, len))
             return kimi_fail(err, KIMI_ERR_INPUT, "a command is one line of text");
@@ -855,6 +1049,8 @@ static int submit_line(app *a, const char *text, size_t len, kimi_err *err)
         blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
     if (blank)
         return 0;
+    if (a->state != TURN_IDLE)
+        return queue_message(a, text, len, err);
     return app_send(a, text, len, err);
 }
 
@@ -930,19 +1126,257 @@ static int set_system(app *a, const char *text, size_t len, kimi_err *err)
     return rc;
 }
 
+/* ---- rewinding ---- */
+
+static void session_changed(app *a, int kept);
+static void session_changed_keep_context(app *a, int kept);
+
+/* Drop what rewinds cut off at more than keep messages (-1: all): the conversation no longer
+ * has the part they were cut from (an /undo below it, /retry, /system, /new, /load). */
+static void forget_rewinds(app *a, int keep)
+{
+    int n = 0;
+    for (int i = 0; i < a->n_rewinds; i++) {
+        if (a->rewinds[i].at > keep)
+            session_free(&a->rewinds[i].cut);
+        else
+            a->rewinds[n++] = a->rewinds[i];
+    }
+    a->n_rewinds = n;
+    if (keep < 0)
+        a->say_reuse = 0;
+}
+
+/* Cut the conversation back to its first `at` messages, keeping the rest for /undo. */
+static int cut_at(app *a, int at, kimi_err *err)
+{
+    if (a->n_rewinds == a->cap_rewinds) {
+        int cap = a->cap_rewinds ? 2 * a->cap_rewinds : 4;
+        rewound_part *grown = realloc(a->rewinds, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+        a->rewinds = grown;
+        a->cap_rewinds = cap;
+    }
+    rewound_part *r = &a->rewinds[a->n_rewinds];
+    r->at = at;
+    session_init(&r->cut);
+    for (int i = at; i < a->sess.conv.n_messages; i++)
+        if (session_append(&r->cut, &a->sess.conv.messages[i], &a->sess.meta[i], err)) {
+            session_free(&r->cut);
+            return err->code;
+        }
+    a->n_rewinds++;
+    session_truncate(&a->sess, at);
+    session_changed(a, at);
+    a->say_reuse = 1;
+    autosave(a);
+    return 0;
+}
+
+/* The newest rewind's cut-off part back, when the conversation is again just what it kept;
+ * 1 when it was brought back, 0 when there is none to bring back. */
+static int restore_rewound(app *a, kimi_err *err)
+{
+    if (!a->n_rewinds || a->rewinds[a->n_rewinds - 1].at != a->sess.conv.n_messages)
+        return 0;
+    rewound_part *r = &a->rewinds[a->n_rewinds - 1];
+    for (int i = 0; i < r->cut.conv.n_messages; i++)
+        if (session_append(&a->sess, &r->cut.conv.messages[i], &r->cut.meta[i], err)) {
+            session_truncate(&a->sess, r->at);
+            return -1;
+        }
+    int at = r->at, n = r->cut.conv.n_messages;
+    session_free(&r->cut);
+    a->n_rewinds--;
+    a->say_reuse = 0;
+    session_changed(a, at);
+    autosave(a);
+    say_info(a, "brought back the %d message%s the rewind cut off", n, n == 1 ? "" : "s");
+    return 1;
+}
+
+int app_rewind(app *a, int index, char **text, size_t *len, kimi_err *err)
+{
+    *text = NULL;
+    if (a->state != TURN_IDLE)
+        return kimi_fail(err, KIMI_ERR_STATE, "rewind: an answer is still coming: wait, or stop it first");
+    if (index < 0 || index >= a->sess.conv.n_messages || a->sess.conv.messages[index].role != CHAT_ROLE_USER ||
+        a->sess.meta[index].summary)
+        return kimi_fail(err, KIMI_ERR_INPUT, "rewind: message %d is not one of your messages", index);
+    const chat_text *t = &a->sess.conv.messages[index].content;
+    size_t n = t->len;
+    char *copy = malloc(n + 1);
+    if (!copy)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    if (n)
+        memcpy(copy, t->s, n);
+    copy[n] = 0;
+    if (cut_at(a, index, err)) {
+        free(copy);
+        return err->code;
+    }
+    *text = copy;
+    *len = n;
+    return 0;
+}
+
+/* ---- /compact ---- */
+
+#define SUMMARY_HEADING "[Summary of the earlier conversation]\n\n"
+
+/* The model summarises what it sees before the user's last message (reasoning off, no tools);
+ * the summary goes in before that message and the model sees it, and what follows, from then
+ * on. */
+static int start_compaction(app *a, const char *instructions, kimi_err *err)
+{
+    int from = session_context_start(&a->sess);
+    int at = last_user_index(a);
+    int material = 0;      /* messages the summary replaces (the system prompt and an older summary
+                              are no news) */
+    for (int i = from; i < at; i++)
+        material += a->sess.conv.messages[i].role != CHAT_ROLE_SYSTEM && !a->sess.meta[i].summary;
+    if (at < 0 || !material)
+        return kimi_fail(err, KIMI_ERR_STATE, "/compact: nothing to compact: the model already sees only the last exchange");
+    chat_message ask = {.role = CHAT_ROLE_USER};
+    strbuf prompt = {0};
+    strbuf_str(&prompt, APP_COMPACT_PROMPT);
+    if (*instructions)
+        strbuf_printf(&prompt, "\n\nAlso: %s", instructions);
+    chat_conversation view = {0};
+    int rc = prompt.failed ? kimi_fail(err, KIMI_ERR_NOMEM, "out of memory")
+             : chat_text_set(&ask.content, prompt.data, prompt.len, err) ? err->code
+                                                                        : model_view(a, at, &ask, &view, err);
+    const session_settings *s = &a->sess.settings;
+    if (!rc) {
+        answer_reset(a);
+        generator_request req = {
+            /* Moonshot's non-thinking temperature, or the session's when lower (0: greedy) */
+            .conv = &view, .thinking = 0, .temperature = s->temperature < 0.6f ? s->temperature : 0.6f,
+            .top_p = s->top_p, .top_k = s->top_k,
+            .max_tokens = APP_COMPACT_MAX_TOKENS, .seed = s->seed,
+        };
+        rc = a->gen->ops->start(a->gen, &req, err);
+        model_view_free(a, &view);
+    }
+    chat_message_free(&ask);
+    free(prompt.data);
+    if (rc)
+        return rc;
+    a->state = TURN_COMPACTING;
+    a->stop_requested = 0;
+    a->compact_at = at;
+    say_info(a, "compacting: the model summarises %d message%s (Esc or Ctrl-C stops it)", material,
+             material == 1 ? "" : "s");
+    return 0;
+}
+
+/* Put message m (with meta) in at index `at`, moving the rest up one. */
+static int insert_message(app *a, int at, const chat_message *m, const session_message_meta *meta, kimi_err *err)
+{
+    session tail;
+    session_init(&tail);
+    int n = a->sess.conv.n_messages, rc = 0;
+    for (int i = at; !rc && i < n; i++)
+        rc = session_append(&tail, &a->sess.conv.messages[i], &a->sess.meta[i], err);
+    if (!rc) {
+        session_truncate(&a->sess, at);
+        rc = session_append(&a->sess, m, meta, err);
+        for (int i = 0; !rc && i < tail.conv.n_messages; i++)
+            rc = session_append(&a->sess, &tail.conv.messages[i], &tail.meta[i], err);
+        if (rc) {
+            /* back as it was: the tail's copies are still whole */
+            session_truncate(&a->sess, at);
+            for (int i = 0; i < tail.conv.n_messages; i++) {
+                kimi_err ignored = {0};
+                session_append(&a->sess, &tail.conv.messages[i], &tail.meta[i], &ignored);
+            }
+        }
+    }
+    session_free(&tail);
+    return rc ? err->code : 0;
+}
+
+static void compaction_finished(app *a)
+{
+    const generator_result *res = a->gen->ops->result(a->gen);
+    char why[600] = "";
+    int stopped = 0;
+    size_t start = 0;
+    while (start < a->content.len && strchr(" \t\r\n", a->content.data[start]))
+        start++;
+    if (res->error[0])
+        snprintf(why, sizeof why, "%s", res->error);
+    else if (a->stop_requested || a->stop_reason == PARSE_STOP_CANCELLED)
+        stopped = snprintf(why, sizeof why, "stopped");
+    else if (a->stop_reason == PARSE_STOP_MAX_TOKENS || a->stop_reason == PARSE_STOP_MAX_TOKENS_WHILE_THINKING)
+        snprintf(why, sizeof why, "the summary itself was too long (over %d tokens)", APP_COMPACT_MAX_TOKENS);
+    else if (a->stop_reason == PARSE_STOP_CONTEXT_FULL)
+        snprintf(why, sizeof why, "the context filled up while the model wrote the summary");
+    else if (a->content.failed || a->reasoning.failed)
+        snprintf(why, sizeof why, "out of memory for the summary");
+    else if (start == a->content.len)
+        snprintf(why, sizeof why, "the model wrote no summary");
+    else if (res->prompt_tokens > 0 && res->generated_tokens >= res->prompt_tokens)
+        /* a server that reports no usage (0) is not judged */
+        snprintf(why, sizeof why, "the summary itself was too long (%d tokens, no fewer than the %d it summarised)",
+                 res->generated_tokens, res->prompt_tokens);
+    if (!why[0]) {
+        kimi_err err = {0};
+        chat_message m = {.role = CHAT_ROLE_USER};
+        session_message_meta meta = {.summary = 1};
+        strbuf text = {0};
+        strbuf_str(&text, SUMMARY_HEADING);
+        strbuf_add(&text, a->content.data + start, a->content.len - start);
+        if (text.failed || chat_text_set(&m.content, text.data, text.len, &err) ||
+            insert_message(a, a->compact_at, &m, &meta, &err))
+            snprintf(why, sizeof why, "%s", err.msg[0] ? err.msg : "out of memory for the summary");
+        chat_message_free(&m);
+        free(text.data);
+    }
+    if (why[0]) {
+        char message[800];
+        snprintf(message, sizeof message, "/compact: %s; the conversation is as it was", why);
+        end_turn(a, stopped ? APP_TURN_STOPPED : APP_TURN_FAILED, message);
+        return;
+    }
+    int at = a->compact_at;
+    /* What the model sees now, about (the next answer counts it exactly): what it saw before,
+       less the part replaced, plus the summary. The part replaced is about the prompt of the
+       first answer to the last message (which also held the system prompt and that message),
+       else the summary request's prompt (which also held the request). */
+    long before = a->context_used;
+    const session_message_meta *first = at + 2 < a->sess.conv.n_messages ? &a->sess.meta[at + 2] : NULL;
+    long replaced = first && first->has_stats ? first->prompt_tokens : res->prompt_tokens;
+    long estimate = before - replaced + res->generated_tokens;
+    a->context_used = estimate > res->generated_tokens ? estimate : res->generated_tokens;
+    a->offered_compact = 0;
+    forget_rewinds(a, at);
+    session_changed_keep_context(a, at);
+    say_info(a, "compacted: the model now sees a summary of %d tokens and the last exchange (about %ld of %ld tokens "
+                "before); the whole conversation stays in the session file and exports",
+             res->generated_tokens, a->context_used, before);
+    end_turn(a, APP_TURN_DONE, NULL);
+}
+
 /* The conversation was replaced or cut from message kept on: the context it fills is what its
  * last answer filled (unknown, 0, when no answer has stats), and no tool counts as called in the
  * current turn. */
+static void session_changed_keep_context(app *a, int kept)
+{
+    free(a->called.data);
+    a->called = (strbuf){0};
+    if (a->fe.session_reset)
+        a->fe.session_reset(a->fe.user, kept);
+}
+
 static void session_changed(app *a, int kept)
 {
     a->context_used = 0;
     for (int i = a->sess.conv.n_messages - 1; i >= 0 && !a->context_used; i--)
         if (a->sess.meta[i].has_stats)
             a->context_used = (long)a->sess.meta[i].prompt_tokens + a->sess.meta[i].generated_tokens;
-    free(a->called.data);
-    a->called = (strbuf){0};
-    if (a->fe.session_reset)
-        a->fe.session_reset(a->fe.user, kept);
+    session_changed_keep_context(a, kept);
 }
 
 /* Where /load NAME reads: a session of that name in the sessions folder (what /save NAME
@@ -1051,6 +1485,7 @@ static int load_session(app *a, const char *path, kimi_err *err)
         a->temperature_follows_thinking = a->top_p_follows_thinking = 0;
     session_free(&a->sess);
     a->sess = loaded;
+    forget_rewinds(a, -1);
     free(a->sess.path);
     /* A file of the sessions folder is continued; any other file (an export someone sent) is
        never written: autosave goes to a new file. */
@@ -1084,6 +1519,30 @@ static void list_tools(app *a)
     }
     if (b.data)
         say_info(a, "%.*s", (int)b.len - 1, b.data);
+    free(b.data);
+}
+
+/* /permissions: each tool as ask, always or disabled, as the next call would find it. */
+static void list_permissions(app *a)
+{
+    if (!a->have_tools || !a->tools.n_tools) {
+        say_info(a, "no tools (--tools FILE declares them)");
+        return;
+    }
+    strbuf b = {0};
+    strbuf_printf(&b, "tool permissions (/permissions NAME ask|always|disabled):");
+    for (int i = 0; i < a->tools.n_tools; i++) {
+        const tool_def *t = &a->tools.tools[i];
+        const char *p = !t->enabled || a->opt->no_tools ? "disabled"
+                        : allowed_by_policy(a, t)       ? "always"
+                        : a->fe.tool_approval           ? "ask"
+                                                        : "ask (nobody to ask here: not run)";
+        strbuf_printf(&b, "\n  %-14s %s", t->name, p);
+    }
+    if (a->opt->no_tools)
+        strbuf_printf(&b, "\n(all disabled by --no-tools)");
+    if (b.data)
+        say_info(a, "%s", b.data);
     free(b.data);
 }
 
@@ -1209,6 +1668,7 @@ static int run_command(app *a, command *c, kimi_err *err)
         a->sess.path = NULL;
         a->sess.created = 0;
         release_session_file(a);
+        forget_rewinds(a, -1);
         session_changed(a, a->sess.conv.n_messages);
         /* "always" was said about the conversation that ended */
         for (int i = 0; a->grant && i < a->tools.n_tools; i++)
@@ -1219,6 +1679,7 @@ static int run_command(app *a, command *c, kimi_err *err)
     case CMD_SYSTEM:
         if (require_idle(a, c, err) || set_system(a, c->text, c->text_len, err))
             return err->code;
+        forget_rewinds(a, -1);
         session_changed(a, 0);
         say_info(a, c->text_len ? "system prompt set" : "system prompt removed");
         return 0;
@@ -1263,6 +1724,8 @@ static int run_command(app *a, command *c, kimi_err *err)
         if (!rc) {
             session_truncate(&a->sess, u + 1);
             rc = begin_turn(a, err);
+            if (!rc)
+                forget_rewinds(a, u + 1);
             for (int i = 0; rc && i < kept.conv.n_messages; i++) {
                 kimi_err restore = {0};
                 if (session_append(&a->sess, &kept.conv.messages[i], &kept.meta[i], &restore))
@@ -1277,6 +1740,11 @@ static int run_command(app *a, command *c, kimi_err *err)
     case CMD_EDIT: {
         if (require_idle(a, c, err))
             return err->code;
+        if (c->id == CMD_UNDO) {
+            int restored = restore_rewound(a, err);
+            if (restored)
+                return restored < 0 ? err->code : 0;
+        }
         int u = last_user_index(a);
         if (u < 0)
             return kimi_fail(err, KIMI_ERR_STATE, "/%s: there is no exchange to %s", c->name,
@@ -1291,11 +1759,13 @@ static int run_command(app *a, command *c, kimi_err *err)
             if (rc)
                 return rc;
         }
+        if (c->id == CMD_EDIT)
+            return cut_at(a, u, err);
         session_truncate(&a->sess, u);
+        forget_rewinds(a, u);
         session_changed(a, u);
         autosave(a);
-        if (c->id == CMD_UNDO)
-            say_info(a, "dropped the last exchange");
+        say_info(a, "dropped the last exchange");
         return 0;
     }
     case CMD_TOOLS:
@@ -1342,6 +1812,26 @@ static int run_command(app *a, command *c, kimi_err *err)
             say_loaded(a, path);
         free(path);
         return rc;
+    }
+    case CMD_COMPACT:
+        if (require_idle(a, c, err))
+            return err->code;
+        return start_compaction(a, c->arg, err);
+    case CMD_PERMISSIONS: {
+        if (c->tools == TOOLS_LIST) {
+            list_permissions(a);
+            return 0;
+        }
+        tool_def *t = a->have_tools ? tools_find(&a->tools, c->arg) : NULL;
+        if (!t)
+            return kimi_fail(err, KIMI_ERR_INPUT, "/permissions: no tool named '%s' (/permissions lists them)", c->arg);
+        t->enabled = c->tools != TOOLS_DISABLE;
+        if (c->tools != TOOLS_DISABLE)
+            a->grant[t - a->tools.tools] = c->tools == TOOLS_ALWAYS ? GRANT_ALWAYS : GRANT_ASK;
+        say_info(a, "%s: %s", t->name, c->tools == TOOLS_ALWAYS ? "always (runs without asking in this conversation)"
+                                       : c->tools == TOOLS_ASK  ? "ask before every call"
+                                                                : "disabled (the model is told it is not available)");
+        return 0;
     }
     case CMD_SESSIONS: return list_sessions(a, err);
     case CMD_EXPORT: return export_session(a, c, err);
@@ -1496,6 +1986,11 @@ void app_close(app *a)
     if (a->have_tools)
         tools_free(&a->tools);
     free(a->grant);
+    for (int i = 0; i < a->n_queue; i++)
+        free(a->queue[i].text);
+    free(a->queue);
+    forget_rewinds(a, -1);
+    free(a->rewinds);
     session_free(&a->sess);
     release_session_file(a);
     free(a->sessions_dir);

@@ -18,6 +18,19 @@
 
 #define APP_MAX_TOOL_ROUNDS 8       /* generations after tool results within one user turn */
 
+/* /compact [INSTRUCTIONS]: the model, reasoning off and without tools, is shown the
+ * conversation it sees up to the user's last message followed by this request (and "Also:
+ * INSTRUCTIONS"); its answer, at most APP_COMPACT_MAX_TOKENS, goes into the session as a user
+ * message marked summary (session_context_start) before that last message. A failure (the model
+ * or the server, a stop, a summary that runs past the cap, an empty one) leaves the
+ * conversation as it was and ends the "turn" with a one-line message. */
+#define APP_COMPACT_PROMPT                                                                          \
+    "Summarise our conversation so far for yourself: the summary will replace it, and you will "    \
+    "not see the conversation again. Keep what is needed to go on: the user's goals and "           \
+    "constraints, decisions taken, facts found (tool results included), names, numbers and code "   \
+    "that matter, open questions, and what was about to happen next. Plain text, at most 300 words."
+#define APP_COMPACT_MAX_TOKENS 1024
+
 typedef enum { TOOL_APPROVE_ONCE, TOOL_APPROVE_ALWAYS, TOOL_DENY } tool_approval;
 
 /* Where a tool call is; the names (app_tool_state_name) are the words the session file's
@@ -90,6 +103,12 @@ typedef struct {
     void (*session_reset)(void *user, int kept);
     /* the save state changed (after an autosave, or a failed one) */
     void (*saved)(void *user, const char *path, int ok);
+    /* the queue of messages sent while a turn ran changed (one was queued, sent or taken back) */
+    void (*queue_changed)(void *user);
+    /* A turn that did not end with a whole answer (failed, stopped, the tool limit) leaves the
+       queued messages unsent: their text, joined by blank lines, comes back here for the input,
+       and the queue is empty. Without this callback they stay queued (app_unqueue). */
+    void (*queue_returned)(void *user, const char *text, size_t len);
     /* view commands the core does not own (/theme, /reasoning, /tools expanded|folded, /edit,
        /quit): return 0 when handled, else fill err (one line) */
     int (*view_command)(void *user, const char *name, const char *arg, kimi_err *err);
@@ -110,9 +129,11 @@ int app_poll_fds(const app *a, struct pollfd *fds);
 int app_dispatch(app *a, kimi_err *err);
 
 /* A line the user entered: a slash command (leading '/', except "//" which sends text that
- * starts with '/'), or a message that starts a turn. Returns 0, or the error (also reported
- * through fe->error) for a bad command or when a turn is already running. app_send and
- * app_command only return their errors (scripts name the line). */
+ * starts with '/'), or a message that starts a turn; while a turn runs the message is queued
+ * and sent when that turn ends with a whole answer (see queue_returned for the other ends).
+ * Returns 0, or the error (also reported through fe->error) for a bad command. app_send and
+ * app_command only return their errors (scripts name the line); app_send refuses while a turn
+ * runs. */
 int app_submit_line(app *a, const char *text, size_t len, kimi_err *err);
 /* Send text as the user's message (no command parsing). */
 int app_send(app *a, const char *text, size_t len, kimi_err *err);
@@ -120,6 +141,23 @@ int app_send(app *a, const char *text, size_t len, kimi_err *err);
 int app_command(app *a, const char *line, kimi_err *err);
 /* Check a slash command line without running it (scripts check every line first). */
 int app_command_check(const char *line, kimi_err *err);
+
+/* The queued messages, oldest first: [0, app_queue_length). */
+int app_queue_length(const app *a);
+const char *app_queued(const app *a, int i, size_t *len);
+/* Take the newest queued message back (to edit it): malloc'ed, *len bytes plus a NUL; NULL
+ * when none is queued. */
+char *app_unqueue(app *a, size_t *len);
+
+/* Rewind: cut the conversation back to before message `index`, which must be one of the
+ * user's, and hand its text back (malloc'ed, *len bytes plus a NUL) to edit and send again.
+ * Cutting before a user message never parts a tool call from its result. The part cut off is
+ * kept while this process runs: /undo, once the conversation is again what the rewind left,
+ * brings it back (rewinds stack; /new, /load, /system and /retry forget those they change).
+ * The engine's cache still holds the kept part, so the resend prefills only what is new: the
+ * first answer after a rewind says (fe->info) how many prompt positions were reused. Idle
+ * only. /edit is the rewind to the last user message. */
+int app_rewind(app *a, int index, char **text, size_t *len, kimi_err *err);
 
 /* Stop the running generation or tool run; what came is kept. */
 void app_stop(app *a);
@@ -130,6 +168,10 @@ void app_stop(app *a);
 int app_wind_down(app *a, double seconds, kimi_err *err);
 /* Answer a pending tool_approval. */
 void app_approve(app *a, int call_index, tool_approval decision);
+
+/* The declared tools' names (completion): [0, app_tool_count). */
+int app_tool_count(const app *a);
+const char *app_tool_name(const app *a, int i);
 
 int app_busy(const app *a);         /* a turn is running (generating, waiting, or running tools) */
 int app_quit_requested(const app *a);   /* /quit was given */

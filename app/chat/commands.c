@@ -26,21 +26,34 @@ static const struct {
     {"think", NULL, CMD_THINK, ARG_REQUIRED, "/think on|off               reasoning before answers"},
     {"set", NULL, CMD_SET, ARG_REQUIRED, "/set temperature|top_p|top_k|max_tokens|seed VALUE"},
     {"retry", NULL, CMD_RETRY, ARG_NONE, "/retry                      regenerate the last answer"},
-    {"undo", NULL, CMD_UNDO, ARG_NONE, "/undo                       drop the last exchange"},
-    {"edit", NULL, CMD_EDIT, ARG_NONE, "/edit                       put your last message back into the input (and drop that exchange)"},
+    {"undo", NULL, CMD_UNDO, ARG_NONE, "/undo                       drop the last exchange (after a rewind or /edit: bring back what it cut off)"},
+    {"edit", NULL, CMD_EDIT, ARG_NONE, "/edit                       put your last message back into the input (a rewind: /undo takes it back)"},
     {"tools", NULL, CMD_TOOLS, ARG_OPTIONAL, "/tools [enable|disable|ask NAME | expanded|folded]   list the tools and their policy, or change them (ask: take \"always\" back)"},
     {"save", NULL, CMD_SAVE, ARG_OPTIONAL, "/save [NAME]                save the session (NAME: a copy under that name)"},
     {"load", NULL, CMD_LOAD, ARG_REQUIRED, "/load NAME|FILE             open a saved session or a JSON export"},
     {"sessions", NULL, CMD_SESSIONS, ARG_NONE, "/sessions                   list saved sessions"},
     {"export", NULL, CMD_EXPORT, ARG_OPTIONAL, "/export [md|json] [PATH] [--force]   write the transcript (default md, in the current folder; --force replaces PATH)"},
+    {"compact", NULL, CMD_COMPACT, ARG_OPTIONAL, "/compact [INSTRUCTIONS]     the model summarises the conversation so far; it goes on from the summary and the last exchange (the session file keeps it all)"},
+    {"permissions", NULL, CMD_PERMISSIONS, ARG_OPTIONAL, "/permissions [NAME ask|always|disabled]   each tool's permission, or change one (always: for this conversation)"},
     {"stats", NULL, CMD_STATS, ARG_NONE, "/stats                      tokens, cache reuse and speed of the last answer and the session"},
     {"theme", NULL, CMD_THEME, ARG_OPTIONAL, "/theme [NAME]               colours of the full-screen view (no NAME: list them)"},
     {"reasoning", NULL, CMD_REASONING, ARG_REQUIRED, "/reasoning collapsed|expanded|hidden   how reasoning is shown"},
 };
 
+const char *commands_name(int i)
+{
+    for (size_t k = 0; k < sizeof table / sizeof table[0]; k++) {
+        if (i-- == 0)
+            return table[k].name;
+        if (table[k].alias && i-- == 0)
+            return table[k].alias;
+    }
+    return NULL;
+}
+
 const char *commands_help(void)
 {
-    static char text[2048];
+    static char text[4096];
     if (!text[0]) {
         size_t used = 0;
         for (size_t i = 0; i < sizeof table / sizeof table[0] && used < sizeof text; i++)
@@ -109,6 +122,25 @@ static int parse_tools(command *c, char *args, kimi_err *err)
         return 0;
     }
     return kimi_fail(err, KIMI_ERR_INPUT, "/tools %s: unknown (list, enable NAME, disable NAME, ask NAME, expanded, folded)", action);
+}
+
+static int parse_permissions(command *c, char *args, kimi_err *err)
+{
+    char *rest, *name = first_word(args, &rest);
+    c->tools = TOOLS_LIST;
+    if (!*name)
+        return 0;
+    static const struct { const char *word; tools_action action; } modes[] = {
+        {"ask", TOOLS_ASK}, {"always", TOOLS_ALWAYS}, {"disabled", TOOLS_DISABLE},
+    };
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        if (!strcmp(rest, modes[i].word)) {
+            c->tools = modes[i].action;
+            memmove(c->arg, name, strlen(name) + 1);
+            return 0;
+        }
+    return kimi_fail(err, KIMI_ERR_INPUT, "/permissions %s: give ask, always or disabled after the tool's name ('%s')",
+                     name, rest);
 }
 
 static int parse_export(command *c, char *args, kimi_err *err)
@@ -194,6 +226,7 @@ int command_parse(const char *line, size_t len, command *out, kimi_err *err)
             return kimi_fail(err, KIMI_ERR_INPUT, "/think %s: on or off", args);
         case CMD_SET: return parse_set(out, args, err);
         case CMD_TOOLS: return parse_tools(out, args, err);
+        case CMD_PERMISSIONS: return parse_permissions(out, args, err);
         case CMD_EXPORT: return parse_export(out, args, err);
         case CMD_REASONING:
             if (strcmp(args, "collapsed") && strcmp(args, "expanded") && strcmp(args, "hidden"))

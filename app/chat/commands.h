@@ -12,12 +12,14 @@
 typedef enum {
     CMD_HELP, CMD_QUIT, CMD_NEW, CMD_SYSTEM, CMD_THINK, CMD_SET, CMD_RETRY, CMD_UNDO, CMD_EDIT,
     CMD_TOOLS, CMD_SAVE, CMD_LOAD, CMD_SESSIONS, CMD_EXPORT, CMD_STATS, CMD_THEME, CMD_REASONING,
+    CMD_COMPACT, CMD_PERMISSIONS,
 } command_id;
 
 typedef enum { SET_TEMPERATURE, SET_TOP_P, SET_TOP_K, SET_MAX_TOKENS, SET_SEED } setting_id;
 
 typedef enum {
     TOOLS_LIST, TOOLS_ENABLE, TOOLS_DISABLE, TOOLS_ASK, TOOLS_EXPANDED, TOOLS_FOLDED,
+    TOOLS_ALWAYS,               /* /permissions NAME always */
 } tools_action;
 
 typedef enum { EXPORT_MARKDOWN, EXPORT_JSON } export_format;
@@ -34,7 +36,8 @@ typedef struct {
     setting_id setting;         /* CMD_SET */
     double number;              /* CMD_SET: temperature, top_p */
     uint64_t integer;           /* CMD_SET: top_k, max_tokens, seed */
-    tools_action tools;         /* CMD_TOOLS; arg holds NAME for enable/disable/ask */
+    tools_action tools;         /* CMD_TOOLS; arg holds NAME for enable/disable/ask.
+                                   CMD_PERMISSIONS: LIST, or ASK, ALWAYS, DISABLE for arg NAME */
     export_format format;       /* CMD_EXPORT; arg holds the path or "" */
     int force;                  /* CMD_EXPORT: "--force" at the end, replace an existing PATH */
 } command;
@@ -42,6 +45,10 @@ typedef struct {
 /* Parse line ("/set temperature 0.7"); errors are one line naming the command and the value
  * ("/set temperature -1: must be a finite number >= 0"). */
 int command_parse(const char *line, size_t len, command *out, kimi_err *err);
+
+/* The command names without '/', aliases included ("exit" after "quit"), for completion:
+ * i = 0, 1, ... until NULL. */
+const char *commands_name(int i);
 
 /* The /help text: every command, one line each. */
 const char *commands_help(void);

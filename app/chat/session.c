@@ -232,7 +232,7 @@ static json_t *json_duration(double v)
 
 static json_t *meta_to_json(const session_message_meta *m)
 {
-    if (!m || (!m->has_stats && !m->n_ids && !m->tool_state))
+    if (!m || (!m->has_stats && !m->n_ids && !m->tool_state && !m->summary))
         return json_null();
     json_t *obj = json_object();
     if (!obj)
@@ -269,6 +269,8 @@ static json_t *meta_to_json(const session_message_meta *m)
         }
         put(obj, "tool", tool, &bad);
     }
+    if (m->summary)
+        put(obj, "summary", json_true(), &bad);
     if (bad) {
         json_decref(obj);
         return NULL;
@@ -700,8 +702,11 @@ static int meta_from_json(const reader *r, const json_t *v, const char *path, se
         return bad_field(r, path, "", "not an object or null");
     char sub[96];
     const json_t *stats = json_object_get(v, "stats"), *ids = json_object_get(v, "ids");
-    const json_t *tool = json_object_get(v, "tool");
+    const json_t *tool = json_object_get(v, "tool"), *summary = json_object_get(v, "summary");
     int rc = 0;
+    if (summary && !json_is_boolean(summary))
+        return bad_field(r, path, "summary", "not true or false");
+    m->summary = json_is_true(summary);
     if (stats && !json_is_null(stats)) {
         snprintf(sub, sizeof sub, "%s.stats", path);
         if (!json_is_object(stats))
@@ -748,6 +753,14 @@ static int meta_from_json(const reader *r, const json_t *v, const char *path, se
         session_meta_free(m);
         return r->err ? r->err->code : KIMI_ERR_INPUT;
     }
+    return 0;
+}
+
+int session_context_start(const session *s)
+{
+    for (int i = s->conv.n_messages - 1; i > 0; i--)
+        if (meta_at(s, i) && meta_at(s, i)->summary)
+            return i;
     return 0;
 }
 
@@ -1355,7 +1368,8 @@ int session_to_markdown(const session *s, char **text, size_t *len, kimi_err *er
     for (int i = 0; i < s->conv.n_messages; i++) {
         const chat_message *m = &s->conv.messages[i];
         const session_message_meta *meta = meta_at(s, i);
-        const char *heading = m->role == CHAT_ROLE_USER ? "You" : m->role == CHAT_ROLE_SYSTEM ? "System"
+        const char *heading = meta && meta->summary ? "Summary (/compact)"
+                            : m->role == CHAT_ROLE_USER ? "You" : m->role == CHAT_ROLE_SYSTEM ? "System"
                             : m->role == CHAT_ROLE_ASSISTANT || m->role == CHAT_ROLE_TOOL ? "Kimi"
                             : chat_role_text(m);
         /* An answer's tool results and the answer that follows them are one turn. */

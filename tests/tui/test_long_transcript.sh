@@ -3,7 +3,7 @@
 # render_model caps a frame at 4000 rows, and a 1501-exchange session ended at "question
 # number 1333"): every question of a loaded 1501-exchange session is in the scrollback, in
 # order, the last one included. And the status bar shows the temperature of the flag, not the
-# session's.
+# session's; scrolled up, the rule says how many lines are below.
 . "$(dirname "$0")/lib.sh"
 python3 - "$TMP/long.json" <<'PY'
 import json, sys
@@ -20,6 +20,15 @@ start long 120 24 -- --load "$TMP/long.json" --no-save
 wait_ready 60
 # the flag (lib.sh starts every run with --temperature 0) wins over the loaded session's 1
 screen | tail -n 1 | grep -q '· T 0 ' || fail "the status bar does not show --temperature 0 over the loaded session"
+# scrolled up and idle, the rule says how far the end is (issue 24); Ctrl-End returns
+below() { screen | grep -Eo '↑ [0-9]+ lines above the end · Ctrl-End returns' | grep -Eo '[0-9]+'; }
+tm send-keys -t "$PANE" PPage
+wait_for '^─ ↑ [0-9]+ lines above the end · Ctrl-End returns'
+one=$(below)
+tm send-keys -t "$PANE" PPage
+wait_for "^─ ↑ $((one + 20)) lines above the end"   # a page of 21 rows keeps one
+tm send-keys -t "$PANE" C-End
+wait_gone 'lines above the end'
 tm send-keys -t "$PANE" C-d
 wait_file "$TMP/long.exit" 60
 [ "$(cat "$TMP/long.exit")" = 0 ] || fail "exit status $(cat "$TMP/long.exit")"

@@ -16,6 +16,7 @@ kimi_unit_test(test_options SOURCES test_options.c DEPS kimi_options kimi_comman
 add_test(NAME test_man_page COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_man_page.sh ${CMAKE_SOURCE_DIR}/app/kimi-chat.1)
 set_tests_properties(test_man_page PROPERTIES LABELS unit)
 kimi_unit_test(test_commands SOURCES test_commands.c DEPS kimi_commands)
+kimi_unit_test(test_completion SOURCES test_completion.c DEPS kimi_completion)
 kimi_unit_test(test_app SOURCES test_app.c DEPS kimi_app)
 kimi_unit_test(test_storage_read SOURCES test_storage_read.c DEPS kimi_storage_read)
 add_test(NAME test_probe_load COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_probe_load.sh $<TARGET_FILE:kimi-probe>

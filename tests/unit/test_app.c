@@ -35,6 +35,8 @@ typedef struct {
     const char *refuse;         /* start fails with this (a server down) */
     generator_result result;
     char last_request_system[64];
+    int last_request_n, last_request_thinking, last_request_tools, last_request_max_tokens;
+    char last_request_first[160], last_request_last[600];   /* the first and last messages' text */
 } fake_generator;
 
 static int fake_start(generator *g, const generator_request *req, kimi_err *err)
@@ -49,6 +51,15 @@ static int fake_start(generator *g, const generator_request *req, kimi_err *err)
     snprintf(f->last_request_system, sizeof f->last_request_system, "%s",
              req->conv->n_messages && req->conv->messages[0].role == CHAT_ROLE_SYSTEM
                  ? req->conv->messages[0].content.s : "");
+    const chat_conversation *c = req->conv;
+    f->last_request_n = c->n_messages;
+    f->last_request_thinking = req->thinking;
+    f->last_request_tools = req->tools != NULL;
+    f->last_request_max_tokens = req->max_tokens;
+    snprintf(f->last_request_first, sizeof f->last_request_first, "%s",
+             c->n_messages && c->messages[0].content.s ? c->messages[0].content.s : "");
+    snprintf(f->last_request_last, sizeof f->last_request_last, "%s",
+             c->n_messages && c->messages[c->n_messages - 1].content.s ? c->messages[c->n_messages - 1].content.s : "");
     char byte = 1;
     return write(f->fd[1], &byte, 1) == 1 ? 0 : -1;
 }
@@ -149,6 +160,9 @@ typedef struct {
     char info[4096];
     char infos[8192];           /* every info line since the app opened */
     char edit[256];
+    char returned[256];         /* what the last queue_returned gave back */
+    int returns, queue_changes;
+    int refuse_after_turn;      /* the generator refuses to start once a turn is done */
     app *a;
 } recorder;
 
@@ -158,7 +172,18 @@ static void on_turn_done(void *user, app_turn_outcome outcome, const char *messa
     r->turns_done++;
     r->outcome = outcome;
     snprintf(r->message, sizeof r->message, "%s", message ? message : "");
+    if (r->refuse_after_turn)
+        fake.refuse = "server down";
 }
+
+static void on_queue_returned(void *user, const char *text, size_t len)
+{
+    recorder *r = user;
+    r->returns++;
+    snprintf(r->returned, sizeof r->returned, "%.*s", (int)len, text);
+}
+
+static void on_queue_changed(void *user) { ((recorder *)user)->queue_changes++; }
 
 static void on_approval(void *user, const app_tool_call *c)
 {
@@ -232,7 +257,8 @@ static app *open_app(const answer *script, int n)
     rec = (recorder){.answer = TOOL_APPROVE_ONCE, .pending_call = -1};
     app_frontend fe = {.user = &rec, .turn_done = on_turn_done, .tool_update = on_update,
                        .session_reset = on_reset, .error = on_error, .info = on_info,
-                       .view_command = on_view, .saved = on_saved};
+                       .view_command = on_view, .saved = on_saved, .queue_returned = on_queue_returned,
+                       .queue_changed = on_queue_changed};
     app *a = NULL;
     kimi_err err = {0};
     CHECK_MSG(app_open(&a, &opt, &fe, fake_open(script, n), &err) == 0, "%s", err.msg);
@@ -734,6 +760,351 @@ static void test_invalid_utf8_input(void)
     app_close(a);
 }
 
+static void submit(app *a, const char *text)
+{
+    kimi_err err = {0};
+    CHECK_MSG(app_submit_line(a, text, strlen(text), &err) == 0, "%s: %s", text, err.msg);
+}
+
+static const char *queued(app *a, int i)
+{
+    size_t len;
+    const char *text = app_queued(a, i, &len);
+    return text ? text : "(none)";
+}
+
+/* Messages sent while a turn runs wait in order and go out when it ends with a whole answer;
+ * a failed, stopped or unstartable turn hands them back rather than lose them. */
+static void test_queue(void)
+{
+    static const answer fine[] = {{.content = "ok", .stop = PARSE_STOP_END_OF_TURN}};
+    app *a = open_app(fine, 1);
+    submit(a, "one");
+    CHECK(app_busy(a));
+    submit(a, "two");
+    submit(a, "//three");
+    submit(a, "four");
+    submit(a, "   ");                               /* blank: nothing queued */
+    CHECK_INT(app_queue_length(a), 3);
+    CHECK_STR(queued(a, 0), "two");
+    CHECK_STR(queued(a, 1), "/three");
+    CHECK_STR(queued(a, 2), "four");
+    size_t len = 0;
+    char *back = app_unqueue(a, &len);              /* the newest comes back to be edited */
+    CHECK(back && len == 4 && !strcmp(back, "four"));
+    free(back);
+    CHECK_INT(app_queue_length(a), 2);
+    CHECK(rec.queue_changes == 4);
+    /* a command while busy is not queued: it runs or says why not */
+    kimi_err err = {0};
+    CHECK(app_submit_line(a, "/undo", 5, &err) != 0 && strstr(err.msg, "still coming"));
+    wait_idle(a, 10);
+    CHECK_INT(fake.started, 3);
+    CHECK_INT(n_msgs(a), 6);
+    CHECK_STR(msg(a, 2)->content.s, "two");
+    CHECK_STR(msg(a, 4)->content.s, "/three");
+    CHECK(app_queue_length(a) == 0 && rec.returns == 0 && app_unqueue(a, &len) == NULL);
+    app_close(a);
+
+    /* the turn fails: the queued messages come back, in order, and none is sent */
+    static const answer broken[] = {{.error = "engine broke"}, {.content = "ok", .stop = PARSE_STOP_END_OF_TURN}};
+    a = open_app(broken, 2);
+    submit(a, "q1");
+    submit(a, "q2");
+    submit(a, "q3");
+    wait_idle(a, 10);
+    CHECK(rec.outcome == APP_TURN_FAILED && fake.started == 1);
+    CHECK_INT(rec.returns, 1);
+    CHECK_STR(rec.returned, "q2\n\nq3");
+    CHECK_INT(app_queue_length(a), 0);
+    app_close(a);
+
+    /* stopped: the same */
+    static const answer endless[] = {{.endless = 1, .stop = PARSE_STOP_END_OF_TURN}};
+    a = open_app(endless, 1);
+    submit(a, "go on");
+    submit(a, "then this");
+    app_stop(a);
+    wait_idle(a, 10);
+    CHECK(rec.outcome == APP_TURN_STOPPED && rec.returns == 1 && !strcmp(rec.returned, "then this"));
+    CHECK_INT(fake.started, 1);
+    app_close(a);
+
+    /* the queued message cannot start (the server went down): said, and handed back */
+    a = open_app(fine, 1);
+    rec.refuse_after_turn = 1;
+    submit(a, "first");
+    submit(a, "second");
+    wait_idle(a, 10);
+    fake.refuse = NULL;
+    CHECK(rec.outcome == APP_TURN_DONE && rec.errors == 1);
+    CHECK(rec.returns == 1 && !strcmp(rec.returned, "second"));
+    CHECK(n_msgs(a) == 2 && !app_busy(a));
+    app_close(a);
+}
+
+/* Each assistant tool call has its tool message before the next user message. */
+static int calls_answered(app *a)
+{
+    for (int i = 0; i < n_msgs(a); i++)
+        for (int k = 0; k < msg(a, i)->n_tool_calls; k++) {
+            int found = 0;
+            for (int j = i + 1; j < n_msgs(a) && msg(a, j)->role == CHAT_ROLE_TOOL && !found; j++)
+                found = !strcmp(msg(a, j)->tool_call_id, msg(a, i)->tool_calls[k].id);
+            if (!found)
+                return 0;
+        }
+    return 1;
+}
+
+static void rewind_to(app *a, int index, const char *expect)
+{
+    char *text = NULL;
+    size_t len = 0;
+    kimi_err err = {0};
+    CHECK_MSG(app_rewind(a, index, &text, &len, &err) == 0, "rewind %d: %s", index, err.msg);
+    CHECK_MSG(text && len == strlen(expect) && !strcmp(text, expect), "rewind %d gave '%s'", index, text ? text : "");
+    CHECK_INT(n_msgs(a), index);
+    CHECK_INT(rec.reset_kept, index);
+    free(text);
+}
+
+static void test_rewind(void)
+{
+    static const answer script[] = {{.content = "ans", .stop = PARSE_STOP_END_OF_TURN}};
+    app *a = open_app(script, 1);
+    kimi_err err = {0};
+    send(a, "q1");
+    send(a, "q2");
+    send(a, "q3");
+    CHECK_INT(n_msgs(a), 6);
+    char *text = NULL;
+    size_t len;
+    CHECK(app_rewind(a, 1, &text, &len, &err) != 0 && strstr(err.msg, "message 1 is not one of your messages") && !text);
+    CHECK(app_rewind(a, 6, &text, &len, &err) != 0 && n_msgs(a) == 6);
+    rewind_to(a, 2, "q2");
+    /* the session file holds what is left */
+    session saved;
+    session_init(&saved);
+    CHECK(session_load(&saved, app_session(a)->path, &err) == 0 && saved.conv.n_messages == 2);
+    session_free(&saved);
+    /* the resend says what the cache saved: the fake reuses 5 of 10 per message sent */
+    send(a, "q2 again");
+    CHECK_MSG(strstr(rec.infos, "after the rewind: 5 of 30 prompt positions reused from the cache, 25 prefilled"), "%s",
+              rec.infos);
+    CHECK_INT(n_msgs(a), 4);
+    /* /undo drops the resent exchange, and once more brings the cut-off part back */
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 2);
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 6);
+    CHECK_STR(rec.info, "brought back the 4 messages the rewind cut off");
+    CHECK_INT(rec.reset_kept, 2);
+    CHECK_STR(msg(a, 2)->content.s, "q2");
+    CHECK_STR(msg(a, 4)->content.s, "q3");
+    CHECK(app_session(a)->meta[3].has_stats);       /* the meta came back too */
+    /* rewinds stack */
+    rewind_to(a, 4, "q3");
+    rewind_to(a, 0, "q1");
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 4);
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 6);
+    /* /edit is a rewind to the last message: /undo brings the exchange back */
+    CHECK(app_command(a, "/edit", &err) == 0 && n_msgs(a) == 4 && !strcmp(rec.edit, "q3"));
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 6);
+    /* /new forgets what was cut */
+    rewind_to(a, 2, "q2");
+    CHECK(app_command(a, "/new", &err) == 0 && n_msgs(a) == 0);
+    CHECK(app_command(a, "/undo", &err) != 0 && strstr(err.msg, "no exchange to drop"));
+    /* an /undo below the cut forgets it too: the part it came from is gone */
+    send(a, "r1");
+    send(a, "r2");
+    rewind_to(a, 2, "r2");
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 6 - 2);   /* restored: r1, r2 */
+    rewind_to(a, 2, "r2");
+    CHECK(app_command(a, "/retry", &err) == 0);     /* the answer to r1 changes */
+    wait_idle(a, 10);
+    send(a, "r2b");
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 2);
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 0);       /* r1's exchange, not r2's */
+    /* not while an answer is coming */
+    static const answer endless[] = {{.endless = 1, .stop = PARSE_STOP_END_OF_TURN}};
+    app_close(a);
+    a = open_app(endless, 1);
+    submit(a, "x");
+    CHECK(app_rewind(a, 0, &text, &len, &err) != 0 && strstr(err.msg, "still coming") && !text);
+    app_stop(a);
+    wait_idle(a, 10);
+    app_close(a);
+
+    /* rewinding a conversation with tool rounds keeps every call with its result */
+    static const answer tools[] = {
+        {.call_name = "echo", .call_args = "{\"text\": \"a\"}", .call_valid = 1, .stop = PARSE_STOP_END_OF_TURN},
+        {.content = "done", .stop = PARSE_STOP_END_OF_TURN},
+        {.call_name = "echo", .call_args = "{\"text\": \"b\"}", .call_valid = 1, .stop = PARSE_STOP_END_OF_TURN},
+        {.content = "done", .stop = PARSE_STOP_END_OF_TURN},
+    };
+    opt.allow_tools = "echo";
+    a = open_app(tools, 4);
+    send(a, "t1");
+    send(a, "t2");
+    CHECK_INT(n_msgs(a), 8);
+    rewind_to(a, 4, "t2");
+    CHECK(calls_answered(a) && msg(a, 2)->role == CHAT_ROLE_TOOL);
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 8 && calls_answered(a));
+    app_close(a);
+    opt.allow_tools = NULL;
+}
+
+static void compact(app *a, const char *line)
+{
+    kimi_err err = {0};
+    CHECK_MSG(app_command(a, line, &err) == 0, "%s: %s", line, err.msg);
+    CHECK(app_busy(a));
+    wait_idle(a, 10);
+}
+
+/* /compact: the model's summary goes in before the last exchange and the model sees only it,
+ * the system prompt and what follows; the session keeps everything; every failure leaves the
+ * conversation as it was. */
+static void test_compact(void)
+{
+    static const answer script[] = {
+        {.content = "a1", .stop = PARSE_STOP_END_OF_TURN}, {.content = "a2", .stop = PARSE_STOP_END_OF_TURN},
+        {.content = "  the gist\n", .stop = PARSE_STOP_END_OF_TURN}, {.content = "a3", .stop = PARSE_STOP_END_OF_TURN},
+    };
+    opt.allow_tools = "echo";
+    app *a = open_app(script, 4);
+    kimi_err err = {0};
+    CHECK(app_command(a, "/compact", &err) != 0 && strstr(err.msg, "nothing to compact"));
+    CHECK(app_command(a, "/system Be brief.", &err) == 0);
+    send(a, "q1");
+    CHECK(app_command(a, "/compact", &err) != 0 && strstr(err.msg, "nothing to compact"));
+    send(a, "q2");
+    CHECK_INT(n_msgs(a), 5);
+    compact(a, "/compact keep the numbers");
+    CHECK_MSG(rec.outcome == APP_TURN_DONE, "%s", rec.message);
+    /* what the model was asked: the system prompt, the first exchange, the request; no
+       reasoning, no tools, a cap */
+    CHECK_INT(fake.last_request_n, 4);
+    CHECK_STR(fake.last_request_first, "Be brief.");
+    CHECK(strstr(fake.last_request_last, "Summarise our conversation so far") &&
+          strstr(fake.last_request_last, "\n\nAlso: keep the numbers"));
+    CHECK(!fake.last_request_thinking && !fake.last_request_tools && fake.last_request_max_tokens == APP_COMPACT_MAX_TOKENS);
+    /* the summary sits before the last exchange, trimmed; nothing else changed */
+    CHECK_INT(n_msgs(a), 6);
+    CHECK(msg(a, 3)->role == CHAT_ROLE_USER && app_session(a)->meta[3].summary);
+    CHECK_STR(msg(a, 3)->content.s, "[Summary of the earlier conversation]\n\nthe gist\n");
+    CHECK_STR(msg(a, 1)->content.s, "q1");
+    CHECK_STR(msg(a, 4)->content.s, "q2");
+    CHECK_INT(session_context_start(app_session(a)), 3);
+    CHECK_INT(rec.reset_kept, 3);
+    CHECK(strstr(rec.infos, "compacted: the model now sees a summary of"));
+    /* the next turn: the system prompt, the summary and what follows it */
+    send(a, "q3");
+    CHECK_INT(fake.last_request_n, 5);
+    CHECK_STR(fake.last_request_first, "Be brief.");
+    CHECK_STR(fake.last_request_last, "q3");
+    /* the file and the export keep the whole conversation; it loads back as it was */
+    session back;
+    session_init(&back);
+    CHECK(session_load(&back, app_session(a)->path, &err) == 0 && back.conv.n_messages == 8 && back.meta[3].summary &&
+          !back.meta[4].summary && session_context_start(&back) == 3);
+    session_free(&back);
+    char *md = NULL;
+    size_t md_len;
+    CHECK(session_to_markdown(app_session(a), &md, &md_len, &err) == 0 && strstr(md, "### Summary (/compact)") &&
+          strstr(md, "q1"));
+    free(md);
+    /* /undo and rewinds never take the summary for the user's message */
+    CHECK(app_command(a, "/undo", &err) == 0 && n_msgs(a) == 6);
+    CHECK_STR(app_last_user_text(a, &md_len), "q2");
+    char *text = NULL;
+    CHECK(app_rewind(a, 3, &text, &md_len, &err) != 0 && !text);
+    app_close(a);
+    opt.allow_tools = NULL;
+
+    /* failures: the model fails, the user stops it, the summary runs past the cap, it is empty */
+    static const answer fine[] = {{.content = "ans", .stop = PARSE_STOP_END_OF_TURN}};
+    static const answer broken[] = {{.error = "engine broke"}};
+    static const answer endless[] = {{.endless = 1, .stop = PARSE_STOP_END_OF_TURN}};
+    static const answer too_long[] = {{.content = "on and on", .stop = PARSE_STOP_MAX_TOKENS}};
+    static const answer empty[] = {{.content = " \n", .stop = PARSE_STOP_END_OF_TURN}};
+    struct { const answer *summary; const char *message; app_turn_outcome outcome; } failures[] = {
+        {broken, "/compact: engine broke; the conversation is as it was", APP_TURN_FAILED},
+        {endless, "/compact: stopped; the conversation is as it was", APP_TURN_STOPPED},
+        {too_long, "/compact: the summary itself was too long (over 1024 tokens); the conversation is as it was", APP_TURN_FAILED},
+        {empty, "/compact: the model wrote no summary; the conversation is as it was", APP_TURN_FAILED},
+    };
+    for (size_t f = 0; f < sizeof failures / sizeof *failures; f++) {
+        a = open_app(fine, 1);
+        send(a, "q1");
+        send(a, "q2");
+        long used = app_context_used(a);
+        fake.script = failures[f].summary;
+        CHECK(app_command(a, "/compact", &err) == 0 && app_busy(a));
+        if (failures[f].summary == endless)
+            app_stop(a);
+        wait_idle(a, 10);
+        CHECK_MSG(rec.outcome == failures[f].outcome && !strcmp(rec.message, failures[f].message), "%s", rec.message);
+        CHECK(n_msgs(a) == 4 && !strcmp(msg(a, 2)->content.s, "q2") && session_context_start(app_session(a)) == 0);
+        CHECK(app_context_used(a) == used && !app_busy(a));
+        app_close(a);
+    }
+
+    /* the context 90% full: /compact is offered, once */
+    a = open_app(fine, 1);
+    fake.base.context_limit = 34;
+    send(a, "q1");                                  /* 10 prompt + 2 generated tokens */
+    CHECK(!strstr(rec.infos, "/compact"));
+    send(a, "q2");                                  /* 30 + 2 */
+    send(a, "q3");
+    const char *offer = strstr(rec.infos, "the context is 94% full (32 of 34 tokens): /compact summarises");
+    CHECK_MSG(offer && !strstr(offer + 60, "/compact summarises"), "%s", rec.infos);
+    app_close(a);
+
+    /* a file whose summary mark is not a boolean is refused, naming it */
+    session bad;
+    session_init(&bad);
+    const char *json = "{\"meta\": {\"messages\": [{\"summary\": 1}]}, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}";
+    CHECK(session_parse(&bad, json, strlen(json), "s.json", &err) != 0 && strstr(err.msg, "summary"));
+    session_free(&bad);
+}
+
+/* /permissions: each tool as ask, always or disabled, and each change taking effect on the
+ * next call. */
+static void test_permissions(void)
+{
+    static const answer script[] = {
+        {.call_name = "echo", .call_args = "{\"text\": \"hi\"}", .call_valid = 1, .stop = PARSE_STOP_END_OF_TURN},
+        {.content = "done", .stop = PARSE_STOP_END_OF_TURN},
+    };
+    app *a = open_app(script, 2);
+    kimi_err err = {0};
+    CHECK(app_command(a, "/permissions", &err) == 0);
+    CHECK_MSG(strstr(rec.info, "\n  echo           ask (nobody to ask here: not run)") &&
+              strstr(rec.info, "\n  sleep          ask"), "%s", rec.info);
+    CHECK(app_command(a, "/permissions echo always", &err) == 0 && strstr(rec.info, "echo: always"));
+    CHECK(app_command(a, "/permissions", &err) == 0 && strstr(rec.info, "\n  echo           always"));
+    send(a, "echo it");
+    CHECK_STR(app_session(a)->meta[2].tool_state, "done");
+    CHECK(app_command(a, "/permissions echo disabled", &err) == 0);
+    CHECK(app_command(a, "/permissions", &err) == 0 && strstr(rec.info, "\n  echo           disabled"));
+    fake.started = 0;
+    send(a, "echo it");
+    CHECK_STR(app_session(a)->meta[6].tool_state, "unknown tool");
+    CHECK(app_command(a, "/permissions echo ask", &err) == 0);
+    CHECK(app_command(a, "/permissions", &err) == 0 && strstr(rec.info, "\n  echo           ask"));
+    CHECK(app_command(a, "/permissions nope always", &err) != 0 && strstr(err.msg, "no tool named 'nope'"));
+    app_close(a);
+    /* "ask" wins over --allow-tools, as /tools ask does */
+    opt.allow_tools = "echo";
+    a = open_app(script, 2);
+    CHECK(app_command(a, "/permissions", &err) == 0 && strstr(rec.info, "\n  echo           always"));
+    CHECK(app_command(a, "/permissions echo ask", &err) == 0);
+    send(a, "echo it");
+    CHECK_STR(app_session(a)->meta[2].tool_state, "denied");    /* nobody to ask */
+    app_close(a);
+    opt.allow_tools = NULL;
+}
+
 /* The tool states the front ends get as an enum, by the names the session files keep. */
 static void test_tool_state_names(void)
 {
@@ -774,6 +1145,10 @@ int main(void)
     test_sessions();
     test_flags_override_loaded();
     test_invalid_utf8_input();
+    test_queue();
+    test_rewind();
+    test_compact();
+    test_permissions();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
     if (system(cmd))

@@ -47,6 +47,14 @@ int main(void)
     CHECK(c.tools == TOOLS_DISABLE && !strcmp(c.arg, "now"));
     CHECK_INT(parse_ok("/tools expanded").tools, TOOLS_EXPANDED);
     CHECK_INT(parse_ok("/tools folded").tools, TOOLS_FOLDED);
+    CHECK(parse_ok("/permissions").id == CMD_PERMISSIONS && parse_ok("/permissions").tools == TOOLS_LIST);
+    c = parse_ok("/permissions now always");
+    CHECK(c.tools == TOOLS_ALWAYS && !strcmp(c.arg, "now"));
+    CHECK(parse_ok("/permissions now ask").tools == TOOLS_ASK && parse_ok("/permissions x disabled").tools == TOOLS_DISABLE);
+    parse_fails("/permissions now", "/permissions now: give ask, always or disabled");
+    parse_fails("/permissions now sometimes", "give ask, always or disabled after the tool's name ('sometimes')");
+    CHECK(parse_ok("/compact").id == CMD_COMPACT && !parse_ok("/compact").arg[0]);
+    CHECK_STR(parse_ok("/compact keep the SQL").arg, "keep the SQL");
     c = parse_ok("/export");
     CHECK(c.format == EXPORT_MARKDOWN && !c.arg[0]);
     c = parse_ok("/export json out/chat.json");

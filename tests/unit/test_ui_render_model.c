@@ -305,10 +305,12 @@ static void test_scroll_follow(void)
     CHECK_STR(scr[9], "  kimi streaming"); /* follows at the bottom */
     CHECK(!f->new_below);
 
+    CHECK_INT(render_model_rows_below(rm), 0);
     render_model_scroll(rm, -3);
     f = screen(rm, scr);
     CHECK(!f->following);
     CHECK_STR(scr[9], "       note 27");
+    CHECK_INT(render_model_rows_below(rm), 3);      /* note 28, note 29, the answer */
     memcpy(before, scr, sizeof scr);
     text(rm, a, " more\nand a new line");
     add(rm, RM_NOTE, "another");
@@ -324,12 +326,14 @@ static void test_scroll_follow(void)
     render_model_scroll(rm, -100);
     f = screen(rm, scr);
     CHECK_STR(scr[0], "       note 0");
+    CHECK_INT(render_model_rows_below(rm), render_model_total_rows(rm) - 10);
     render_model_scroll(rm, 5);
     f = screen(rm, scr);
     CHECK_STR(scr[0], "       note 5");
     render_model_scroll(rm, 1000); /* past the end: at the bottom, following again */
     f = screen(rm, scr);
     CHECK(f->following);
+    CHECK_INT(render_model_rows_below(rm), 0);
     CHECK(!f->new_below);
     CHECK_STR(scr[9], "       another");
     text(rm, a, "!");

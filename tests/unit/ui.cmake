@@ -4,5 +4,6 @@ kimi_unit_test(test_ui_theme SOURCES test_ui_theme.c DEPS kimi_ui_theme kimi_ui_
 kimi_unit_test(test_ui_markdown SOURCES test_ui_markdown.c DEPS kimi_ui_markdown)
 kimi_unit_test(test_ui_render_model SOURCES test_ui_render_model.c DEPS kimi_ui_render_model)
 kimi_unit_test(test_ui_input SOURCES test_ui_input.c DEPS kimi_ui_input)
+kimi_unit_test(test_ui_search SOURCES test_ui_search.c DEPS kimi_ui_search)
 kimi_unit_test(test_ui_paint SOURCES test_ui_paint.c DEPS kimi_ui_paint)
 kimi_unit_test(test_ui_progress_text SOURCES test_ui_progress_text.c DEPS kimi_ui_progress_text)
