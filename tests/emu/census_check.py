@@ -30,7 +30,7 @@ def check(ok, what):
 
 devices = ','.join(str(d) for d in range(tp))
 out = subprocess.run([probe, 'bench', '--census', '--json', '--backend', 'cuda', '--tp', str(tp), '--devices', devices,
-                      '--model', model], capture_output=True, text=True, timeout=1200)
+                      '--model', model], capture_output=True, text=True, timeout=600)
 if out.returncode != 0:
     sys.exit('FAIL kimi-probe bench --census: exit %d: %s' % (out.returncode, out.stderr.strip()))
 lines = [l for l in out.stdout.splitlines() if l.strip()]
