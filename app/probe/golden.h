@@ -15,12 +15,17 @@ typedef struct {
     int dcp;                    /* ranks the latent cache is sharded over (--dcp) */
     char ranks[32];             /* "tp 8" or "tp 8, dcp 4", for the case lines */
     int devices[8], n_devices;  /* --devices (the CUDA backend's; 0: its default) */
-    int passed, failed;
+    const char *skip;           /* --skip: comma-separated model case names not run, or NULL */
+    int passed, failed, skipped;
 } golden_run;
 
 /* Record one case: prints "PASS <name> <detail>" or "FAIL <name> <detail>". */
 void golden_case(golden_run *g, int ok, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Whether the kv/model case `name` is on the --skip list; if so, prints "SKIP <name> (--skip)"
+ * and counts it. */
+int golden_skip(golden_run *g, const char *name);
 
 /* Read a whole reference file (reference_dir/name) into memory; *bytes its size. */
 int golden_read_file(const golden_run *g, const char *name, void **data, size_t *bytes, kimi_err *err);

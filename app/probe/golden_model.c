@@ -380,7 +380,7 @@ static int run_cases(golden_run *g, int kv_section, kimi_err *err)
         json_array_foreach(json_object_get(s.root, "cases"), i, c) {
             const char *kind = json_string_value(json_object_get(c, "kind"));
             int is_kv = kind && !strcmp(kind, "kv");
-            if (is_kv != kv_section)
+            if (is_kv != kv_section || golden_skip(g, json_string_value(json_object_get(c, "name"))))
                 continue;
             rc = is_kv ? run_kv(&s, c, json_string_value(json_object_get(c, "name")), err) : run_model_case(&s, c, err);
             if (rc)

@@ -1,6 +1,7 @@
 /* probe_bench: `kimi-probe generate` (greedy ids and text through the engine) and
  * `kimi-probe bench` (load, prefill and decode speed, weight bytes per token against this
- * machine's measured streaming-read bandwidth, as one JSON object). */
+ * machine's measured streaming-read bandwidth, as one JSON object); `kimi-probe bench --census`
+ * (the device work of one CUDA decode step, counted by the CPU emulation of CUDA). */
 #include "app/probe/probe.h"
 
 #include <jansson.h>
@@ -12,6 +13,9 @@
 #include <time.h>
 
 #include "app/probe/probe_args.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/device_census.h"
+#include "engine/backend/device_plan.h"
 #include "engine/backend/kv_shard.h"
 #include "engine/base/monotonic.h"
 #include "engine/runtime/engine.h"
@@ -286,14 +290,171 @@ static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *e
     return 0;
 }
 
+/* ---- bench --census ---- */
+
+/* Bytes rank `rank` of tp must read from device memory for one decode step at context length
+ * ctx (positions 0..ctx-1 in the cache, the new one included), from the model's shapes: its
+ * shard (replicated tensors whole) less the embedding table (looked up on the host) and the
+ * routed experts the router did not pick (experts - experts_per_token of them in every MoE
+ * layer), plus every layer's latent cache rows [ctx][kv_lora + rope] fp16 (each rank holds and
+ * reads the whole latent cache). */
+static int census_required_bytes(const model_weights *mw, int tp, int rank, long ctx, double *weights,
+                                 double *cache, kimi_err *err)
+{
+    const model_config *c = &mw->cfg;
+    tp_shard shard;
+    if (tp_shard_plan(mw, tp, rank, &shard, err))
+        return err->code;
+    double total = (double)shard.weight_bytes - (double)matrix_bytes(&mw->embed.w);
+    for (int i = 0; i < c->layers; i++) {
+        const layer_weights *lw = &mw->layers[i];
+        if (!lw->is_moe)
+            continue;
+        const mlp_weights *x = &lw->experts[0];
+        weight_matrix gate = weight_rows(&x->gate.w, shard.moe_inter), up = weight_rows(&x->up.w, shard.moe_inter);
+        weight_matrix down = weight_cols(&x->down.w, shard.moe_inter);
+        double expert = (double)(matrix_bytes(&gate) + matrix_bytes(&up) + matrix_bytes(&down));
+        total -= (double)(c->experts - c->experts_per_token) * expert;
+    }
+    *weights = total;
+    *cache = (double)ctx * (double)kv_bytes_per_token(c);
+    return 0;
+}
+
+static json_t *census_json(const device_census *dc, const model_config *c, int tp, long ctx, double weights,
+                           double cache)
+{
+    json_t *o = json_object(), *kernels = json_array();
+    json_object_set_new(o, "layers", json_integer(c->layers));
+    json_object_set_new(o, "tp", json_integer(tp));
+    json_object_set_new(o, "rank", json_integer(0));
+    json_object_set_new(o, "hidden", json_integer(c->hidden));
+    json_object_set_new(o, "context", json_integer(ctx));
+    json_object_set_new(o, "launches_per_token", json_integer((json_int_t)dc->launches));
+    json_object_set_new(o, "graph_launches_per_token", json_integer((json_int_t)dc->graph_launches));
+    json_object_set_new(o, "graph_nodes_per_token", json_integer((json_int_t)dc->graph_nodes));
+    json_object_set_new(o, "collectives_per_token", json_integer((json_int_t)dc->collectives));
+    json_object_set_new(o, "collective_bytes_per_token", json_integer((json_int_t)dc->collective_bytes));
+    json_object_set_new(o, "copies_per_token", json_integer((json_int_t)dc->copies));
+    json_object_set_new(o, "copy_bytes_per_token", json_integer((json_int_t)dc->copy_bytes));
+    json_object_set_new(o, "global_bytes_read_per_token", json_integer((json_int_t)dc->bytes_read));
+    json_object_set_new(o, "required_bytes_per_token", json_integer((json_int_t)(weights + cache)));
+    json_object_set_new(o, "required_weight_bytes", json_integer((json_int_t)weights));
+    json_object_set_new(o, "required_cache_bytes", json_integer((json_int_t)cache));
+    json_object_set_new(o, "launch_budget", json_integer(10 * c->layers + 16));
+    json_object_set_new(o, "bytes_read_method",
+                        json_string("CPU emulation of CUDA: per launch, the distinct 4 KiB pages of device memory "
+                                    "whose first access was a load, times 4096"));
+    for (int i = 0; i < dc->n_kernels; i++) {
+        json_t *k = json_object();
+        json_object_set_new(k, "name", json_string(dc->kernels[i].name));
+        json_object_set_new(k, "launches", json_integer((json_int_t)dc->kernels[i].launches));
+        json_object_set_new(k, "bytes_read", json_integer((json_int_t)dc->kernels[i].bytes_read));
+        json_array_append_new(kernels, k);
+    }
+    json_object_set_new(o, "kernels", kernels);
+    return o;
+}
+
+static void census_print(const device_census *dc, const model_config *c, int tp, long ctx, double weights,
+                         double cache)
+{
+    printf("decode-step census: rank 0 of tp %d, %d layers, hidden %d, context %ld positions\n", tp, c->layers,
+           c->hidden, ctx);
+    printf("  launches      %llu (budget 10 x layers + 16 = %d)\n", dc->launches, 10 * c->layers + 16);
+    printf("  graph         %llu launches, %llu nodes\n", dc->graph_launches, dc->graph_nodes);
+    printf("  collectives   %llu, %llu bytes\n", dc->collectives, dc->collective_bytes);
+    printf("  copies        %llu, %llu bytes\n", dc->copies, dc->copy_bytes);
+    printf("  bytes read    %llu (required %.0f: weights %.0f + cache %.0f; ratio %.3f)\n", dc->bytes_read,
+           weights + cache, weights, cache, weights + cache > 0 ? (double)dc->bytes_read / (weights + cache) : 0.0);
+    printf("  %-40s %9s %14s\n", "kernel", "launches", "bytes read");
+    for (int i = 0; i < dc->n_kernels; i++)
+        printf("  %-40s %9llu %14llu\n", dc->kernels[i].name, dc->kernels[i].launches, dc->kernels[i].bytes_read);
+}
+
+/* kimi-probe bench --census: a prompt of --prompt tokens, one decode step (which captures the
+ * step's graph), then the census of the next decode step on rank 0's device. Every rank has a
+ * device of its own, as on the GPU box (NCCL between them). */
+static int bench_census(const probe_args *a, kimi_err *err)
+{
+    long tp, n_prompt;
+    int devices[8], n_devices = 0;
+    backend_kind kind;
+    const char *dir;
+    if (probe_arg_required(a, "model", &dir, err) || probe_arg_backend(a, &kind, err) ||
+        probe_arg_int(a, "tp", 1, 8, 8, &tp, err) || probe_arg_int(a, "prompt", 1, DEVICE_MAX_TOKENS, 4, &n_prompt, err) ||
+        probe_arg_devices(a, devices, &n_devices, err))
+        return err->code;
+    if (kind != BACKEND_CUDA)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--census: counts the CUDA backend's device work; add --backend cuda");
+    if (n_devices == 0)
+        for (int r = 0; r < tp; r++)
+            devices[n_devices++] = r;
+    if (n_devices != tp)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--census: one device per rank (--devices with %ld of them)", tp);
+    if (device_census_begin(err) || device_census_end(devices[0], &(device_census){0}, err))
+        return err->code;   /* a build that cannot count says so before the model loads */
+    model_weights mw;
+    if (weights_load(&mw, dir, err))
+        return err->code;
+    const model_config *c = &mw.cfg;
+    long ctx = n_prompt + 2;
+    backend_options bo = {.kind = BACKEND_CUDA, .tp = (int)tp, .max_context = ctx, .devices = devices,
+                          .n_devices = n_devices};
+    backend *be = NULL;
+    int32_t tokens[DEVICE_MAX_TOKENS + 2];
+    float *logits = malloc((size_t)c->vocab * sizeof *logits);
+    device_census *dc = calloc(1, sizeof *dc);
+    int rc = logits && dc ? 0 : kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
+    for (long i = 0; i < ctx; i++)
+        tokens[i] = (int32_t)((i * 7919 + 17) % c->vocab);
+    int last = (int)n_prompt - 1, zero = 0;
+    if (!rc)
+        rc = backend_open(&be, &mw, &bo, err);
+    if (!rc)
+        rc = backend_forward(be, tokens, (int)n_prompt, 0, &last, 1, logits, err);
+    if (!rc)    /* the first decode step captures its graph: the census counts a replay */
+        rc = backend_forward(be, tokens + n_prompt, 1, n_prompt, &zero, 1, logits, err);
+    if (!rc && !(rc = device_census_begin(err))) {
+        rc = backend_forward(be, tokens + n_prompt + 1, 1, n_prompt + 1, &zero, 1, logits, err);
+        int ended = device_census_end(devices[0], dc, err);
+        rc = rc ? rc : ended;
+    }
+    double weights = 0, cache = 0;
+    if (!rc)
+        rc = census_required_bytes(&mw, (int)tp, 0, ctx, &weights, &cache, err);
+    if (!rc && probe_arg(a, "json")) {
+        json_t *o = census_json(dc, c, (int)tp, ctx, weights, cache);
+        char *line = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", line);
+        free(line);
+        json_decref(o);
+    } else if (!rc) {
+        census_print(dc, c, (int)tp, ctx, weights, cache);
+    }
+    backend_close(be);
+    weights_free(&mw);
+    free(logits);
+    free(dc);
+    return rc;
+}
+
 int probe_bench(int argc, char **argv)
 {
     kimi_err err = {0};
     probe_args a;
     engine_options opt;
     long n_prompt, n_gen, read_mib;
-    if (probe_args_parse(&a, argc, argv, "model,backend,tp,dcp,devices,threads,prompt,gen,ctx,read-mib,speculate", &err) ||
-        probe_arg_int(&a, "prompt", 1, 1 << 20, 128, &n_prompt, &err) ||
+    if (probe_args_parse(&a, argc, argv,
+                         "model,backend,tp,dcp,devices,threads,prompt,gen,ctx,read-mib,speculate,census,json", &err))
+        return probe_report(&err);
+    if (probe_arg(&a, "census"))
+        return bench_census(&a, &err) ? probe_report(&err) : 0;
+    if (probe_arg(&a, "json")) {
+        kimi_fail(&err, KIMI_ERR_USAGE, "--json: only with --census (bench always prints JSON)");
+        return probe_report(&err);
+    }
+    if (probe_arg_int(&a, "prompt", 1, 1 << 20, 128, &n_prompt, &err) ||
         probe_arg_int(&a, "gen", 2, 1 << 20, 32, &n_gen, &err) ||
         probe_arg_int(&a, "read-mib", 64, 1 << 20, 1024, &read_mib, &err) ||
         probe_engine_options(&a, n_prompt + n_gen < 16 ? 16 : n_prompt + n_gen, &opt, &err))

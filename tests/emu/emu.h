@@ -17,6 +17,7 @@ struct work {
     std::string what;
     int kind;                   /* WORK_* */
     size_t bytes;               /* what it moves (copies, collectives) */
+    int device = 0;             /* of the stream it was enqueued on (set by enqueue) */
 };
 enum { WORK_KERNEL, WORK_COPY, WORK_MEMSET, WORK_COLLECTIVE, WORK_EVENT, WORK_WAIT, WORK_HOST };
 
@@ -32,11 +33,9 @@ bool capturing(cudaStream_t stream);
  * deadlock). */
 [[noreturn]] void fatal(const char *format, ...) __attribute__((format(printf, 1, 2)));
 
-/* The census (kimi-probe bench --census): counters since the last reset. */
-struct census_counts {
-    unsigned long long launches, graph_launches, graph_nodes, collectives, collective_bytes, copies, copy_bytes;
-};
-void census_add(const work &w, int replayed);
+/* Runs w on the calling (stream) thread, counted in the census (include/cuemu.h) while it is on;
+ * replayed: a node of a graph launch. */
+void execute(const work &w, int replayed);
 
 } // namespace emu
 

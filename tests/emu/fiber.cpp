@@ -15,14 +15,8 @@ emu_fiber_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -41,9 +35,7 @@ void *emu_fiber_prepare(char *base, size_t size, void (*entry)())
     uint64_t *ret = (uint64_t *)(top - 16);     /* entry starts with rsp = top - 8, as after a call */
     ret[0] = (uint64_t)(uintptr_t)entry;
     ret[1] = 0;
-    uint64_t *frame = ret - 7;                  /* control words, r15, r14, r13, r12, rbx, rbp */
-    memset(frame, 0, 7 * sizeof *frame);
-    uint32_t control[2] = {0x1F80u, 0x037Fu};   /* the default MXCSR and x87 control word */
-    memcpy(frame, control, sizeof control);
+    uint64_t *frame = ret - 6;                  /* r15, r14, r13, r12, rbx, rbp */
+    memset(frame, 0, 6 * sizeof *frame);
     return frame;
 }

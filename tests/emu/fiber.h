@@ -1,5 +1,7 @@
-/* fiber: the context switch of the emulator's CUDA threads (x86-64 System V): callee-saved
- * registers, MXCSR and the x87 control word on the fiber's own stack. */
+/* fiber: the context switch of the emulator's CUDA threads (x86-64 System V): the callee-saved
+ * registers on the fiber's own stack. MXCSR and the x87 control word are not switched: no
+ * kernel changes the rounding mode, every fiber runs with its worker thread's, and saving and
+ * loading them took four fifths of each switch (fldcw and ldmxcsr serialise the pipeline). */
 #ifndef KIMI_EMU_FIBER_H
 #define KIMI_EMU_FIBER_H
 

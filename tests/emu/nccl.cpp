@@ -51,6 +51,8 @@ struct ncclComm {
     std::atomic<bool> aborted{false};
     std::atomic<int> async_error{ncclSuccess};
     unsigned long long executed = 0;                /* collectives run so far (the stream thread's) */
+    unsigned long long rounds = 0;                  /* of them, those that meet every rank (not send/recv,
+                                                       which a root calls once per peer) */
     std::map<int, unsigned long long> sent_to, received_from;
 };
 
@@ -95,7 +97,8 @@ void meet(ncclComm *c, arrival mine, const std::function<void(std::vector<arriva
 {
     clique &g = *c->group;
     std::unique_lock<std::mutex> hold(g.lock);
-    unsigned long long index = ++c->executed;
+    ++c->executed;
+    unsigned long long index = ++c->rounds;
     if (faulted(c)) {
         c->async_error = ncclSystemError;
         wait_aborted(c, hold);

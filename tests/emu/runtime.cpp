@@ -11,11 +11,15 @@
 
 #include <cuda_runtime.h>
 
+#include <cuemu.h>
+
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <ucontext.h>
 
 #include <algorithm>
 #include <atomic>
@@ -454,8 +458,12 @@ static void run_block(worker *w, const launch_desc &d, const std::function<void(
 
 /* ---- the block pool ---- */
 
+struct census_row;
+static thread_local census_row *census_current;     /* the kernel this thread runs blocks of */
+
 struct grid_job {
     launch_desc d;
+    census_row *census;
     const std::function<void()> *body;
     std::vector<uint3> blocks;
     std::atomic<size_t> next{0}, done{0};
@@ -487,8 +495,10 @@ static pool &block_pool()
                     }
                     job->helpers++;
                     worker *w = worker_get();
+                    census_current = job->census;
                     for (size_t b; (b = job->next.fetch_add(1)) < job->blocks.size(); job->done++)
                         run_block(w, job->d, *job->body, job->blocks[b]);
+                    census_current = nullptr;
                     job->helpers--;
                 }
             });
@@ -504,6 +514,11 @@ static std::atomic<unsigned long long> launch_counter{0};
 /* cudaMalloc keeps kCanary bytes of 0xA5 after each allocation: a kernel that writes past the
  * end of a buffer is named when it ends (a GPU would corrupt the neighbour silently). */
 constexpr size_t kCanary = 64;
+/* Device allocations own whole pages (the census protects them page by page). */
+static size_t allocation_bytes(size_t asked)
+{
+    return (asked + kCanary + 4095) & ~(size_t)4095;
+}
 static std::mutex memory_lock;
 static std::map<uintptr_t, std::pair<size_t, int>> allocations;   /* device pointer -> bytes asked, device */
 
@@ -523,6 +538,7 @@ static void run_grid(const launch_desc &d, const std::function<void()> &body)
 {
     auto job = std::make_shared<grid_job>();
     job->d = d;
+    job->census = census_current;
     job->body = &body;
     for (unsigned z = 0; z < d.grid.z; z++)
         for (unsigned y = 0; y < d.grid.y; y++)
@@ -545,7 +561,9 @@ static void run_grid(const launch_desc &d, const std::function<void()> &body)
         run_block(w, d, body, job->blocks[b]);
     while (job->done.load() < job->blocks.size() || job->helpers.load() > 0)
         std::this_thread::yield();
+    census_current = nullptr;   /* the canaries are the emulator's reads, not the kernel's */
     check_canaries(d);
+    census_current = job->census;
 }
 
 /* ---- streams ---- */
@@ -586,7 +604,7 @@ struct CUstream_st {
             emu::work w = std::move(queue.front());
             queue.pop_front();
             hold.unlock();
-            w.run();
+            emu::execute(w, 0);
             hold.lock();
             finished++;
             changed.notify_all();
@@ -640,20 +658,113 @@ bool capturing(cudaStream_t stream)
     return s->capture != nullptr;
 }
 
-static census_counts census;
-static std::mutex census_lock;
+/* ---- the census (include/cuemu.h) ---- */
 
-void census_add(const work &w, int replayed)
+struct census_row {
+    unsigned long long launches = 0;
+    std::atomic<unsigned long long> bytes_read{0};
+};
+struct device_census {
+    cuemu_device_census counts{};
+    std::map<std::string, census_row> kernels;
+};
+/* The device memory whose reads are counted: page-aligned ranges, sorted, fixed while the
+ * census is on (the fault handler reads them without a lock). */
+struct census_range {
+    uintptr_t begin, end;
+    int device;
+    bool live;      /* false once freed */
+};
+static std::atomic<bool> census_on{false};
+static std::mutex census_lock;
+static std::vector<device_census> census_devices;
+static std::vector<census_range> census_ranges;
+static struct sigaction census_previous_action;
+constexpr uintptr_t kPage = 4096;
+
+static const census_range *census_range_of(uintptr_t address)
+{
+    size_t lo = 0, hi = census_ranges.size();
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (census_ranges[mid].end <= address)
+            lo = mid + 1;
+        else if (census_ranges[mid].begin > address)
+            hi = mid;
+        else
+            return census_ranges[mid].live ? &census_ranges[mid] : nullptr;
+    }
+    return nullptr;
+}
+
+/* A first access to a protected page of device memory: counted when a kernel loads it, then the
+ * page is open for the rest of the launch. Any other fault goes to the previous handler. */
+static void census_fault(int signal, siginfo_t *info, void *context)
+{
+    uintptr_t address = (uintptr_t)info->si_addr;
+    if (!census_on.load() || !census_range_of(address)) {
+        sigaction(SIGSEGV, &census_previous_action, nullptr);
+        return;     /* the access faults again, now with the previous action */
+    }
+    (void)signal;
+    bool write = ((ucontext_t *)context)->uc_mcontext.gregs[REG_ERR] & 2;
+    mprotect((void *)(address & ~(kPage - 1)), kPage, PROT_READ | PROT_WRITE);
+    if (census_row *row = census_current)
+        if (!write)
+            row->bytes_read += kPage;
+}
+
+/* Sets the access of device's counted memory (every device's: -1). Call with census_lock held. */
+static void census_protect(int device, int access)
+{
+    for (const census_range &r : census_ranges)
+        if (r.live && (device < 0 || r.device == device))
+            mprotect((void *)r.begin, r.end - r.begin, access);
+}
+
+/* cudaFree of counted memory: open it before the allocator touches it, and never protect it again. */
+static void census_forget(uintptr_t begin)
 {
     std::lock_guard<std::mutex> hold(census_lock);
-    switch (w.kind) {
-    case WORK_KERNEL: census.launches++; break;
-    case WORK_COPY: case WORK_MEMSET: census.copies++; census.copy_bytes += w.bytes; break;
-    case WORK_COLLECTIVE: census.collectives++; census.collective_bytes += w.bytes; break;
-    default: break;
+    for (census_range &r : census_ranges)
+        if (r.begin == begin && r.live) {
+            if (census_on.load())
+                mprotect((void *)r.begin, r.end - r.begin, PROT_READ | PROT_WRITE);
+            r.live = false;
+        }
+}
+
+void execute(const work &w, int replayed)
+{
+    if (!census_on.load()) {
+        w.run();
+        return;
     }
-    if (replayed)
-        census.graph_nodes++;
+    census_row *row = nullptr;
+    {
+        std::lock_guard<std::mutex> hold(census_lock);
+        cuemu_device_census &c = census_devices[w.device].counts;
+        switch (w.kind) {
+        case WORK_KERNEL:
+            c.launches++;
+            row = &census_devices[w.device].kernels[w.what];
+            row->launches++;
+            break;
+        case WORK_COPY: case WORK_MEMSET: c.copies++; c.copy_bytes += w.bytes; break;
+        case WORK_COLLECTIVE: c.collectives++; c.collective_bytes += w.bytes; break;
+        default: break;
+        }
+        c.graph_nodes += replayed;
+        if (row)
+            census_protect(w.device, PROT_NONE);
+    }
+    if (!row) {
+        w.run();
+        return;
+    }
+    census_current = row;
+    w.run();
+    census_current = nullptr;
 }
 
 cudaError_t enqueue(cudaStream_t stream, work w)
@@ -666,10 +777,11 @@ cudaError_t enqueue(cudaStream_t stream, work w)
         if (s->capture_mode != cudaStreamCaptureModeRelaxed && s->capture_thread != std::this_thread::get_id()
             && s->capture_mode == cudaStreamCaptureModeThreadLocal)
             return cudaErrorStreamCaptureWrongThread;
+        w.device = s->device;
         s->capture->nodes.push_back(std::make_shared<work>(std::move(w)));
         return cudaSuccess;
     }
-    census_add(w, 0);
+    w.device = s->device;
     if (!s->runner.joinable())
         s->runner = std::thread([s] { s->run(); });
     s->queue.push_back(std::move(w));
@@ -884,11 +996,11 @@ cudaError_t cudaMalloc(void **ptr, size_t size)
         return result(cudaErrorInvalidValue);
     if (active_captures.load() > 0)   /* unsafe while a global or thread-local capture runs */
         return result(cudaErrorStreamCaptureUnsupported);
-    size_t asked = size ? size : 1, bytes = (asked + kCanary + 255) & ~(size_t)255;
+    size_t asked = size ? size : 1, bytes = allocation_bytes(asked);
     std::lock_guard<std::mutex> hold(memory_lock);
     if (used_bytes[current_device] + bytes > cfg().arch.total_memory)
         return result(cudaErrorMemoryAllocation);
-    void *p = aligned_alloc(256, bytes);
+    void *p = aligned_alloc(kPage, bytes);
     if (!p)
         return result(cudaErrorMemoryAllocation);
     if (bytes <= ((size_t)64 << 20))
@@ -904,12 +1016,15 @@ cudaError_t cudaFree(void *ptr)
 {
     if (!ptr)
         return cudaSuccess;
-    std::lock_guard<std::mutex> hold(memory_lock);
-    auto it = allocations.find((uintptr_t)ptr);
-    if (it == allocations.end())
-        return result(cudaErrorInvalidValue);
-    used_bytes[it->second.second] -= (it->second.first + kCanary + 255) & ~(size_t)255;
-    allocations.erase(it);
+    {
+        std::lock_guard<std::mutex> hold(memory_lock);
+        auto it = allocations.find((uintptr_t)ptr);
+        if (it == allocations.end())
+            return result(cudaErrorInvalidValue);
+        used_bytes[it->second.second] -= allocation_bytes(it->second.first);
+        allocations.erase(it);
+    }
+    census_forget((uintptr_t)ptr);
     free(ptr);
     return cudaSuccess;
 }
@@ -1228,21 +1343,20 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
     if (!exec)
         return result(cudaErrorInvalidResourceHandle);
     auto nodes = exec->nodes;   /* the replay holds the nodes even if the exec is destroyed */
-    {
-        std::lock_guard<std::mutex> hold(census_lock);
-        census.graph_launches++;
-    }
-    for (auto &n : nodes)
-        census_add(*n, 1);
+    CUstream_st *s = resolve(stream);
     work w;
     w.kind = WORK_HOST;
     w.what = "graph";
     w.bytes = 0;
-    w.run = [nodes] {
+    w.device = s->device;
+    w.run = [nodes, device = s->device] {
+        if (census_on.load()) {
+            std::lock_guard<std::mutex> hold(census_lock);
+            census_devices[device].counts.graph_launches++;
+        }
         for (auto &n : nodes)
-            n->run();
+            execute(*n, 1);
     };
-    CUstream_st *s = resolve(stream);
     std::lock_guard<std::mutex> hold(s->lock);
     if (s->capture)
         return result(cudaErrorNotSupported);
@@ -1270,15 +1384,58 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
     return cudaSuccess;
 }
 
-/* The census of kimi-probe bench --census (tests/emu/cuemu.h). */
-void cuemu_census(unsigned long long out[7], int reset)
+int cuemu_census_begin(void)
 {
     std::lock_guard<std::mutex> hold(census_lock);
-    unsigned long long v[7] = {census.launches, census.graph_launches, census.graph_nodes, census.collectives,
-                               census.collective_bytes, census.copies, census.copy_bytes};
-    memcpy(out, v, sizeof v);
-    if (reset)
-        census = census_counts{};
+    if (census_on.load())
+        return -1;
+    census_devices.clear();
+    census_devices.resize(cfg().devices);
+    census_ranges.clear();
+    {
+        std::lock_guard<std::mutex> hold_memory(memory_lock);
+        for (auto &a : allocations)
+            census_ranges.push_back({a.first, a.first + allocation_bytes(a.second.first), a.second.second, true});
+    }
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = census_fault;
+    action.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGSEGV, &action, &census_previous_action);
+    census_on = true;
+    return 0;
+}
+
+int cuemu_census_read(int device, cuemu_device_census *out, cuemu_kernel_census *kernels, int max_kernels)
+{
+    std::lock_guard<std::mutex> hold(census_lock);
+    if (device < 0 || device >= (int)census_devices.size())
+        return -1;
+    const device_census &d = census_devices[device];
+    *out = d.counts;
+    out->bytes_read = 0;
+    int n = 0;
+    for (auto &k : d.kernels) {
+        out->bytes_read += k.second.bytes_read.load();
+        if (n < max_kernels) {
+            snprintf(kernels[n].name, sizeof kernels[n].name, "%s", k.first.c_str());
+            kernels[n].launches = k.second.launches;
+            kernels[n].bytes_read = k.second.bytes_read.load();
+        }
+        n++;
+    }
+    return n;
+}
+
+void cuemu_census_end(void)
+{
+    std::lock_guard<std::mutex> hold(census_lock);
+    if (!census_on.load())
+        return;
+    census_protect(-1, PROT_READ | PROT_WRITE);
+    census_on = false;
+    sigaction(SIGSEGV, &census_previous_action, nullptr);
 }
 
 } /* extern "C" */

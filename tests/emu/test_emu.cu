@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
@@ -87,8 +88,20 @@ static void check_shared_limit(void)
     CHECK(isnan(value));
     int optin = 0;
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+    /* the emulated architecture's opt-in limit (KIMI_EMU_ARCH), the real devices' figure: 99 KiB
+     * on sm_120 (RTX PRO 6000), 227 KiB on sm_90 and sm_100 */
+    const char *arch = getenv("KIMI_EMU_ARCH");
+    CHECK_INT(optin, arch && !strcmp(arch, "120") ? 99 * 1024 : 227 * 1024);
+    dynamic_kernel<<<1, 32, optin + 1>>>(out);
+    CHECK_INT(cudaGetLastError(), cudaErrorInvalidValue);       /* over the limit, without the opt-in */
     CHECK_INT(cudaFuncSetAttribute(dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin + 1),
-              cudaErrorInvalidValue);
+              cudaErrorInvalidValue);                           /* nor can the opt-in reach it */
+    cudaGetLastError();     /* the refused call is the last error, as the runtime keeps it */
+    CHECK_INT(cudaFuncSetAttribute(dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin), 0);
+    dynamic_kernel<<<1, 32, optin>>>(out);
+    CHECK_INT(cudaGetLastError(), cudaSuccess);                 /* exactly the limit, opted in */
+    dynamic_kernel<<<1, 32, optin + 1>>>(out);
+    CHECK_INT(cudaGetLastError(), cudaErrorInvalidValue);       /* over it, opted in */
     add_one<<<1, 1025>>>(out == NULL ? NULL : (int *)out, 1);
     CHECK_INT(cudaGetLastError(), cudaErrorInvalidConfiguration);
     cudaFree(out);

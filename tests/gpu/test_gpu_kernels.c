@@ -721,9 +721,68 @@ static void check_attention_shared_limit(void)
     cudaFree(dpos);
 }
 
-int main(void)
+/* Decode and prefill attention, every shape above, then the shared memory limit. */
+static void check_attention_all(void)
 {
+    check_attention(1, 1, 8, 1);
+    check_attention(17, 4, 8, 1);
+    check_attention(300, 7, 8, 1);
+    check_attention(5000, 64, 8, 1);
+    check_attention(2000, 16, 11, 1); /* two head groups, the second partial */
+    check_attention(8, 3, 8, 8);      /* a prefill step from position 0 */
+    check_attention(1000, 16, 8, 6);  /* a prefill step after 994 cached positions */
+    check_attention(700, 4, 8, 64);   /* a full prefill step */
+    /* the prefill kernel: one, seven and 64 queries, empty to ~3000 positions of context, parts as
+     * the backend plans them for 264 splits (device_prefill_attention_parts) and one part */
+    int sizes[3] = {1, 7, 64};
+    long contexts[4] = {0, 31, 1000, 2990};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++) {
+            int parts = device_prefill_attention_parts(264, sizes[i], 8);
+            check_prefill_attention(512, 64, contexts[j], sizes[i], 8, parts);
+            if (parts > 1)
+                check_prefill_attention(512, 64, contexts[j], sizes[i], 8, 1);
+        }
+    check_prefill_attention(512, 64, 500, 512, 8, 1);       /* a long step: 256 blocks of rows */
+    check_prefill_attention(512, 64, 40, 33, 3, 5);         /* blocks holding rows of several tokens */
+    check_prefill_attention(512, 64, 2000, 9, 11, 7);       /* 11 heads: a token's rows across blocks */
+    check_prefill_attention(640, 64, 300, 20, 2, 3);        /* four columns per thread */
+    check_prefill_attention(48, 8, 90, 40, 4, 2);           /* the `shape` variant's dims */
+    check_prefill_attention(50, 6, 77, 12, 8, 1);           /* rows of 56 + 2 halves: staged element by element */
+    check_prefill_attention(64, 16, 0, 150, 8, 1);          /* tiny-k25's dims */
+    /* one K2.5 rank at TP 1: 64 heads, a block of rows is a quarter of a token's heads */
+    check_prefill_attention(512, 64, 100, 16, 64, device_prefill_attention_parts(264, 16, 64));
+    check_prefill_attention(512, 64, 2047, 3, 64, device_prefill_attention_parts(264, 3, 64));
+    check_prefill_attention(512, 64, 33, 64, 64, 1);
+    check_attention_shared_limit();
+}
+
+/* The attention kernels at Kimi-K2.5's shapes (kv_lora 512, rope 64): decode and prefill for one
+ * rank at TP 8 (8 heads) and at TP 1 (64 heads), then the shared memory limit: what must fit the
+ * device's opt-in shared memory (the sm_120 run of the CPU emulation of CUDA: 99 KiB). */
+static void check_attention_real_shapes(void)
+{
+    check_attention(300, 7, 8, 1);
+    check_attention(1000, 16, 8, 6);
+    check_prefill_attention(512, 64, 1000, 64, 8, device_prefill_attention_parts(264, 64, 8));
+    check_prefill_attention(512, 64, 100, 16, 64, device_prefill_attention_parts(264, 16, 64));
+    check_attention_shared_limit();
+}
+
+/* usage: test_gpu_kernels [attention]: every kernel, or the attention kernels at the real shapes
+ * alone (check_attention_real_shapes). */
+int main(int argc, char **argv)
+{
+    int attention_only = argc == 2 && !strcmp(argv[1], "attention");
+    if (argc > 1 && !attention_only) {
+        fprintf(stderr, "usage: %s [attention]\n", argv[0]);
+        return 2;
+    }
     gpu_test_require_device();
+    if (attention_only) {
+        check_attention_real_shapes();
+        return check_finish();
+    }
     int sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
     check_packed_upload(256, 7168);
@@ -763,36 +822,6 @@ int main(void)
     check_moe(16, 8, 7168, 256, 1, 5);
     check_moe(40, 6, 512, 64, 0, 8);
     check_moe(3, 3, 512, 64, 0, 12); /* 12 slots per expert: two passes of the grouped kernels */
-    check_attention(1, 1, 8, 1);
-    check_attention(17, 4, 8, 1);
-    check_attention(300, 7, 8, 1);
-    check_attention(5000, 64, 8, 1);
-    check_attention(2000, 16, 11, 1); /* two head groups, the second partial */
-    check_attention(8, 3, 8, 8);      /* a prefill step from position 0 */
-    check_attention(1000, 16, 8, 6);  /* a prefill step after 994 cached positions */
-    check_attention(700, 4, 8, 64);   /* a full prefill step */
-    /* the prefill kernel: one, seven and 64 queries, empty to ~3000 positions of context, parts as
-     * the backend plans them for 264 splits (device_prefill_attention_parts) and one part */
-    int sizes[3] = {1, 7, 64};
-    long contexts[4] = {0, 31, 1000, 2990};
-    for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 4; j++) {
-            int parts = device_prefill_attention_parts(264, sizes[i], 8);
-            check_prefill_attention(512, 64, contexts[j], sizes[i], 8, parts);
-            if (parts > 1)
-                check_prefill_attention(512, 64, contexts[j], sizes[i], 8, 1);
-        }
-    check_prefill_attention(512, 64, 500, 512, 8, 1);       /* a long step: 256 blocks of rows */
-    check_prefill_attention(512, 64, 40, 33, 3, 5);         /* blocks holding rows of several tokens */
-    check_prefill_attention(512, 64, 2000, 9, 11, 7);       /* 11 heads: a token's rows across blocks */
-    check_prefill_attention(640, 64, 300, 20, 2, 3);        /* four columns per thread */
-    check_prefill_attention(48, 8, 90, 40, 4, 2);           /* the `shape` variant's dims */
-    check_prefill_attention(50, 6, 77, 12, 8, 1);           /* rows of 56 + 2 halves: staged element by element */
-    check_prefill_attention(64, 16, 0, 150, 8, 1);          /* tiny-k25's dims */
-    /* one K2.5 rank at TP 1: 64 heads, a block of rows is a quarter of a token's heads */
-    check_prefill_attention(512, 64, 100, 16, 64, device_prefill_attention_parts(264, 16, 64));
-    check_prefill_attention(512, 64, 2047, 3, 64, device_prefill_attention_parts(264, 3, 64));
-    check_prefill_attention(512, 64, 33, 64, 64, 1);
-    check_attention_shared_limit();
+    check_attention_all();
     return check_finish();
 }
