@@ -64,8 +64,10 @@ static void add_reset(const char *s)
 
 static void install_signals(void)
 {
-    static const int handled[] = {SIGINT, SIGTERM, SIGHUP, SIGWINCH};
-    if (signal_pipe_install(handled, 4, 1))
+    /* SIGTSTP too: curses then installs no handler of its own (it would call endwin inside
+       the handler) */
+    static const int handled[] = {SIGINT, SIGTERM, SIGHUP, SIGWINCH, SIGTSTP};
+    if (signal_pipe_install(handled, 5, 1))
         return;
     struct sigaction crash = {.sa_handler = on_crash, .sa_flags = SA_RESETHAND | SA_NODEFER};
     sigemptyset(&crash.sa_mask);
@@ -113,6 +115,29 @@ static void curses_end(tui *t)
     curses_on = 0;
 }
 
+/* Ctrl-Z or SIGTSTP: the terminal goes back as on exit (endwin: the saved modes, the alternate
+ * screen left, mouse reporting off; bracketed paste off), the process stops as SIGTSTP's default
+ * action stops it, and on fg (SIGCONT) curses takes the terminal again and repaints it all, at
+ * the size it has now. */
+static void suspend(tui *t)
+{
+    t->suspend = 0;
+    if (!t->active)
+        return;
+    endwin();
+    paste_mode(0);
+    curses_on = 0;
+    struct sigaction stop = {.sa_handler = SIG_DFL}, caught;
+    sigemptyset(&stop.sa_mask);
+    sigaction(SIGTSTP, &stop, &caught);
+    raise(SIGTSTP);
+    sigaction(SIGTSTP, &caught, NULL);
+    curses_on = 1;
+    paste_mode(1);
+    tui_resize(t);
+    tui_paint_now(t);
+}
+
 static tui *atexit_tui;
 static void restore_at_exit(void)
 {
@@ -129,10 +154,14 @@ static int on_load_cancel_requested(void *user)
     while ((sig = signal_pipe_take())) {
         if (sig == SIGWINCH)
             tui_resize(t);
+        else if (sig == SIGTSTP)
+            t->suspend = 1;
         else
             t->load_cancelled = 1;
     }
     tui_read_keys(t);
+    if (t->suspend)
+        suspend(t);
     return t->load_cancelled;
 }
 
@@ -376,6 +405,8 @@ int tui_run(tui *t, app *a)
         while ((sig = signal_pipe_take())) {
             if (sig == SIGWINCH) {
                 tui_resize(t);
+            } else if (sig == SIGTSTP) {
+                t->suspend = 1;
             } else if (sig == SIGINT) {
                 tui_handle_key(t, 3, 1, 0);
             } else {
@@ -394,6 +425,8 @@ int tui_run(tui *t, app *a)
             if (!t->quit && (t->dirty || t->input_dirty))
                 tui_paint_now(t);
         }
+        if (t->suspend && !t->quit)
+            suspend(t);
         kimi_err err = {0};
         if (n > 2 && app_dispatch(a, &err)) {
             strbuf_str(&t->fatal, err.msg);

@@ -144,6 +144,7 @@ static const char *const help_lines[] = {
     "Esc, Ctrl-C        stop the answer (what came is kept)",
     "Ctrl-C when idle   clear the input",
     "Ctrl-D (empty), /quit   quit",
+    "Ctrl-Z             suspend (fg comes back)",
     "PgUp/PgDn, Shift-Up/Down, Ctrl-Home/End   scroll",
     "Ctrl-T             fold/unfold all reasoning",
     "Ctrl-Up/Ctrl-Down  previous/next of your messages",

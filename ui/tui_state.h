@@ -95,6 +95,7 @@ struct tui {
     char flash[200];
     double flash_until;
     int quit;
+    int suspend;                    /* Ctrl-Z or SIGTSTP: stop once the keys are read */
     int dirty;                      /* something to paint */
     int force;                      /* repaint every row */
     int input_dirty;
