@@ -223,6 +223,12 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
         t->suspend = 1;
         return;
     }
+    if (t->help && !is_char && (key == KEY_UP || key == KEY_DOWN || key == KEY_PPAGE || key == KEY_NPAGE)) {
+        int step = key == KEY_UP ? -1 : key == KEY_DOWN ? 1 : key == KEY_PPAGE ? -t->help_rows : t->help_rows;
+        t->help_top += step; /* paint_help keeps it in range */
+        t->force = 1;
+        return;
+    }
     if (t->help) {
         tui_help_toggle(t, 0);
         return;

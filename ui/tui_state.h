@@ -90,6 +90,8 @@ struct tui {
     int focus;                      /* Tab mode: the transcript has the keys */
     int help;                       /* F1 overlay shown */
     WINDOW *help_win;
+    int help_top;                   /* the first help line shown (the help scrolls when taller) */
+    int help_rows;                  /* help lines the window shows */
     int paste;                      /* inside a bracketed paste */
     strbuf paste_buf;
     char flash[200];
