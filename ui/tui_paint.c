@@ -289,7 +289,12 @@ void tui_paint_now(tui *t)
 
 void tui_full_redraw(tui *t)
 {
-    clearok(curscr, TRUE);
+    /* inline (--no-alt-screen), a clear of the screen (ED from the top left) would push the
+       frame it shows into the terminal's scrollback (tmux, VTE): every line is rewritten instead */
+    if (t->opt->no_alt_screen)
+        redrawwin(stdscr);
+    else
+        clearok(curscr, TRUE);
     render_model_repaint(t->rm);
     t->force = t->dirty = 1;
 }
