@@ -366,6 +366,32 @@ static void frame_tick(tui *t, int *timeout_ms)
     }
 }
 
+/* The first screen's note: what this is (model, backend, context), what it can do and that
+ * tools ask first, and where the keys and commands are. The memory plan is in /stats (and said
+ * at start with --verbose). */
+static void welcome(tui *t)
+{
+    const app_options *o = t->opt;
+    const generator *g = app_generator(t->a);
+    strbuf b = {0};
+    strbuf_printf(&b, "kimi-chat · %s · %s", g->model, g->backend);
+    if (g->context_limit > 0)
+        strbuf_printf(&b, " · context %ld tokens", g->context_limit);
+    const char *what = o->model_is_demo ? "A 3.6 M-parameter toy (--model DIR runs Kimi-K2.5): it can tell the time, "
+                                          "count the words in a file and list a folder"
+                                        : "Ask anything";
+    if (!o->tools_path || o->no_tools)
+        strbuf_printf(&b, "\n%s; no tools are loaded (--tools FILE adds them).", what);
+    else if (o->allow_tools)
+        strbuf_printf(&b, "\n%s; the tools in --allow-tools run at once, the others ask first (y/a/n).", what);
+    else
+        strbuf_printf(&b, "\n%s; every tool call asks first (y once, a always, n no).", what);
+    strbuf_str(&b, "\nF1 keys · /help commands");
+    if (b.data && !b.failed)
+        tui_add_block(t, RM_NOTE, b.data);
+    free(b.data);
+}
+
 int tui_run(tui *t, app *a)
 {
     t->a = a;
@@ -382,6 +408,8 @@ int tui_run(tui *t, app *a)
     } else {
         t->shown_messages = app_session(a)->conv.n_messages;
     }
+    welcome(t);
+    render_model_scroll_to_bottom(t->rm);
     t->state = GEN_IDLE;
     t->progress[0] = 0;
     tui_resize(t); /* the terminal may have changed size while the model loaded */

@@ -126,6 +126,9 @@ int tui_status_text(tui *t, char *buf, size_t cap, int room)
             append(buf, cap, " · T %g", (double)s->settings.temperature);
         if (t->save_state[0] && level < 4)
             append(buf, cap, " · %s", t->save_state);
+        /* where to start, while nothing is typed (it goes with the temperature) */
+        if (input_is_empty(t->in) && level < 3)
+            append(buf, cap, " · F1 keys · /help commands");
         if (text_width(buf, strlen(buf)) <= room)
             return 1;
     }

@@ -12,7 +12,7 @@ tools = json.load(open(sys.argv[1]))
 tools[0]['exec']['argv'] = ['seq', '1', '12']
 json.dump(tools, open(sys.argv[2], 'w'))
 PY
-status_re='^ (ready|waiting|thinking…|answering…|approve\? y/a/n|running a tool)( │ demo model( · cpu TP=1)?)?( [│·] ctx [0-9.k]+(/[0-9.k]+( · [0-9.]+ tok/s)?)?)?( · think(ing)? (on|off))?( · T [0-9.]+)?( · (saved|not saved|save failed))?( +↓ new)?$'
+status_re='^ (ready|waiting|thinking…|answering…|approve\? y/a/n|running a tool)( │ demo model( · cpu TP=1)?)?( [│·] ctx [0-9.k]+(/[0-9.k]+( · [0-9.]+ tok/s)?)?)?( · think(ing)? (on|off))?( · T [0-9.]+)?( · (saved|not saved|save failed))?( · F1 keys · /help commands)?( +↓ new)?$'
 header_re='^(▌)? *(kimi )?▸ thought( for [0-9.]+ s( · [0-9]+ tokens)?)?$'
 
 check_status() {
