@@ -101,11 +101,16 @@ static int relay_load_progress(void *user, const generator_progress *p)
     return fe->load_cancel_requested && fe->load_cancel_requested(fe->user);
 }
 
+/* Whether the generator's summary (the memory plan, the KV-cache note, a server's details) is
+ * said at start: with --verbose, and in plain modes whose stderr is a log (not a terminal); else
+ * it waits in /stats and the first screen says what to do instead. */
+static int say_plan;
+
 /* The memory plan (and the note on the checkpoint's KV-cache request) before the load. */
 static void relay_note(void *user, const char *line)
 {
     const app_frontend *fe = user;
-    if (fe->info)
+    if (say_plan && fe->info)
         fe->info(fe->user, line);
 }
 
@@ -162,6 +167,19 @@ static int open_generator(app_options *o, const app_frontend *fe, generator **ge
         .on_note = relay_note, .on_load = relay_load_progress, .load_user = (void *)fe,
     };
     return generator_local_open(gen, &lo, err);
+}
+
+/* The generator, then the core on it; a server's details are said like the local plan. */
+static int open_chat(app_options *o, const app_frontend *fe, generator **gen, app **a, kimi_err *err)
+{
+    if (open_generator(o, fe, gen, err))
+        return err->code;
+    if (o->server_url && say_plan && fe->info && (*gen)->summary[0])
+        fe->info(fe->user, (*gen)->summary);
+    /* the full screen says it in its first screen's note */
+    if (o->model_is_demo && o->mode != APP_MODE_TUI && fe->info)
+        fe->info(fe->user, "demo model: a 3.6 M-parameter toy; use --model DIR for Kimi-K2.5");
+    return app_open(a, o, fe, *gen, err);
 }
 
 static int run_prompt(const app_options *o, app *a, plain_ui *ui)
@@ -244,11 +262,12 @@ int main(int argc, char **argv)
     app_frontend fe = view ? tui_frontend(view) : ui ? plain_ui_frontend(ui) : (app_frontend){0};
     if (view && *verdict && fe.info)   /* the full screen hides what scrolled by before it */
         fe.info(fe.user, verdict);
+    say_plan = o.verbose || (!view && !isatty(STDERR_FILENO));
     app *a = NULL;
     generator *gen = NULL;
     if (!view && !ui) {
         code = fail(EXIT_ENGINE, "out of memory");
-    } else if (open_generator(&o, &fe, &gen, &err) || app_open(&a, &o, &fe, gen, &err)) {
+    } else if (open_chat(&o, &fe, &gen, &a, &err)) {
         tui_free(view);     /* the terminal is given back before the message */
         view = NULL;
         code = fail(open_failure_code(&err), err.msg);

@@ -446,11 +446,27 @@ static void on_readline_line(char *line)
     rl_callback_handler_remove();
 }
 
-/* One line from a terminal through readline, polled with the signal pipe; NULL at Ctrl-D. */
-static char *read_line_tty(int *terminated)
+/* Ctrl-Z at the prompt: readline's terminal modes (no echo, no canonical input) are undone
+ * before the process stops, as SIGTSTP's default action stops it, and on fg taken again and the
+ * prompt and the line redrawn. Only while readline holds the terminal: elsewhere the modes are
+ * the shell's and the default action alone is right. */
+static void suspend_at_prompt(void)
 {
-    repl_line = NULL;
-    repl_eof = 0;
+    rl_crlf();
+    rl_cleanup_after_signal();
+    struct sigaction stop = {.sa_handler = SIG_DFL}, caught;
+    sigemptyset(&stop.sa_mask);
+    sigaction(SIGTSTP, &stop, &caught);
+    raise(SIGTSTP);
+    sigaction(SIGTSTP, &caught, NULL);
+    rl_reset_after_signal();
+    rl_on_new_line();
+    rl_forced_update_display();
+}
+
+/* The loop of read_line_tty. */
+static char *read_line_readline(int *terminated)
+{
     rl_callback_handler_install("you> ", on_readline_line);
     while (!repl_line && !repl_eof) {
         struct pollfd fds[2] = {{.fd = 0, .events = POLLIN}, {.fd = signal_pipe_fd(), .events = POLLIN}};
@@ -458,6 +474,10 @@ static char *read_line_tty(int *terminated)
             break;
         int sig;
         while ((sig = signal_pipe_take())) {
+            if (sig == SIGTSTP) {
+                suspend_at_prompt();
+                continue;
+            }
             if (sig != SIGINT) {
                 *terminated = 1;
                 rl_callback_handler_remove();
@@ -473,6 +493,24 @@ static char *read_line_tty(int *terminated)
             rl_callback_read_char();
     }
     return repl_eof ? NULL : repl_line;
+}
+
+/* One line from a terminal through readline, polled with the signal pipe; NULL at Ctrl-D. */
+static char *read_line_tty(int *terminated)
+{
+    repl_line = NULL;
+    repl_eof = 0;
+    /* SIGTSTP through the pipe while the prompt is up (one ignored, as under nohup, stays so) */
+    struct sigaction tstp_before;
+    int catch_tstp = sigaction(SIGTSTP, NULL, &tstp_before) == 0 && tstp_before.sa_handler == SIG_DFL;
+    if (catch_tstp) {
+        static const int tstp[] = {SIGTSTP};
+        signal_pipe_install(tstp, 1, 0);
+    }
+    char *line = read_line_readline(terminated);
+    if (catch_tstp)
+        sigaction(SIGTSTP, &tstp_before, NULL);
+    return line;
 }
 
 /* One line from a pipe or file (no prompt, no editing), *len bytes: NUL bytes in it are kept. */

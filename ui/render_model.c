@@ -148,7 +148,7 @@ void render_model_free(render_model *rm)
 
 static int gutter(const render_model *rm)
 {
-    return rm->width >= RM_GUTTER_MIN ? RM_GUTTER : 0;
+    return rm->width >= RM_GUTTER_MIN ? RM_GUTTER : RM_GUTTER_NARROW;
 }
 
 static int content_width(const render_model *rm)
@@ -474,26 +474,37 @@ static void format_seconds(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%dm %02ds", (int)(s / 60), (int)s % 60);
 }
 
-/* The reasoning header line into b->deco. */
+/* The reasoning header line into b->deco: the fields that fit whole, the last dropped first
+ * (a narrow window shows "▸ thought for 0.2 s", not "▸ thought for 0.2 s · 3"). */
 static void reasoning_header(block *b, int show, int width)
 {
-    char line[160], secs[32] = "";
+    char fields[3][48], secs[32] = "";
+    int n_fields = 0;
     if (b->seconds >= 0)
         format_seconds(secs, sizeof secs, b->seconds);
-    int n = 0;
     if (b->live) {
-        n = snprintf(line, sizeof line, "thinking");
+        snprintf(fields[n_fields++], sizeof fields[0], "thinking");
         if (b->tokens >= 0)
-            n += snprintf(line + n, sizeof line - (size_t)n, " · %d tokens", b->tokens);
+            snprintf(fields[n_fields++], sizeof fields[0], " · %d tokens", b->tokens);
         if (*secs)
-            n += snprintf(line + n, sizeof line - (size_t)n, " · %s", secs);
+            snprintf(fields[n_fields++], sizeof fields[0], " · %s", secs);
     } else {
-        n = snprintf(line, sizeof line, "%s thought", show == SHOW_EXPANDED ? "▾" : "▸");
+        snprintf(fields[n_fields++], sizeof fields[0], "%s thought", show == SHOW_EXPANDED ? "▾" : "▸");
         if (*secs)
-            n += snprintf(line + n, sizeof line - (size_t)n, " for %s", secs);
+            snprintf(fields[n_fields++], sizeof fields[0], " for %s", secs);
         if (b->tokens >= 0)
-            n += snprintf(line + n, sizeof line - (size_t)n, " · %d tokens", b->tokens);
+            snprintf(fields[n_fields++], sizeof fields[0], " · %d tokens", b->tokens);
     }
+    char line[160];
+    for (; n_fields > 1; n_fields--) {
+        line[0] = 0;
+        for (int i = 0; i < n_fields; i++)
+            strcat(line, fields[i]);
+        if (text_width(line, strlen(line)) <= width)
+            break;
+    }
+    if (n_fields == 1)
+        snprintf(line, sizeof line, "%s", fields[0]);
     int w;
     size_t len = text_fit(line, strlen(line), width, &w);
     styled_lines_add(&b->deco, 0, line, len, w, THEME_REASONING_HEADER, 0);
@@ -679,8 +690,13 @@ static void ensure_layout(render_model *rm, block *b)
         if (shown && inner > 3)
             b->seg[b->n_seg - 1].lead = 1;
         if (shown < n) {
+            /* inside the box's borders: "… +12 lines", "… +12" or "…", whichever fits */
             char hint[48];
             snprintf(hint, sizeof hint, "… +%zu line%s", n - shown, n - shown == 1 ? "" : "s");
+            if (text_width(hint, strlen(hint)) > inner)
+                snprintf(hint, sizeof hint, "… +%zu", n - shown);
+            if (text_width(hint, strlen(hint)) > inner)
+                snprintf(hint, sizeof hint, "…");
             int col = 0;
             add_text(&b->deco, &col, hint, THEME_FOLD_HINT, 0);
             styled_lines_end_line(&b->deco);
@@ -1002,7 +1018,7 @@ static void row_spans(render_model *rm, int b, int r)
     int gap_row = bl->gap && row == 0;
     if (rm->focused == b && !gap_row)
         span_text(rm, gutter_marker, 0, THEME_SELECTION);
-    if (g && row == bl->gap) {
+    if (g == RM_GUTTER && row == bl->gap) {
         if (bl->kind == RM_USER)
             span_text(rm, "you", 2, THEME_USER_LABEL);
         else if (shows_assistant_label(rm, b))

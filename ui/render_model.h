@@ -45,8 +45,10 @@ typedef enum {
 } rm_tool_state;
 
 enum {
-    RM_GUTTER = 7,           /* columns left of the messages ("  kimi "); 0 below RM_GUTTER_MIN */
-    RM_GUTTER_MIN = 30,      /* narrower transcripts drop the gutter */
+    RM_GUTTER = 7,           /* columns left of the messages ("  kimi "); RM_GUTTER_NARROW below
+                                RM_GUTTER_MIN */
+    RM_GUTTER_MIN = 30,      /* narrower transcripts drop the labels */
+    RM_GUTTER_NARROW = 1,    /* the focus marker's column: it never covers a box's corner */
     RM_LIVE_REASONING_ROWS = 6,
     RM_FOLDED_RESULT_ROWS = 3,
 };

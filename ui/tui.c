@@ -65,8 +65,10 @@ static void add_reset(const char *s)
 
 static void install_signals(void)
 {
-    static const int handled[] = {SIGINT, SIGTERM, SIGHUP, SIGWINCH};
-    if (signal_pipe_install(handled, 4, 1))
+    /* SIGTSTP too: curses then installs no handler of its own (it would call endwin inside
+       the handler) */
+    static const int handled[] = {SIGINT, SIGTERM, SIGHUP, SIGWINCH, SIGTSTP};
+    if (signal_pipe_install(handled, 5, 1))
         return;
     struct sigaction crash = {.sa_handler = on_crash, .sa_flags = SA_RESETHAND | SA_NODEFER};
     sigemptyset(&crash.sa_mask);
@@ -114,6 +116,29 @@ static void curses_end(tui *t)
     curses_on = 0;
 }
 
+/* Ctrl-Z or SIGTSTP: the terminal goes back as on exit (endwin: the saved modes, the alternate
+ * screen left, mouse reporting off; bracketed paste off), the process stops as SIGTSTP's default
+ * action stops it, and on fg (SIGCONT) curses takes the terminal again and repaints it all, at
+ * the size it has now. */
+static void suspend(tui *t)
+{
+    t->suspend = 0;
+    if (!t->active)
+        return;
+    endwin();
+    paste_mode(0);
+    curses_on = 0;
+    struct sigaction stop = {.sa_handler = SIG_DFL}, caught;
+    sigemptyset(&stop.sa_mask);
+    sigaction(SIGTSTP, &stop, &caught);
+    raise(SIGTSTP);
+    sigaction(SIGTSTP, &caught, NULL);
+    curses_on = 1;
+    paste_mode(1);
+    tui_resize(t);
+    tui_paint_now(t);
+}
+
 static tui *atexit_tui;
 static void restore_at_exit(void)
 {
@@ -130,10 +155,14 @@ static int on_load_cancel_requested(void *user)
     while ((sig = signal_pipe_take())) {
         if (sig == SIGWINCH)
             tui_resize(t);
+        else if (sig == SIGTSTP)
+            t->suspend = 1;
         else
             t->load_cancelled = 1;
     }
     tui_read_keys(t);
+    if (t->suspend)
+        suspend(t);
     return t->load_cancelled;
 }
 
@@ -338,6 +367,32 @@ static void frame_tick(tui *t, int *timeout_ms)
     }
 }
 
+/* The first screen's note: what this is (model, backend, context), what it can do and that
+ * tools ask first, and where the keys and commands are. The memory plan is in /stats (and said
+ * at start with --verbose). */
+static void welcome(tui *t)
+{
+    const app_options *o = t->opt;
+    const generator *g = app_generator(t->a);
+    strbuf b = {0};
+    strbuf_printf(&b, "kimi-chat · %s · %s", g->model, g->backend);
+    if (g->context_limit > 0)
+        strbuf_printf(&b, " · context %ld tokens", g->context_limit);
+    const char *what = o->model_is_demo ? "A 3.6 M-parameter toy (--model DIR runs Kimi-K2.5): it can tell the time, "
+                                          "count the words in a file and list a folder"
+                                        : "Ask anything";
+    if (!o->tools_path || o->no_tools)
+        strbuf_printf(&b, "\n%s; no tools are loaded (--tools FILE adds them).", what);
+    else if (o->allow_tools)
+        strbuf_printf(&b, "\n%s; the tools in --allow-tools run at once, the others ask first (y/a/n).", what);
+    else
+        strbuf_printf(&b, "\n%s; every tool call asks first (y once, a always, n no).", what);
+    strbuf_str(&b, "\nF1 keys · /help commands");
+    if (b.data && !b.failed)
+        tui_add_block(t, RM_NOTE, b.data);
+    free(b.data);
+}
+
 int tui_run(tui *t, app *a)
 {
     t->a = a;
@@ -354,6 +409,8 @@ int tui_run(tui *t, app *a)
     } else {
         t->shown_messages = app_session(a)->conv.n_messages;
     }
+    welcome(t);
+    render_model_scroll_to_bottom(t->rm);
     t->state = GEN_IDLE;
     t->progress[0] = 0;
     tui_resize(t); /* the terminal may have changed size while the model loaded */
@@ -377,6 +434,8 @@ int tui_run(tui *t, app *a)
         while ((sig = signal_pipe_take())) {
             if (sig == SIGWINCH) {
                 tui_resize(t);
+            } else if (sig == SIGTSTP) {
+                t->suspend = 1;
             } else if (sig == SIGINT) {
                 tui_handle_key(t, 3, 1, 0);
             } else {
@@ -395,6 +454,8 @@ int tui_run(tui *t, app *a)
             if (!t->quit && (t->dirty || t->input_dirty))
                 tui_paint_now(t);
         }
+        if (t->suspend && !t->quit)
+            suspend(t);
         kimi_err err = {0};
         if (n > 2 && app_dispatch(a, &err)) {
             strbuf_str(&t->fatal, err.msg);

@@ -590,6 +590,16 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
     }
     if (!is_char && key == KEY_RESIZE)
         return;
+    if (is_char && key == 26) { /* Ctrl-Z: the loop suspends (raw mode makes it a key) */
+        t->suspend = 1;
+        return;
+    }
+    if (t->help && !is_char && (key == KEY_UP || key == KEY_DOWN || key == KEY_PPAGE || key == KEY_NPAGE)) {
+        int step = key == KEY_UP ? -1 : key == KEY_DOWN ? 1 : key == KEY_PPAGE ? -t->help_rows : t->help_rows;
+        t->help_top += step; /* paint_help keeps it in range */
+        t->force = 1;
+        return;
+    }
     if (t->help) {
         tui_help_toggle(t, 0);
         return;
@@ -743,6 +753,8 @@ static void take_key(tui *t, int key, int is_char, int alt)
         t->typed_paste = key == K_PASTE_BEGIN;
     if (is_char && key == 3 && !t->typed_paste)
         t->load_cancelled = 1;
+    else if (is_char && key == 26 && !t->typed_paste)
+        t->suspend = 1;
     else if (!array_reserve(&t->typed_ahead, &t->typed_ahead_cap, t->n_typed_ahead + 1, sizeof *t->typed_ahead))
         t->typed_ahead[t->n_typed_ahead++] = (typed_key){key, is_char, alt};
 }

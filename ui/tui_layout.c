@@ -79,11 +79,13 @@ static const char *state_word(const tui *t)
     return "";
 }
 
-void tui_status_text(tui *t, char *buf, size_t cap)
+int tui_status_text(tui *t, char *buf, size_t cap, int room)
 {
     if (!t->a) {
         snprintf(buf, cap, " kimi-chat · %s", t->progress[0] ? t->progress : "starting");
-        return;
+        if (text_width(buf, strlen(buf)) > room)
+            snprintf(buf, cap, " %s", t->progress[0] ? t->progress : "starting");
+        return text_width(buf, strlen(buf)) <= room;
     }
     const generator *g = app_generator(t->a);
     const session *s = app_session(t->a);
@@ -99,10 +101,10 @@ void tui_status_text(tui *t, char *buf, size_t cap)
         tps = t->gen_tokens / (monotonic_seconds() - t->first_token);
     if (tps > 0)
         snprintf(speed, sizeof speed, tps < 100 ? " · %.1f tok/s" : " · %.0f tok/s", tps);
-    /* the full line, then shorter ones until it fits (room for "↓ new" kept): "thinking" as
-       "think", then without the backend, then without the temperature, then without thinking
-       and the save state, then without the speed: a narrow terminal loses whole fields, not
-       the end of one */
+    /* the full line, then shorter ones until it fits: "thinking" as "think", then without the
+       backend, then without the temperature, then without thinking and the save state, then
+       without the speed, the model, the context's limit, the context: a narrow terminal loses
+       whole fields, never the end of one */
     /* the session's name: its file in the sessions folder, without ".json" */
     char name[64] = "";
     if (s->path) {
@@ -113,13 +115,22 @@ void tui_status_text(tui *t, char *buf, size_t cap)
             n -= 5;
         snprintf(name, sizeof name, "%.*s", (int)(n < 48 ? n : 48), base);
     }
-    int room = t->cols - (t->new_below ? 8 : 0);
-    for (int level = 0; level < 6; level++) {
+    for (int level = 0; level < 9; level++) {
         buf[0] = 0;
-        append(buf, cap, " %s │ %s", state_word(t), g->model);
+        append(buf, cap, " %s", state_word(t));
+        const char *sep = " │ ";
+        if (level < 6) {
+            append(buf, cap, "%s%s", sep, g->model);
+            sep = " · ";
+        }
         if (level < 2)
             append(buf, cap, " · %s", g->backend);
-        append(buf, cap, " · ctx %s/%s%s", u, l, level < 5 ? speed : "");
+        if (level < 7) {
+            append(buf, cap, "%sctx %s/%s%s", sep, u, l, level < 5 ? speed : "");
+            sep = " · ";
+        } else if (level < 8) {
+            append(buf, cap, "%sctx %s", sep, u);
+        }
         if (level < 4)
             append(buf, cap, " · %s %s", level ? "think" : "thinking", s->settings.thinking ? "on" : "off");
         if (level < 3)
@@ -128,9 +139,13 @@ void tui_status_text(tui *t, char *buf, size_t cap)
             append(buf, cap, " · %s", t->save_state);
         if (name[0] && level < 2)
             append(buf, cap, " · %s", name);
+        /* where to start, while nothing is typed (it goes with the temperature) */
+        if (input_is_empty(t->in) && level < 3)
+            append(buf, cap, " · F1 keys · /help commands");
         if (text_width(buf, strlen(buf)) <= room)
-            break;
+            return 1;
     }
+    return 0;
 }
 
 

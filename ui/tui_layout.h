@@ -9,8 +9,9 @@
 /* The rows of the transcript and the input for the terminal's size and the input's text
  * (t->trans_h, t->input_h, t->input_top); a change sizes the render model and forces a repaint. */
 void tui_layout(tui *t);
-/* The status bar's text, fitted to the width by dropping whole fields. */
-void tui_status_text(tui *t, char *buf, size_t cap);
+/* The status bar's text in room columns, fitted by dropping whole fields; 0 when even the
+ * shortest (the state alone) is wider. */
+int tui_status_text(tui *t, char *buf, size_t cap, int room);
 /* The separator's text ("" for a plain rule) and its theme element. */
 void tui_separator_text(tui *t, char *buf, size_t cap, int *element);
 

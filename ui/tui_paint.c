@@ -11,6 +11,7 @@
 #include "engine/base/monotonic.h"
 #include "ui/text_width.h"
 #include "ui/tui_layout.h"
+#include "ui/wrap.h"
 
 /* The palette for the theme; says so when the terminal's colour pairs ran out. */
 void tui_apply_palette(tui *t)
@@ -81,8 +82,12 @@ static void paint_separator(tui *t, int y)
 static void paint_status(tui *t, int y)
 {
     char text[400];
-    tui_status_text(t, text, sizeof text);
-    int new_below = t->new_below;
+    /* "↓ new" keeps its 8 columns unless the state alone needs them */
+    int new_below = t->new_below && t->cols > 8;
+    if (!tui_status_text(t, text, sizeof text, t->cols - (new_below ? 8 : 0)) && new_below) {
+        new_below = 0;
+        tui_status_text(t, text, sizeof text, t->cols);
+    }
     char key[512];
     snprintf(key, sizeof key, "%d|%s", new_below, text);
     if (!t->force && !strcmp(key, t->last_status))
@@ -147,6 +152,7 @@ static const char *const help_lines[] = {
     "Esc Esc            rewind to your last message (/undo takes it back)",
     "Ctrl-C when idle   clear the input",
     "Ctrl-D (empty), /quit   quit",
+    "Ctrl-Z             suspend (fg comes back)",
     "PgUp/PgDn, Shift-Up/Down, Ctrl-Home/End   scroll",
     "Ctrl-T, Ctrl-L     fold/unfold all reasoning; redraw",
     "Ctrl-F             search the transcript (a capital: case counts);",
@@ -157,9 +163,41 @@ static const char *const help_lines[] = {
     "                   e rewind to it, / search, Tab/Esc back",
     "y / a a / n        approve a tool call once / always (a twice) / deny;",
     "                   while it waits, other keys type nothing",
-    "/help lists the commands · any key closes this",
+    "Up/Down, PgUp/PgDn  scroll this help when it does not fit",
+    "/help lists the commands · any other key closes this",
 };
 
+/* The column a help line's description starts at (after the key and two or more spaces; the
+ * continuation lines' indent), 0 when it has none. */
+static int help_indent(const char *line)
+{
+    const char *gap = strstr(line, "  ");
+    if (!gap)
+        return 0;
+    const char *desc = gap + strspn(gap, " ");
+    return *desc ? text_width(line, (size_t)(desc - line)) : 0;
+}
+
+/* The help text wrapped to width columns, continuation lines under the description (or, where
+ * that is more than half the width, two columns in). */
+static void help_wrap(styled_lines *out, int width)
+{
+    static const char spaces[] = "                                        ";
+    int n = (int)(sizeof help_lines / sizeof *help_lines);
+    for (int i = 0; i < n; i++) {
+        const char *line = help_lines[i];
+        int indent = help_indent(line);
+        if (indent > width / 2 || indent >= (int)sizeof spaces)
+            indent = 2;
+        wrap_piece text = {line, strlen(line), THEME_STATUS, 0};
+        wrap_piece lead = {spaces, (size_t)indent, THEME_STATUS, 0};
+        wrap_prefix prefix = {NULL, 0, &lead, 1};
+        wrap_pieces(out, &text, 1, width, &prefix);
+    }
+}
+
+/* The F1 overlay: the keys, wrapped to the window; taller than the window, it scrolls
+ * (t->help_top) with an arrow on the border saying which way there is more. */
 static void paint_help(tui *t)
 {
     int n = (int)(sizeof help_lines / sizeof *help_lines);
@@ -168,27 +206,48 @@ static void paint_help(tui *t)
         int lw = text_width(help_lines[i], strlen(help_lines[i]));
         w = lw > w ? lw : w;
     }
-    int h = n + 2 < t->rows ? n + 2 : t->rows;
     w = w + 4 < t->cols ? w + 4 : t->cols;
+    styled_lines lines;
+    styled_lines_init(&lines);
+    help_wrap(&lines, w - 4 > 1 ? w - 4 : 1);
+    int total = (int)lines.n_lines;
+    int h = total + 2 < t->rows ? total + 2 : t->rows;
+    int body = h - 2 > 0 ? h - 2 : 0;
+    t->help_rows = body;
+    if (t->help_top > total - body)
+        t->help_top = total - body;
+    if (t->help_top < 0)
+        t->help_top = 0;
     if (t->help_win)
         delwin(t->help_win);
     t->help_win = newwin(h, w, (t->rows - h) / 2, (t->cols - w) / 2);
-    if (!t->help_win)
+    if (!t->help_win) {
+        styled_lines_free(&lines);
         return;
+    }
     int pair = t->pal.pair[THEME_STATUS];
     wattr_set(t->help_win, t->pal.attr[THEME_STATUS] & ~A_REVERSE, 0, &pair);
     werase(t->help_win);
     box(t->help_win, 0, 0);
-    for (int i = 0; i < n && i + 1 < h - 1; i++) {
-        int lw;
-        size_t len = text_fit(help_lines[i], strlen(help_lines[i]), w - 4, &lw);
-        mvwaddnstr(t->help_win, i + 1, 2, help_lines[i], (int)len);
+    for (int i = 0; i < body && t->help_top + i < total; i++) {
+        const styled_line *line = &lines.lines[t->help_top + i];
+        for (uint32_t r = 0; r < line->n_runs; r++) {
+            const styled_run *run = &lines.runs[line->first_run + r];
+            mvwaddnstr(t->help_win, i + 1, 2 + run->col, lines.text + run->off, (int)run->len);
+        }
     }
+    if (t->help_top > 0 && w > 4)
+        mvwaddstr(t->help_win, 0, w - 3, "↑");
+    if (t->help_top + body < total && w > 4)
+        mvwaddstr(t->help_win, h - 1, w - 3, "↓");
+    styled_lines_free(&lines);
     wnoutrefresh(t->help_win);
 }
 
 void tui_help_toggle(tui *t, int on)
 {
+    if (on && !t->help)
+        t->help_top = 0;
     t->help = on;
     if (!on && t->help_win) {
         delwin(t->help_win);
@@ -235,7 +294,12 @@ void tui_paint_now(tui *t)
 
 void tui_full_redraw(tui *t)
 {
-    clearok(curscr, TRUE);
+    /* inline (--no-alt-screen), a clear of the screen (ED from the top left) would push the
+       frame it shows into the terminal's scrollback (tmux, VTE): every line is rewritten instead */
+    if (t->opt->no_alt_screen)
+        redrawwin(stdscr);
+    else
+        clearok(curscr, TRUE);
     render_model_repaint(t->rm);
     t->force = t->dirty = 1;
 }

@@ -103,6 +103,8 @@ struct tui {
     int focus;                      /* Tab mode: the transcript has the keys */
     int help;                       /* F1 overlay shown */
     WINDOW *help_win;
+    int help_top;                   /* the first help line shown (the help scrolls when taller) */
+    int help_rows;                  /* help lines the window shows */
     int paste;                      /* inside a bracketed paste */
     strbuf paste_buf;
     tui_paste *pastes;              /* [n_pastes] big pastes folded in the input */
@@ -119,6 +121,7 @@ struct tui {
                                        tool's result) */
     int search_match;               /* the match shown, -1 none */
     int quit;
+    int suspend;                    /* Ctrl-Z or SIGTSTP: stop once the keys are read */
     int dirty;                      /* something to paint */
     int force;                      /* repaint every row */
     int input_dirty;

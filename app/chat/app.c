@@ -1566,6 +1566,8 @@ static void show_stats(app *a)
                       last->prompt_tokens, last->reused_tokens, last->prompt_tokens - last->reused_tokens,
                       last->generated_tokens, last->ttft_seconds, last->prefill_tok_s, last->decode_tok_s,
                       last->stop_reason ? last->stop_reason : "");
+    if (a->gen->summary[0])
+        strbuf_printf(&b, "%s\n", a->gen->summary);
     if (a->gen->speculation[0])
         strbuf_printf(&b, "speculation %s: %ld of %ld drafted tokens accepted (%.0f%%) since the start\n",
                       a->gen->speculation, a->accepted_tokens, a->drafted_tokens,
@@ -1898,10 +1900,6 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
         kimi_fail(err, KIMI_ERR_IO, "pipe: %s", strerror(errno));
         goto fail;
     }
-    if (opt->model_is_demo)
-        say_info(a, "demo model: a 3.6 M-parameter toy; use --model DIR for Kimi-K2.5");
-    if (a->gen->summary[0])
-        say_info(a, "%s", a->gen->summary);
     if (open_tools(a, err))
         goto fail;
     if (!opt->no_save) {

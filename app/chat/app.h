@@ -117,8 +117,8 @@ typedef struct {
 typedef struct app app;
 
 /* Start the core on an open generator (the app owns it from here, also on failure): load the
- * tools (opt->tools_path) and the session (--resume / --load), and say the generator's
- * one-line summary through fe->info. opt must outlive the app. */
+ * tools (opt->tools_path) and the session (--resume / --load). The generator's summary is not
+ * said here (app/main.c says it with --verbose); /stats shows it. opt must outlive the app. */
 int app_open(app **out, const app_options *opt, const app_frontend *fe, generator *gen, kimi_err *err);
 void app_close(app *a);
 

@@ -236,8 +236,7 @@ int generator_local_open(generator **out, const generator_local_options *o, kimi
         folder_name(o->model_dir, g->base.model, sizeof g->base.model);
     snprintf(g->base.backend, sizeof g->base.backend, "%s TP=%d",
              info->backend == BACKEND_CUDA ? "cuda" : "cpu", info->tp);
-    if (!o->on_note)
-        snprintf(g->base.summary, sizeof g->base.summary, "%s%s%s", info->summary, info->kv_cache_note[0] ? "\n" : "",
+    snprintf(g->base.summary, sizeof g->base.summary, "%s%s%s", info->summary, info->kv_cache_note[0] ? "\n" : "",
                  info->kv_cache_note);
     g->base.context_limit = info->max_context;
     if (info->speculate == SPECULATE_AUTO)

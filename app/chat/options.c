@@ -31,7 +31,7 @@ typedef enum {
     OPT_RESUME, OPT_LOAD, OPT_SYSTEM, OPT_NO_SAVE,
     OPT_THINK, OPT_NO_THINK, OPT_TEMPERATURE, OPT_TOP_P, OPT_TOP_K, OPT_MAX_TOKENS, OPT_SEED,
     OPT_TOOLS, OPT_NO_TOOLS, OPT_ALLOW_TOOLS,
-    OPT_REASONING, OPT_HIDE_REASONING, OPT_THEME, OPT_NO_COLOR, OPT_MOUSE, OPT_NO_ALT_SCREEN,
+    OPT_REASONING, OPT_HIDE_REASONING, OPT_THEME, OPT_NO_COLOR, OPT_MOUSE, OPT_NO_ALT_SCREEN, OPT_VERBOSE,
     OPT_CONFIG, OPT_HELP, OPT_VERSION,
 } option_id;
 
@@ -89,6 +89,7 @@ static const flag_def flags[] = {
     {"no-color", 0, NULL, OPT_NO_COLOR, "no colours (the mono theme)"},
     {"mouse", 0, NULL, OPT_MOUSE, "wheel scroll and click-to-fold (default: off)"},
     {"no-alt-screen", 0, NULL, OPT_NO_ALT_SCREEN, "stay inline, in the terminal's scrollback"},
+    {"verbose", 0, NULL, OPT_VERBOSE, "say the memory plan at start (it is in /stats)"},
     {NULL, 0, NULL, 0, "Other"},
     {"config", 0, "FILE", OPT_CONFIG, "config file (default: the config under Files)"},
     {"help", 'h', NULL, OPT_HELP, "print this help and exit"},
@@ -343,6 +344,7 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
     case OPT_NO_COLOR: o->no_color = 1; return 0;
     case OPT_MOUSE: o->mouse = 1; return 0;
     case OPT_NO_ALT_SCREEN: o->no_alt_screen = 1; return 0;
+    case OPT_VERBOSE: o->verbose = 1; return 0;
     case OPT_PLAIN: return 0;   /* pick_mode() weighs it against --script and --prompt */
     case OPT_CONFIG: case OPT_HELP: case OPT_VERSION: return 0;  /* handled before the others */
     }

@@ -74,6 +74,7 @@ typedef struct {
     int no_color;           /* NO_COLOR set (non-empty) or --no-color */
     int mouse;              /* --mouse */
     int no_alt_screen;      /* --no-alt-screen */
+    int verbose;            /* --verbose: the memory plan said at start, not only in /stats */
 
     int show_help;          /* --help: print options_help() and exit 0 */
     int show_version;       /* --version */

@@ -70,8 +70,8 @@ wait_file() {
   fail "$1 did not appear"
 }
 
-# The status bar says the core is idle (the last screen line).
-wait_ready() { wait_for '^ ready │' "${1:-20}"; }
+# The status bar says the core is idle (the last screen line; a narrow one may say only that).
+wait_ready() { wait_for '^ ready( |$)' "${1:-20}"; }
 
 # The terminal modes after kimi-chat ended are the shell's (canonical input, echo) and the
 # shell answers.

@@ -18,20 +18,27 @@ check_size() {
   wait_ready
   tm send-keys -t "$PANE" -l "$msg"
   tm send-keys -t "$PANE" Enter
-  wait_for '^(  you  )?A👍'
-  wait_ready 30
+  # sent and answered, the message at the top (Ctrl-Up: the answer may push it out of a small
+  # window)
+  local end=$((SECONDS + 40))
+  until screen > "$TMP/$name.screen" && grep -Eq '^(  you  | )A👍' "$TMP/$name.screen" &&
+        tail -n 1 "$TMP/$name.screen" | grep -Eq '^ ready( |$)'; do
+    [ $SECONDS -lt $end ] || fail "$name: the message was not sent and answered"
+    tm send-keys -t "$PANE" C-Up
+    sleep 0.3
+  done
   # the bytes: every cluster whole, the 4-member family too
   for p in "${pieces[@]}"; do
     grep -qF -- "${p:1:${#p}-2}" "$TMP/$name.raw" || fail "$name: '$p' never reached the terminal whole"
   done
   # the screen: the message's rows, gutter cut, joined, equal the message (rows break at spaces
   # or between wide clusters, so the comparison leaves the spaces out)
-  screen | W=$w MSG="$msg" FAMILY4="$family4" python3 -c "
+  W=$w MSG="$msg" FAMILY4="$family4" python3 -c "
 import os, sys, unicodedata
 w = int(os.environ['W'])
 lines = sys.stdin.read().split('\n')
 start = next(i for i, l in enumerate(lines) if 'A\U0001F44D' in l)
-g = 7 if lines[start].startswith('  you  ') else 0  # no gutter in a narrow window
+g = 7 if lines[start].startswith('  you  ') else 1  # a narrow window: the focus marker's column
 block = [lines[start][g:]]
 for l in lines[start + 1:]:
     if not l.startswith(' ' * g) or not l.strip() or l.lstrip().startswith(('kimi', '\u25b8')):
@@ -43,7 +50,7 @@ want = unicodedata.normalize('NFC', ''.join(os.environ['MSG'].split())).replace(
 assert got == want, (got, want)
 sep = [l for l in lines if l.startswith('─')]
 assert sep and sep[0] == '─' * w, 'the separator moved'
-" || fail "$name: the message is not on screen as sent"
+" < "$TMP/$name.screen" || fail "$name: the message is not on screen as sent"
 }
 
 check_size big 200 60

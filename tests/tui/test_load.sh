@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The full screen while a large checkpoint loads (issue 11): the plan and the FP8 note are on
-# screen before the load ends, the progress says GB, GB/s and the ETA; keys typed and pasted
+# The full screen while a large checkpoint loads (issue 11): with --verbose (issue 21: else they
+# are in /stats) the plan and the FP8 note are on screen before the load ends, the progress says GB, GB/s and the ETA; keys typed and pasted
 # meanwhile wait for the input; Ctrl-C stops the load: exit 130, "loading cancelled", the
 # terminal sane; kimi-chat --verify's verdict is on the full screen, not only in the scrollback.
 #   test_load.sh KIMI_CHAT KIMI_MKMODEL
@@ -11,7 +11,7 @@ MKMODEL=${2:?usage: $0 path/to/kimi-chat path/to/kimi-mkmodel}
 "$MKMODEL" --preset bench --holes --out "$TMP/big" > /dev/null
 "$MKMODEL" --preset bench --holes --out "$TMP/big2" > /dev/null
 
-start typed 100 24 -- --model "$TMP/big"
+start typed 100 24 -- --model "$TMP/big" --verbose
 wait_for 'loading [0-9.]+/1\.6 GB · [0-9.]+ [MG]B/s · ETA [0-9]+(s|m[0-9]{2}s)'
 screen | grep -Eq 'weights read in by [0-9]+ threads;$' || fail "the plan is not on screen while loading"
 screen | grep -q 'the checkpoint asks for an FP8 KV cache' || fail "the FP8 note is not on screen while loading"

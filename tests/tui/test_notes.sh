@@ -4,7 +4,7 @@
 # command keeps shown once. /new and /load start another conversation: the view starts clean
 # (the old notes, errors and /stats output go), with the command's confirmation.
 . "$(dirname "$0")/lib.sh"
-STARTUP='^       demo model: a 3\.6 M-parameter toy'
+STARTUP='^       kimi-chat · demo model'
 STATS='^       session: [0-9]+ messages?, [0-9]+ answers?'
 QUESTION='^  you  hi there$'
 start main 80 40

@@ -690,7 +690,7 @@ static void test_help_matches_man_page(void)
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",
-        "--no-alt-screen", "--config", "--help", "--version", "-m", "-p", "-h", "-V"};
+        "--no-alt-screen", "--verbose", "--config", "--help", "--version", "-m", "-p", "-h", "-V"};
     flag_set in_help = {0}, in_man = {0};
     collect_flags(help, &in_help);
     for (size_t i = 0; i < sizeof brief / sizeof brief[0]; i++)

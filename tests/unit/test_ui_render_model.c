@@ -8,6 +8,7 @@
 
 #include "tests/unit/check.h"
 #include "ui/render_model.h"
+#include "ui/text_width.h"
 #include "ui/theme.h"
 
 enum { MAX_ROWS = 4000, ROW_BYTES = 512 };
@@ -86,10 +87,10 @@ static void test_rows_and_labels(void)
     CHECK_INT(n, 5);
     CHECK_STR(rows_a[1], "  kimi Silicon rivers");
 
-    /* narrow: no gutter */
+    /* narrow: no labels, one column for the focus marker */
     n = all_rows(rm, 20, rows_a);
-    CHECK_STR(rows_a[0], "Write a haiku about");
-    CHECK_STR(rows_a[1], "GPUs.");
+    CHECK_STR(rows_a[0], " Write a haiku about");
+    CHECK_STR(rows_a[1], " GPUs.");
     render_model_free(rm);
 }
 
@@ -519,6 +520,70 @@ static void test_random_operations(void)
     render_model_free(rm);
 }
 
+/* Narrow transcripts (issue 21): the reasoning header drops whole fields, never part of one; a
+ * tool box's "… +N lines" stays inside its borders; the focus marker has a column of its own
+ * and never covers a box's corner or border. Every width from 8 to 40. */
+static void test_narrow_widths(void)
+{
+    render_model *rm = render_model_new();
+    int r = add(rm, RM_REASONING, "The user wants the time.");
+    render_model_set_reasoning_stats(rm, r, 35, 0.2);
+    render_model_finish(rm, r);
+    int t = render_model_append_tool(rm, "now", "functions.now:0", NULL);
+    text(rm, t, "{}");
+    render_model_set_tool_state(rm, t, RM_TOOL_DONE, NULL, 0.1, NULL);
+    render_model_set_tool_result(rm, t, numbered(12), strlen(numbered(12)), NULL);
+    render_model_finish(rm, t);
+    static const char *const headers[] = {"▸ thought", "▸ thought for 0.2 s", "▸ thought for 0.2 s · 35 tokens"};
+    for (int focused = 0; focused < 2; focused++) {
+        render_model_focus(rm, focused ? t : -1);
+        for (int w = 8; w <= 40; w++) {
+            int n = all_rows(rm, w, rows_a);
+            /* the header after the gutter (and "kimi " from RM_GUTTER_MIN on) */
+            const char *h = rows_a[0] + strspn(rows_a[0], " ");
+            if (!strncmp(h, "kimi ", 5))
+                h += 5;
+            int whole = 0;
+            for (int k = 0; k < 3; k++)
+                whole |= !strcmp(h, headers[k]);
+            if (!whole && w >= 12)
+                fprintf(stderr, "width %d: header '%s' is cut mid-field\n", w, rows_a[0]);
+            CHECK(whole || w < 12);
+            int hint_row = 0, corners = 0;
+            for (int i = 1; i < n; i++) {
+                const char *row = rows_a[i];
+                if (strstr(row, "…")) {
+                    hint_row = 1;
+                    size_t len = strlen(row);
+                    int fits = len >= 3 && !strcmp(row + len - 3, "│") && text_width(row, len) == w;
+                    if (!fits)
+                        fprintf(stderr, "width %d: '%s' overflows the box\n", w, row);
+                    CHECK(fits);
+                }
+                /* nothing painted over anything else: a row is never wider than the view */
+                int within = text_width(row, strlen(row)) <= w;
+                if (!within)
+                    fprintf(stderr, "width %d: '%s' is wider (spans overlap)\n", w, row);
+                CHECK(within);
+                corners += strstr(row, "┌") != NULL;
+                corners += strstr(row, "└") != NULL;
+                /* the marker stands left of the box, in the gutter */
+                if (focused && strstr(row, "▌")) {
+                    int marker_first = !strncmp(row, "▌", strlen("▌"));
+                    if (!marker_first)
+                        fprintf(stderr, "width %d: the marker is not in column 0: '%s'\n", w, row);
+                    CHECK(marker_first);
+                }
+            }
+            CHECK(hint_row);
+            if (corners != 2)
+                fprintf(stderr, "width %d, focus %d: a box corner is covered\n", w, focused);
+            CHECK_INT(corners, 2);
+        }
+    }
+    render_model_free(rm);
+}
+
 int main(void)
 {
     test_rows_and_labels();
@@ -529,5 +594,6 @@ int main(void)
     test_dirty_rows();
     test_jump_and_focus();
     test_random_operations();
+    test_narrow_widths();
     return check_finish();
 }
