@@ -30,6 +30,26 @@ enum { KV_FP8_BLOCK = 128 };
 
 #define KV_FP8_MAX 448.0f
 
+#ifndef __CUDACC__
+/* "fp16" or "fp8": the names of the --kv-cache flag and the kv_cache config key. */
+static inline const char *kv_cache_format_name(kv_cache_format format)
+{
+    return format == KV_CACHE_FP8 ? "fp8" : "fp16";
+}
+
+/* A name -> *out; -1 (and *out untouched) for anything but "fp16" and "fp8". */
+static inline int kv_cache_format_parse(const char *name, kv_cache_format *out)
+{
+    if (!strcmp(name, "fp16"))
+        *out = KV_CACHE_FP16;
+    else if (!strcmp(name, "fp8"))
+        *out = KV_CACHE_FP8;
+    else
+        return -1;
+    return 0;
+}
+#endif
+
 static inline KIMI_HOST_DEVICE int kv_fp8_blocks(int kv_lora)
 {
     return (kv_lora + KV_FP8_BLOCK - 1) / KV_FP8_BLOCK;

@@ -73,7 +73,7 @@ static int session_open(model_session *s, golden_run *g, kimi_err *err)
         return err->code;
     s->vocab = s->mw.cfg.vocab;
     backend_options opt = {.kind = strcmp(g->backend, "cuda") ? BACKEND_CPU : BACKEND_CUDA, .tp = g->tp,
-                           .max_context = capacity, .devices = g->devices, .n_devices = g->n_devices};
+                           .max_context = capacity, .kv_cache = g->kv_cache, .devices = g->devices, .n_devices = g->n_devices};
     return backend_open(&s->be, &s->mw, &opt, err);
 }
 

@@ -24,7 +24,7 @@ int probe_engine_options(const probe_args *a, long default_ctx, engine_options *
     if (probe_arg_required(a, "model", &opt->model_dir, err) || probe_arg_backend(a, &opt->backend, err) ||
         probe_arg_int(a, "tp", 1, 8, 1, &tp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
         probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err) ||
-        probe_arg_devices(a, devices, &opt->n_devices, err))
+        probe_arg_devices(a, devices, &opt->n_devices, err) || probe_arg_kv_cache(a, &opt->kv_cache, err))
         return err->code;
     const char *speculate = probe_arg(a, "speculate");
     char what[64];
@@ -89,7 +89,7 @@ int probe_generate(int argc, char **argv)
     engine_options opt;
     long n_new;
     int *stop = NULL, n_stop = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,devices,threads,ctx,speculate", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,devices,threads,ctx,speculate,kv-cache", &err) ||
         probe_engine_options(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
         return probe_report(&err);
     const char *tokens_text = probe_arg(&a, "tokens"), *prompt_text = probe_arg(&a, "prompt");
@@ -295,7 +295,7 @@ int probe_bench(int argc, char **argv)
     probe_args a;
     engine_options opt;
     long n_prompt, n_gen, read_mib;
-    if (probe_args_parse(&a, argc, argv, "model,backend,tp,devices,threads,prompt,gen,ctx,read-mib,speculate", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,backend,tp,devices,threads,prompt,gen,ctx,read-mib,speculate,kv-cache", &err) ||
         probe_arg_int(&a, "prompt", 1, 1 << 20, 128, &n_prompt, &err) ||
         probe_arg_int(&a, "gen", 2, 1 << 20, 32, &n_gen, &err) ||
         probe_arg_int(&a, "read-mib", 64, 1 << 20, 1024, &read_mib, &err) ||

@@ -11,6 +11,7 @@
 #include "app/probe/probe_args.h"
 #include "engine/backend/device_plan.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/kv_cache.h"
 #include "kernels/cpu/numeric.h"
 
 /* Without --mem-gib the plan assumes one 96 GB RTX PRO 6000 (the deployment target) less
@@ -22,11 +23,14 @@
 typedef struct {
     tp_shard *shards;           /* [tp] each rank's slices and the weight bytes it reads */
     size_t max_rank_bytes;
-    long memory_context;        /* positions that fit beside the largest rank's weights */
+    kv_cache_format kv_cache;   /* the cache format asked for (--kv-cache) */
+    long memory_context;        /* positions that fit beside the largest rank's weights, in that format */
     long max_context;           /* usable: memory_context capped at max_position_embeddings */
+    long max_context_by_format[2]; /* max_context with KV_CACHE_FP16, KV_CACHE_FP8 */
 } memory_plan;
 
-static int plan_memory(const model_weights *mw, int tp, double mem_gib, memory_plan *plan, kimi_err *err)
+static int plan_memory(const model_weights *mw, int tp, double mem_gib, kv_cache_format kv_cache, memory_plan *plan,
+                       kimi_err *err)
 {
     plan->shards = calloc((size_t)tp, sizeof *plan->shards);
     if (!plan->shards)
@@ -40,8 +44,14 @@ static int plan_memory(const model_weights *mw, int tp, double mem_gib, memory_p
         if (plan->shards[r].weight_bytes > plan->max_rank_bytes)
             plan->max_rank_bytes = plan->shards[r].weight_bytes;
     }
-    plan->memory_context = max_context_for_budget(&mw->cfg, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
-    plan->max_context = plan->memory_context < mw->cfg.max_position ? plan->memory_context : mw->cfg.max_position;
+    for (int f = KV_CACHE_FP16; f <= KV_CACHE_FP8; f++) {
+        long fit = max_context_for_budget(&mw->cfg, (kv_cache_format)f, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
+        plan->max_context_by_format[f] = fit < mw->cfg.max_position ? fit : mw->cfg.max_position;
+        if (f == (int)kv_cache)
+            plan->memory_context = fit;
+    }
+    plan->kv_cache = kv_cache;
+    plan->max_context = plan->max_context_by_format[kv_cache];
     return 0;
 }
 
@@ -84,9 +94,11 @@ static void print_json(const model_weights *mw, int tp, double mem_gib, const me
         {"experts", c->experts}, {"experts_per_token", c->experts_per_token}, {"shared_experts", c->shared_experts},
         {"moe_intermediate", c->moe_intermediate}, {"intermediate", c->intermediate}, {"n_group", c->n_group},
         {"topk_group", c->topk_group}, {"vocab", c->vocab}, {"max_position", c->max_position},
-        {"weight_bytes", (long long)mw->weight_bytes}, {"kv_bytes_per_token", (long long)kv_bytes_per_token(c)},
+        {"weight_bytes", (long long)mw->weight_bytes}, {"kv_bytes_per_token", (long long)kv_bytes_per_token(c, plan->kv_cache)},
         {"tp", tp}, {"bytes_per_rank", (long long)plan->max_rank_bytes}, {"max_context", plan->max_context},
         {"max_context_by_memory", plan->memory_context},
+        {"max_context_fp16", plan->max_context_by_format[KV_CACHE_FP16]},
+        {"max_context_fp8", plan->max_context_by_format[KV_CACHE_FP8]},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         json_object_set_new(o, ints[i].key, json_integer(ints[i].value));
@@ -100,6 +112,8 @@ static void print_json(const model_weights *mw, int tp, double mem_gib, const me
     json_object_set_new(o, "model_type", json_string(c->model_type));
     json_object_set_new(o, "prefix", json_string(mw->prefix));
     json_object_set_new(o, "quant_algo", json_string(c->quant_algo));
+    json_object_set_new(o, "kv_cache", json_string(kv_cache_format_name(plan->kv_cache)));
+    json_object_set_new(o, "kv_cache_quant_algo", json_string(c->kv_cache_quant_algo));
     json_object_set_new(o, "mem_gib", json_real(mem_gib));
     json_object_set_new(o, "load_seconds", json_real(mw->load_seconds));
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -124,8 +138,11 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
     printf("linears       %d NVFP4, %d BF16/F16/F32 (embedding not counted)\n", mw->n_nvfp4_linears,
            mw->n_dense_linears);
     printf("weights       %zu bytes (%.3f GiB)\n", mw->weight_bytes, mw->weight_bytes / GIB);
-    printf("kv cache      %zu bytes per token (fp16 latent %d + k_pe %d, %d layers)\n", kv_bytes_per_token(c),
-           c->kv_lora_rank, c->qk_rope_dim, c->layers);
+    printf("kv cache      %s (--kv-cache; the checkpoint asks for %s): %zu bytes per token (%s latent %d + k_pe %d, %d "
+           "layers); fp16 %zu, fp8 %zu\n", kv_cache_format_name(plan->kv_cache),
+           c->kv_cache_quant_algo[0] ? c->kv_cache_quant_algo : "nothing", kv_bytes_per_token(c, plan->kv_cache),
+           plan->kv_cache == KV_CACHE_FP8 ? "e4m3 with a scale per 128" : "fp16", c->kv_lora_rank, c->qk_rope_dim,
+           c->layers, kv_bytes_per_token(c, KV_CACHE_FP16), kv_bytes_per_token(c, KV_CACHE_FP8));
     for (int r = 0; r < tp; r++) {
         char label[32];
         const tp_shard *sh = &plan->shards[r];
@@ -143,6 +160,8 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
     else
         printf("max context   %ld positions fit after the largest rank's weights (max_position_embeddings %d)\n",
                plan->max_context, c->max_position);
+    printf("by cache      fp16 %ld positions, fp8 %ld positions (%s in use)\n", plan->max_context_by_format[KV_CACHE_FP16],
+           plan->max_context_by_format[KV_CACHE_FP8], kv_cache_format_name(plan->kv_cache));
     printf("loaded in     %.3f s\n", mw->load_seconds);
 }
 
@@ -153,8 +172,10 @@ int probe_info(int argc, char **argv)
     const char *dir;
     long tp;
     double mem_gib;
-    if (probe_args_parse(&a, argc, argv, "model,tp,mem-gib,json", &err) ||
+    kv_cache_format kv_cache;
+    if (probe_args_parse(&a, argc, argv, "model,tp,mem-gib,json,kv-cache", &err) ||
         probe_arg_required(&a, "model", &dir, &err) || probe_arg_int(&a, "tp", 1, 1024, 1, &tp, &err) ||
+        probe_arg_kv_cache(&a, &kv_cache, &err) ||
         probe_arg_double(&a, "mem-gib", DEFAULT_MEM_GIB, &mem_gib, &err))
         return probe_report(&err);
     if (!(mem_gib > 0 && mem_gib < 1e9)) {
@@ -170,7 +191,7 @@ int probe_info(int argc, char **argv)
     if (weights_load(&mw, dir, &err))
         return probe_report(&err);
     memory_plan plan = {0};
-    if (plan_memory(&mw, (int)tp, mem_gib, &plan, &err)) {
+    if (plan_memory(&mw, (int)tp, mem_gib, kv_cache, &plan, &err)) {
         weights_free(&mw);
         return probe_report(&err);
     }
@@ -273,7 +294,9 @@ int probe_plan(int argc, char **argv)
     long tp, sms;
     int devices[DEVICE_MAX_RANKS], n_devices = 0, n_visible = 0;
     static size_t free_bytes[DEVICE_MAX_ORDINAL + 1];
-    if (probe_args_parse(&a, argc, argv, "model,tp,devices,device-memory,sms,json", &err) ||
+    kv_cache_format kv_cache;
+    if (probe_args_parse(&a, argc, argv, "model,tp,devices,device-memory,sms,json,kv-cache", &err) ||
+        probe_arg_kv_cache(&a, &kv_cache, &err) ||
         probe_arg_required(&a, "model", &dir, &err) || probe_arg_int(&a, "tp", 1, DEVICE_MAX_RANKS, 1, &tp, &err) ||
         probe_arg_int(&a, "sms", 1, 4096, 132, &sms, &err) || probe_arg_devices(&a, devices, &n_devices, &err) ||
         plan_devices(&a, (int)tp, devices, n_devices, free_bytes, &n_visible, &err))
@@ -294,7 +317,8 @@ int probe_plan(int argc, char **argv)
     device_rank_plan plans[DEVICE_MAX_RANKS];
     int rc = config_check_tp(&mw.cfg, (int)tp, &err);
     for (int r = 0; !rc && r < tp; r++)
-        rc = device_rank_plan_make(&mw, (int)tp, r, device_attention_splits(0x7FFFFFFFL, (int)sms), &plans[r], &err);
+        rc = device_rank_plan_make(&mw, (int)tp, r, device_attention_splits(0x7FFFFFFFL, (int)sms), kv_cache, &plans[r],
+                                   &err);
     if (rc) {
         weights_free(&mw);
         return probe_report(&err);

@@ -1,6 +1,6 @@
 /* backend: the one interface the engine drives a model through (CPU reference or CUDA):
  * N tensor-parallel ranks that each hold a shard, run forward steps over a token range
- * writing the fp16 latent KV cache, and return logits. */
+ * writing the latent KV cache (fp16 or fp8), and return logits. */
 #ifndef KIMI_BACKEND_H
 #define KIMI_BACKEND_H
 
@@ -9,6 +9,7 @@
 
 #include "engine/base/error.h"
 #include "engine/model/weights.h"
+#include "kernels/kv_format.h"
 
 typedef enum { BACKEND_CPU, BACKEND_CUDA } backend_kind;
 
@@ -19,6 +20,7 @@ typedef struct {
                                  * Waits spin briefly only when tp * threads + 1 (the calling thread)
                                  * fit in the usable CPUs; KIMI_CPU_SPIN=auto|on|off overrides it */
     long max_context;           /* KV cache positions to reserve */
+    kv_cache_format kv_cache;   /* the latent cache's element format (kernels/kv_format.h); 0: fp16 */
     /* Optional (NULL = none): called during a prefill (a backend_forward of n > 1 tokens) on
      * the thread that called backend_forward, after every layer, with how many of the call's
      * tokens are done (fractional: a chunk part-way through its layers counts in proportion;
@@ -96,7 +98,8 @@ enum { BACKEND_DECODE_TOKENS_MAX = 17 };
 int backend_decode_tokens(backend *be, const int32_t *tokens, int n, long start_pos, float *logits, kimi_err *err);
 int backend_decodes_tokens(const backend *be);
 
-/* Copy the fp16 cache of positions [0, n_pos) as [layer][position][kv_lora | rope] (rank 0). */
+/* Copy the cache of positions [0, n_pos) as fp16 [layer][position][kv_lora | rope] (rank 0); an
+ * fp8 cache decodes to fp16 exactly (kernels/kv_format.h). */
 int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err);
 
 #endif

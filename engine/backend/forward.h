@@ -1,5 +1,5 @@
 /* forward: one tensor-parallel rank of the CPU backend: views of its shard of every weight (in
- * place in the mmap'ed checkpoint), its replica of the fp16 latent cache, and the forward pass
+ * place in the mmap'ed checkpoint), its replica of the latent cache (fp16 or fp8), and the forward pass
  * over a chunk of tokens, written to read like the math of docs/MODEL_FORMAT.md. */
 #ifndef KIMI_FORWARD_H
 #define KIMI_FORWARD_H
@@ -10,6 +10,7 @@
 #include "engine/backend/tp_comm.h"
 #include "engine/model/weights.h"
 #include "engine/backend/worker_pool.h"
+#include "kernels/kv_format.h"
 
 typedef struct rank_model rank_model;
 
@@ -17,6 +18,7 @@ typedef struct {
     const model_weights *mw;
     int tp, rank;
     long capacity;              /* positions in the cache */
+    kv_cache_format cache_format; /* of the latent cache's rows (kernels/kv_format.h) */
     int max_tokens;             /* most tokens of one rank_forward call */
     worker_pool *pool;          /* this rank's workers (borrowed) */
     tp_comm *comm;              /* shared by the ranks (borrowed) */
@@ -47,7 +49,7 @@ void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, i
 int rank_model_take_nonfinite(rank_model *m);
 long rank_model_take_clamps(rank_model *m);
 
-/* This rank's cache of one layer: [capacity][kv_lora_rank | qk_rope_dim] fp16. */
-const uint16_t *rank_model_cache(const rank_model *m, int layer);
+/* This rank's cache of one layer: [capacity][kv_row_bytes(setup's cache_format, ...)]. */
+const uint8_t *rank_model_cache(const rank_model *m, int layer);
 
 #endif

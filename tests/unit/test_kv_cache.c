@@ -3,6 +3,7 @@
  * position for Kimi-K2.5). */
 #include <stdlib.h>
 
+#include "engine/model/weights.h"
 #include "engine/runtime/kv_cache.h"
 #include "tests/unit/check.h"
 
@@ -66,72 +67,108 @@ static void test_plan(void)
 
     /* A rank budget that holds the rank's weights plus exactly 1000 positions. */
     size_t budget = weights + per_token * 1000;
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, budget, 8, 0, "the test budget", &plan, &err), 0);
     CHECK_INT(plan.kv_bytes_per_token, per_token);
     CHECK_INT(plan.max_fit, 1000);
     CHECK_INT(plan.max_context, 1000);
     CHECK_MSG(strstr(plan.summary, "context 1000") && strstr(plan.summary, "the test budget"), "%s", plan.summary);
 
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget, 8, 800, "the test budget", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, budget, 8, 800, "the test budget", &plan, &err), 0);
     CHECK_INT(plan.max_context, 800);
     CHECK(strstr(plan.summary, "(as asked; up to") != NULL);
 
     /* Exactly the memory fit is allowed; one position past it is not. */
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget, 8, 1000, "the test budget", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, budget, 8, 1000, "the test budget", &plan, &err), 0);
     CHECK_INT(plan.max_context, 1000);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget, 8, 1001, "the test budget", &plan, &err), KIMI_ERR_NOMEM);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, budget, 8, 1001, "the test budget", &plan, &err), KIMI_ERR_NOMEM);
     CHECK_MSG(strstr(err.msg, "1001") && strstr(err.msg, "at most 1000"), "%s", err.msg);
 
     /* One byte short of the 1000th position: 999 fit. */
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget - 1, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, budget - 1, 8, 0, "the test budget", &plan, &err), 0);
     CHECK_INT(plan.max_fit, 999);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, budget - 1, 8, 1000, "the test budget", &plan, &err),
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, budget - 1, 8, 1000, "the test budget", &plan, &err),
               KIMI_ERR_NOMEM);
 
     /* Plenty of memory: the model's own limit caps the context. */
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 2000 * gib, 1, 0, "the test budget", &plan, &err), 0);
     CHECK_INT(plan.max_context, 262144);
     CHECK(strstr(plan.summary, "max_position_embeddings") != NULL);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 300000, "the test budget", &plan, &err),
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 2000 * gib, 1, 300000, "the test budget", &plan, &err),
               KIMI_ERR_USAGE);
     CHECK(strstr(err.msg, "262144") != NULL);
     /* Exactly max_position_embeddings is allowed; one past it is not, with or without a budget. */
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 262144, "the test budget", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 2000 * gib, 1, 262144, "the test budget", &plan, &err), 0);
     CHECK_INT(plan.max_context, 262144);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 2000 * gib, 1, 262145, "the test budget", &plan, &err),
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 2000 * gib, 1, 262145, "the test budget", &plan, &err),
               KIMI_ERR_USAGE);
     CHECK_MSG(strstr(err.msg, "262145") && strstr(err.msg, "262144"), "%s", err.msg);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 8, 262144, "none", &plan, &err), 0);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 8, 262145, "none", &plan, &err), KIMI_ERR_USAGE);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 0, 8, 262144, "none", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 0, 8, 262145, "none", &plan, &err), KIMI_ERR_USAGE);
 
     /* A budget that holds exactly max_position_embeddings positions, and one more: both cap there. */
     size_t full = weights + per_token * 262144;
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, full, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, full, 8, 0, "the test budget", &plan, &err), 0);
     CHECK_INT(plan.max_fit, 262144);
     CHECK_INT(plan.max_context, 262144);
     CHECK(strstr(plan.summary, "max_position_embeddings") != NULL);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, full + per_token, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, full + per_token, 8, 0, "the test budget", &plan, &err), 0);
     CHECK_INT(plan.max_context, 262144);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, full - 1, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, full - 1, 8, 0, "the test budget", &plan, &err), 0);
     CHECK_INT(plan.max_context, 262143);
     CHECK(strstr(plan.summary, "what the memory budget holds") != NULL);
 
     /* The weights alone do not fit. */
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 70 * gib, 8, 0, "the test budget", &plan, &err), KIMI_ERR_NOMEM);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 70 * gib, 8, 0, "the test budget", &plan, &err), KIMI_ERR_NOMEM);
     CHECK(strstr(err.msg, "does not hold the weights") != NULL);
 
     /* No budget known (a GPU backend without a budget): only an explicit context works. */
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 8, 0, "none", &plan, &err), KIMI_ERR_USAGE);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 0, 8, 0, "none", &plan, &err), KIMI_ERR_USAGE);
     CHECK(strstr(err.msg, "give a max context") != NULL);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 8, 4096, "none", &plan, &err), 0);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 0, 8, 4096, "none", &plan, &err), 0);
     CHECK_INT(plan.max_context, 4096);
     CHECK_INT(plan.max_fit, -1);
-    CHECK_INT(kv_cache_plan_context(&cfg, weights, 0, 0, 4096, "none", &plan, &err), KIMI_ERR_USAGE);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, 0, 0, 4096, "none", &plan, &err), KIMI_ERR_USAGE);
+}
+
+/* The fp8 cache (kernels/kv_format.h): 656 B per position and layer on Kimi, 61 layers = 40,016 B
+ * per position instead of 70,272; the plan says which format is in use and what each holds. */
+static void test_plan_fp8(void)
+{
+    model_config cfg = kimi_config();
+    kimi_err err = {0};
+    kv_cache_plan plan;
+    const size_t fp16 = 70272, fp8 = 40016, gib = 1024ull * 1024 * 1024;
+    size_t weights = 75 * gib, budget = weights + fp8 * 1000;
+    CHECK_INT(kv_bytes_per_token(&cfg, KV_CACHE_FP8), fp8);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP8, weights, budget, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.format, KV_CACHE_FP8);
+    CHECK_INT(plan.kv_bytes_per_token, fp8);
+    CHECK_INT(plan.max_context, 1000);
+    CHECK_INT(plan.max_fit_fp8, 1000);
+    CHECK_INT(plan.max_fit_fp16, (long)(fp8 * 1000 / fp16));
+    CHECK_MSG(strstr(plan.summary, "at 40016 B per position in the fp8 cache; an fp16 cache would hold 569"), "%s",
+              plan.summary);
+    /* the same budget with fp16: what fp8 would hold is said beside it */
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, budget, 8, 0, "the test budget", &plan, &err), 0);
+    CHECK_INT(plan.max_context, 569);
+    CHECK_MSG(strstr(plan.summary, "in the fp16 cache; an fp8 cache would hold 1000"), "%s", plan.summary);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP16, weights, budget, 8, 570, "the test budget", &plan, &err),
+              KIMI_ERR_NOMEM);
+    CHECK_MSG(strstr(err.msg, "an fp8 cache would hold 1000"), "%s", err.msg);
+    CHECK_INT(kv_cache_plan_context(&cfg, KV_CACHE_FP8, weights, 0, 8, 4096, "none", &plan, &err), 0);
+    CHECK_MSG(strstr(plan.summary, "in the fp8 cache"), "%s", plan.summary);
+
+    kv_cache_format f = KV_CACHE_FP16;
+    CHECK(kv_cache_format_parse("fp8", &f) == 0 && f == KV_CACHE_FP8);
+    CHECK(kv_cache_format_parse("fp16", &f) == 0 && f == KV_CACHE_FP16);
+    CHECK(kv_cache_format_parse("bf16", &f) == -1 && f == KV_CACHE_FP16);
+    CHECK(kv_cache_format_parse("FP8", &f) == -1);
 }
 
 int main(void)
 {
     test_prefix();
     test_plan();
+    test_plan_fp8();
     return check_finish();
 }
