@@ -27,6 +27,7 @@ typedef struct {
     long memory_context;        /* positions that fit beside the largest rank's weights, in that format */
     long max_context;           /* usable: memory_context capped at max_position_embeddings */
     long max_context_by_format[2]; /* max_context with KV_CACHE_FP16, KV_CACHE_FP8 */
+    long memory_context_by_format[2]; /* memory_context with each */
 } memory_plan;
 
 static int plan_memory(const model_weights *mw, int tp, double mem_gib, kv_cache_format kv_cache, memory_plan *plan,
@@ -46,6 +47,7 @@ static int plan_memory(const model_weights *mw, int tp, double mem_gib, kv_cache
     }
     for (int f = KV_CACHE_FP16; f <= KV_CACHE_FP8; f++) {
         long fit = max_context_for_budget(&mw->cfg, (kv_cache_format)f, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
+        plan->memory_context_by_format[f] = fit;
         plan->max_context_by_format[f] = fit < mw->cfg.max_position ? fit : mw->cfg.max_position;
         if (f == (int)kv_cache)
             plan->memory_context = fit;
@@ -160,8 +162,9 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
     else
         printf("max context   %ld positions fit after the largest rank's weights (max_position_embeddings %d)\n",
                plan->max_context, c->max_position);
-    printf("by cache      fp16 %ld positions, fp8 %ld positions (%s in use)\n", plan->max_context_by_format[KV_CACHE_FP16],
-           plan->max_context_by_format[KV_CACHE_FP8], kv_cache_format_name(plan->kv_cache));
+    printf("by cache      memory holds %ld positions with --kv-cache fp16, %ld with fp8 (%s in use)\n",
+           plan->memory_context_by_format[KV_CACHE_FP16], plan->memory_context_by_format[KV_CACHE_FP8],
+           kv_cache_format_name(plan->kv_cache));
     printf("loaded in     %.3f s\n", mw->load_seconds);
 }
 
@@ -236,7 +239,8 @@ static int plan_devices(const probe_args *a, int tp, const int *devices, int n_d
 }
 
 static void print_plan_json(const model_config *c, const device_assignment *da, const device_rank_plan *plans,
-                            const size_t *free_bytes, const device_memory_plan *p, long max_context)
+                            const size_t *free_bytes, const device_memory_plan *p, long max_context,
+                            kv_cache_format kv_cache)
 {
     json_t *o = json_object(), *devices = json_array(), *free_list = json_array(), *weights = json_array();
     json_t *workspaces = json_array();
@@ -254,6 +258,7 @@ static void print_plan_json(const model_config *c, const device_assignment *da, 
     json_object_set_new(o, "rank_workspace_bytes", workspaces);
     json_object_set_new(o, "reserve_bytes", json_integer((json_int_t)DEVICE_RESERVE_BYTES));
     json_object_set_new(o, "cache_bytes_per_position", json_integer((json_int_t)plans[0].cache_bytes_per_position));
+    json_object_set_new(o, "kv_cache", json_string(kv_cache_format_name(kv_cache)));
     json_object_set_new(o, "tightest_device", json_integer(p->tightest));
     json_object_set_new(o, "max_context_by_memory", json_integer(p->max_context));
     json_object_set_new(o, "max_position", json_integer(c->max_position));
@@ -265,7 +270,8 @@ static void print_plan_json(const model_config *c, const device_assignment *da, 
 }
 
 static void print_plan_human(const model_config *c, const device_assignment *da, const device_rank_plan *plans,
-                             const size_t *free_bytes, const device_memory_plan *p, long max_context, int sms)
+                             const size_t *free_bytes, const device_memory_plan *p, long max_context, int sms,
+                             kv_cache_format kv_cache)
 {
     printf("ranks         %d on %s\n", da->tp,
            da->comm == DEVICE_COMM_NCCL ? "a device each (NCCL)" : "one device (the local communicator)");
@@ -273,8 +279,9 @@ static void print_plan_human(const model_config *c, const device_assignment *da,
         printf("rank %d/%d      device %d (%.2f GiB free): weights %.3f GiB (%zu B), workspace %.1f MiB\n", r, da->tp,
                da->device[r], free_bytes[da->device[r]] / GIB, plans[r].weight_bytes / GIB, plans[r].weight_bytes,
                plans[r].workspace_bytes / (1024.0 * 1024.0));
-    printf("cache         %zu B per position per rank (fp16 latent %d + k_pe %d, %d layers); workspace planned for "
-           "%d multiprocessors\n", plans[0].cache_bytes_per_position, c->kv_lora_rank, c->qk_rope_dim, c->layers, sms);
+    printf("cache         %s (--kv-cache): %zu B per position per rank (latent %d + k_pe %d, %d layers); workspace "
+           "planned for %d multiprocessors\n", kv_cache_format_name(kv_cache), plans[0].cache_bytes_per_position,
+           c->kv_lora_rank, c->qk_rope_dim, c->layers, sms);
     printf("tightest      device %d: %.2f GiB free, %.3f GiB fixed (weights and workspace of %d rank%s + %.2f GiB "
            "reserve)\n", p->tightest, p->free_bytes / GIB, p->fixed_bytes / GIB, p->ranks_on_tightest,
            p->ranks_on_tightest > 1 ? "s" : "", DEVICE_RESERVE_BYTES / GIB);
@@ -327,9 +334,9 @@ int probe_plan(int argc, char **argv)
     device_memory_plan_make(plans, &da, free_bytes, DEVICE_RESERVE_BYTES, &p);
     long max_context = p.max_context < mw.cfg.max_position ? p.max_context : mw.cfg.max_position;
     if (json)
-        print_plan_json(&mw.cfg, &da, plans, free_bytes, &p, max_context);
+        print_plan_json(&mw.cfg, &da, plans, free_bytes, &p, max_context, kv_cache);
     else
-        print_plan_human(&mw.cfg, &da, plans, free_bytes, &p, max_context, (int)sms);
+        print_plan_human(&mw.cfg, &da, plans, free_bytes, &p, max_context, (int)sms, kv_cache);
     weights_free(&mw);
     if (p.max_context > 0)
         return 0;
