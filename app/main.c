@@ -155,7 +155,7 @@ static int open_generator(app_options *o, const app_frontend *fe, generator **ge
         return err->code;
     generator_local_options lo = {
         .model_dir = o->model_dir, .model_name = o->model_is_demo ? "demo model" : NULL,
-        .engine = {.backend = (backend_kind)o->backend, .tp = o->tp, .threads_per_rank = o->threads,
+        .engine = {.backend = (backend_kind)o->backend, .tp = o->tp, .dcp = o->dcp, .threads_per_rank = o->threads,
                    .max_context = o->max_context,
                    .memory_budget_bytes = (size_t)(o->mem_gib * 1073741824.0),
                    .devices = n_devices ? devices : NULL, .n_devices = n_devices, .speculate = o->speculate,
@@ -207,7 +207,7 @@ int main(int argc, char **argv)
     if (o.load_path) {
         /* read and checked now, not after a load of minutes; app_open reads it again */
         session loaded;
-        int rc = session_load(&loaded, o.load_path, &err);
+        int rc = session_load_conversation(&loaded, o.load_path, &err);
         session_free(&loaded);
         if (rc) {
             options_free(&o);

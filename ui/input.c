@@ -110,23 +110,6 @@ void input_clear(input *in)
     in->hist_pos = in->n_hist;
 }
 
-/* Length of the well-formed UTF-8 sequence at s[0..n), 0 when ill-formed. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                              : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    if (!len || len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
-        (c == 0xf4 && s[1] > 0x8f))
-        return 0;
-    return len;
-}
-
 void input_insert(input *in, const char *s, size_t len)
 {
     const unsigned char *u = (const unsigned char *)s;
@@ -141,7 +124,9 @@ void input_insert(input *in, const char *s, size_t len)
         } else if (u[i] < 0x20 || u[i] == 0x7f) {
             i++;
         } else {
-            size_t n = utf8_len(u + i, len - i);
+            size_t n;
+            if (utf8_sequence(u + i, len - i, &n) != UTF8_OK)
+                n = 0; /* each byte of an ill-formed or cut sequence is one U+FFFD */
             if (n == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0)
                 ;   /* a C1 control, dropped as the C0 ones */
             else if (n)

@@ -65,6 +65,83 @@ int paint_map_color(theme_color c, paint_depth depth)
     return -1;
 }
 
+uint32_t paint_color_rgb(int color, paint_depth depth, uint32_t dflt)
+{
+    if (color < 0)
+        return dflt;
+    if (depth == PAINT_COLORS_DIRECT && color >= 8)
+        return (uint32_t)color;
+    return theme_256_to_rgb(color);
+}
+
+/* The hue family of a colour, as the 8 ANSI hues are built: the channels at least half as
+ * strong as the strongest (red 1, green 2, blue 4: 3 yellow, 5 magenta, 6 cyan); black,
+ * white and the greys are 0, neutral. */
+static int hue_family(uint32_t rgb)
+{
+    uint32_t ch[3] = {rgb >> 16 & 255, rgb >> 8 & 255, rgb & 255};
+    uint32_t most = ch[0] > ch[1] ? ch[0] : ch[1];
+    most = most > ch[2] ? most : ch[2];
+    int family = 0;
+    for (int i = 0; i < 3; i++)
+        if (most && 2 * ch[i] >= most)
+            family |= 1 << i;
+    return family == 7 ? 0 : family;
+}
+
+/* Whether fg (a curses colour at depth, -1 the default) on bg keeps `least` contrast on
+ * every terminal background t is for. */
+static int readable(const theme *t, int fg, int bg, unsigned attrs, paint_depth depth, double least)
+{
+    for (int b = THEME_BACKGROUND_DARK; b <= THEME_BACKGROUND_LIGHT; b++) {
+        if (t->background != THEME_BACKGROUND_ANY && (int)t->background != b)
+            continue;
+        uint32_t term_fg, term_bg;
+        theme_terminal_colors((theme_background)b, &term_fg, &term_bg);
+        if (theme_painted_contrast(paint_color_rgb(fg, depth, term_fg),
+                                   paint_color_rgb(bg, depth, term_bg), attrs) < least)
+            return 0;
+    }
+    return 1;
+}
+
+void paint_style_colors(const theme *t, int e, paint_depth depth, int *fg, int *bg)
+{
+    const theme_style *s = &t->style[e];
+    *fg = paint_map_color(s->fg, depth);
+    *bg = paint_map_color(s->bg, depth);
+    if (depth != PAINT_COLORS_16 && depth != PAINT_COLORS_8)
+        return;
+    int n = depth == PAINT_COLORS_16 ? 16 : 8;
+    if (*fg < 0 || (!s->fg.is_rgb && s->fg.index < n))
+        return; /* the terminal has the colour itself */
+    double least = theme_min_contrast(e);
+    if (readable(t, *fg, *bg, s->attrs, depth, least))
+        return;
+    uint32_t want = s->fg.is_rgb ? s->fg.rgb : theme_256_to_rgb(s->fg.index);
+    uint32_t term_fg, term_bg;
+    theme_terminal_colors(t->background, &term_fg, &term_bg);
+    /* the nearest is unreadable: the nearest readable colour of its hue; failing that a
+       neutral one (the default foreground first), never another hue */
+    int family = hue_family(want), best = *fg;
+    long best_d = -1;
+    for (int pass = 0; pass < 2 && best_d < 0; pass++) {
+        for (int c = -1; c < n; c++) {
+            if (c < 0 && *bg >= 0)
+                continue; /* the default foreground is made for the default background only */
+            int c_family = c < 0 ? 0 : hue_family(theme_256_to_rgb(c));
+            if (c_family != (pass ? 0 : family) || !readable(t, c, *bg, s->attrs, depth, least))
+                continue;
+            long d = rgb_distance(want, paint_color_rgb(c, depth, term_fg));
+            if (best_d < 0 || d < best_d) {
+                best = c;
+                best_d = d;
+            }
+        }
+    }
+    *fg = best;
+}
+
 attr_t paint_attrs(unsigned a)
 {
     attr_t r = A_NORMAL;
@@ -91,7 +168,8 @@ void paint_palette_init(paint_palette *p, const theme *t, paint_depth depth)
         p->attr[e] = paint_attrs(s->attrs);
         if (depth == PAINT_COLORS_NONE)
             continue;
-        int fg = paint_map_color(s->fg, depth), bg = paint_map_color(s->bg, depth);
+        int fg, bg;
+        paint_style_colors(t, e, depth, &fg, &bg);
         if (fg < 0 && bg < 0)
             continue;
         int found = 0;

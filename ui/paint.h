@@ -33,6 +33,18 @@ paint_depth paint_detect_depth(int no_color);
  * (by RGB distance to xterm's defaults) below that. */
 int paint_map_color(theme_color c, paint_depth depth);
 
+/* The curses colours element e of t is painted in at depth (-1: the terminal's default).
+ * At 16 and 8 colours a colour the terminal lacks becomes the nearest it has (as
+ * paint_map_color); where that one would not keep theme_min_contrast(e) against the
+ * background on the terminals t is for (theme_background; "default" as theme_terminal_colors)
+ * it becomes the nearest readable colour of the same hue, else the nearest readable neutral
+ * one (the default foreground, black, white, grey), never another hue. So a dark grey rule is
+ * never mapped onto a black background. */
+void paint_style_colors(const theme *t, int e, paint_depth depth, int *fg, int *bg);
+
+/* The RGB value a curses colour of paint_map_color shows as at depth, `dflt` for -1. */
+uint32_t paint_color_rgb(int color, paint_depth depth, uint32_t dflt);
+
 /* Allocate the pairs for t (init_extended_pair; pairs are reused across elements with the same
  * colours and reallocated from 1 on every call, so /theme does not leak pairs). */
 void paint_palette_init(paint_palette *p, const theme *t, paint_depth depth);

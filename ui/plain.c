@@ -14,6 +14,7 @@
 #include <readline/readline.h>
 
 #include "app/chat/paths.h"
+#include "engine/base/monotonic.h"
 #include "ui/progress_text.h"
 #include "ui/signal_pipe.h"
 #include "ui/text_width.h"
@@ -218,17 +219,17 @@ static void on_tool_update(void *user, const app_tool_call *c)
 {
     plain_ui *ui = user;
     clear_progress(ui);
-    if (!strcmp(c->state, "running")) {
+    if (c->state == APP_TOOL_RUNNING) {
         if (ui->asked_call != c->index)     /* the approval question showed it already */
             call_line(c);
         ui->asked_call = -1;
         return;
     }
     char head[256];
-    if (!strcmp(c->state, "done"))
+    if (c->state == APP_TOOL_DONE)
         snprintf(head, sizeof head, "← %s: done in %.2f s, exit %d\n", c->name, c->seconds, c->exit_status);
     else
-        snprintf(head, sizeof head, "← %s: %s\n", c->name, c->state);
+        snprintf(head, sizeof head, "← %s: %s\n", c->name, app_tool_state_name(c->state));
     put_text(stderr, 1, head, strlen(head));
     print_result_head(ui, c->result, c->result_len);
 }
@@ -381,13 +382,6 @@ static tool_approval ask_approval(plain_ui *ui, int *signalled)
     }
 }
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* How long SIGTERM/SIGHUP waits for the stopped turn to wind down (a cancelled generation or
  * tool ends in milliseconds) before giving up on it. */
 #define TERMINATE_GRACE_S 3.0
@@ -399,7 +393,7 @@ plain_wait_result plain_ui_wait(plain_ui *ui, app *a, app_turn_outcome *outcome,
                                    that what is saved is whole (every tool call answered) */
     ui->turn_over = 0;
     while (app_busy(a)) {
-        if (terminated_at && seconds_now() - terminated_at > TERMINATE_GRACE_S)
+        if (terminated_at && monotonic_seconds() - terminated_at > TERMINATE_GRACE_S)
             return PLAIN_WAIT_TERMINATED;
         if (ui->pending_approval >= 0) {
             int sig = 0;
@@ -411,7 +405,7 @@ plain_wait_result plain_ui_wait(plain_ui *ui, app *a, app_turn_outcome *outcome,
                 if (sig == SIGINT)
                     interrupted = 1;
                 else if (!terminated_at)
-                    terminated_at = seconds_now();
+                    terminated_at = monotonic_seconds();
             } else {
                 app_approve(a, index, decision);
             }
@@ -428,7 +422,7 @@ plain_wait_result plain_ui_wait(plain_ui *ui, app *a, app_turn_outcome *outcome,
             if (sig == SIGINT)
                 interrupted = 1;
             else if (!terminated_at)
-                terminated_at = seconds_now();
+                terminated_at = monotonic_seconds();
         }
         if (app_dispatch(a, err))
             return PLAIN_WAIT_BROKEN;

@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/base/monotonic.h"
+
 #define THUMBS_TONE "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD"              /* 👍🏽: 2 joined, 4 apart */
 #define HEART_VS16 "\xE2\x9D\xA4\xEF\xB8\x8F"                       /* ❤️: 2 widened, 1 not */
 #define ZWJ_PAIR "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9"     /* 👨‍👩: 2 joined, 4 apart */
@@ -19,13 +21,6 @@ void term_probe_decide(int thumbs_col, int heart_col, int pair_col, text_termina
         .narrow_vs16 = heart_col - 1 < 2,
         .splits_zwj = pair_col - 1 > 2,
     };
-}
-
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
 static int write_all(int fd, const char *s, size_t n)
@@ -56,9 +51,9 @@ int term_probe_clusters(int in_fd, int out_fd, int timeout_ms, text_terminal *t)
     if (write_all(out_fd, ask, sizeof ask - 1) == 0) {
         char buf[256];
         size_t len = 0;
-        long deadline = now_ms() + timeout_ms;
+        double deadline = monotonic_seconds() + timeout_ms / 1000.0;
         while (got < 3) {
-            long left = deadline - now_ms();
+            long left = (long)((deadline - monotonic_seconds()) * 1000.0);
             struct pollfd p = {.fd = in_fd, .events = POLLIN};
             if (left <= 0 || poll(&p, 1, (int)left) <= 0)
                 break;

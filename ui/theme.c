@@ -1,6 +1,7 @@
 /* theme: built-in default styles, the .theme parser and xterm-256 colour mapping. */
 #include "ui/theme.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +62,10 @@ static const char default_theme_text[] =
     "quote = 250 default italic\n"
     "list_marker = 75 default bold\n"
     "link = 75 default underline\n"
-    "rule = 240 default\n"
-    "table_border = 240 default\n"
+    "rule = 241 default\n"
+    "table_border = 241 default\n"
     "table_header = default default bold\n"
-    "tool_border = 240 default\n"
+    "tool_border = 241 default\n"
     "tool_name = bright_white default bold\n"
     "tool_id = 244 default\n"
     "tool_args = 250 default\n"
@@ -79,7 +80,7 @@ static const char default_theme_text[] =
     "error = bright_red default bold\n"
     "status = 252 237\n"
     "status_accent = 117 237 bold\n"
-    "separator = 238 default\n"
+    "separator = 241 default\n"
     "input = default default\n"
     "input_prompt = bright_cyan default bold\n"
     "selection = bright_cyan default bold\n";
@@ -160,6 +161,73 @@ int theme_rgb_to_256(uint32_t rgb)
     return best;
 }
 
+/* sRGB channel 0..255 to linear light (the WCAG 2 formula). */
+static double linear_channel(uint32_t v)
+{
+    double c = (double)v / 255.0;
+    return c <= 0.04045 ? c / 12.92 : pow((c + 0.055) / 1.055, 2.4);
+}
+
+static double relative_luminance(uint32_t rgb)
+{
+    return 0.2126 * linear_channel(rgb >> 16 & 255) + 0.7152 * linear_channel(rgb >> 8 & 255) +
+           0.0722 * linear_channel(rgb & 255);
+}
+
+double theme_contrast(uint32_t a, uint32_t b)
+{
+    double la = relative_luminance(a), lb = relative_luminance(b);
+    return la > lb ? (la + 0.05) / (lb + 0.05) : (lb + 0.05) / (la + 0.05);
+}
+
+double theme_painted_contrast(uint32_t fg, uint32_t bg, unsigned attrs)
+{
+    if (attrs & THEME_ATTR_DIM) {
+        uint32_t mixed = 0;
+        for (int shift = 0; shift <= 16; shift += 8)
+            mixed |= (((fg >> shift & 255) + (bg >> shift & 255)) / 2) << shift;
+        fg = mixed;
+    }
+    return theme_contrast(fg, bg);
+}
+
+double theme_min_contrast(int element)
+{
+    switch (element) {
+    case THEME_USER_LABEL:
+    case THEME_ASSISTANT_LABEL:
+    case THEME_TOOL_WAITING:
+    case THEME_TOOL_RUNNING:
+    case THEME_TOOL_OK:
+    case THEME_TOOL_FAILED:
+    case THEME_TOOL_DENIED:
+    case THEME_ERROR:
+    case THEME_REASONING:
+    case THEME_REASONING_HEADER:
+    case THEME_CODE_LABEL:
+    case THEME_LIST_MARKER:
+    case THEME_RULE:
+    case THEME_TABLE_BORDER:
+    case THEME_TOOL_BORDER:
+    case THEME_TOOL_ID:
+    case THEME_FOLD_HINT:
+    case THEME_NOTE:
+    case THEME_SEPARATOR:
+    case THEME_INPUT_PROMPT:
+    case THEME_SELECTION:
+        return 3.0;
+    default:
+        return 4.5;
+    }
+}
+
+void theme_terminal_colors(theme_background background, uint32_t *fg, uint32_t *bg)
+{
+    int light = background == THEME_BACKGROUND_LIGHT;
+    *fg = light ? 0x000000 : 0xe5e5e5;
+    *bg = light ? 0xffffff : 0x000000;
+}
+
 static int hex_digit(char c)
 {
     if (c >= '0' && c <= '9')
@@ -233,6 +301,34 @@ static int next_word(const char *line, size_t end, size_t *pos, const char **w, 
     return 1;
 }
 
+/* `background = dark|light|any`: the terminal background the theme is made for; seen[] has
+ * one slot past the elements for it. */
+static int parse_background(theme *t, const char *line, size_t end, size_t pos, const char *where,
+                            int lineno, int *seen, kimi_err *err)
+{
+    static const char *const kinds[] = {
+        [THEME_BACKGROUND_DARK] = "dark",
+        [THEME_BACKGROUND_LIGHT] = "light",
+        [THEME_BACKGROUND_ANY] = "any",
+    };
+    if (seen[THEME_N_ELEMENTS])
+        return kimi_fail(err, KIMI_ERR_INPUT, "%s:%d: background set twice (first on line %d)",
+                         where, lineno, seen[THEME_N_ELEMENTS]);
+    seen[THEME_N_ELEMENTS] = lineno;
+    const char *w, *extra;
+    size_t len, extra_len;
+    int kind = -1;
+    if (next_word(line, end, &pos, &w, &len) && !next_word(line, end, &pos, &extra, &extra_len))
+        for (int k = 0; k < 3; k++)
+            if (word_is(w, len, kinds[k]))
+                kind = k;
+    if (kind < 0)
+        return kimi_fail(err, KIMI_ERR_INPUT, "%s:%d: background: expected dark, light or any",
+                         where, lineno);
+    t->background = (theme_background)kind;
+    return 0;
+}
+
 static int parse_line(theme *t, const char *line, size_t end, const char *where, int lineno,
                       int *seen, kimi_err *err)
 {
@@ -252,6 +348,8 @@ static int parse_line(theme *t, const char *line, size_t end, const char *where,
     if (next_word(line, name_end, &rest, &extra, &extra_len))
         return kimi_fail(err, KIMI_ERR_INPUT, "%s:%d: element name '%.*s %.*s' has a space",
                          where, lineno, (int)len, w, (int)extra_len, extra);
+    if (word_is(w, len, "background"))
+        return parse_background(t, line, end, name_end + 1, where, lineno, seen, err);
     int e = theme_element_from_name(w, len);
     if (e < 0)
         return kimi_fail(err, KIMI_ERR_INPUT, "%s:%d: unknown element '%.*s'", where, lineno,
@@ -293,7 +391,7 @@ static int parse_line(theme *t, const char *line, size_t end, const char *where,
 
 static int load_text_over(theme *t, const char *text, size_t n, const char *where, kimi_err *err)
 {
-    int seen[THEME_N_ELEMENTS] = {0};
+    int seen[THEME_N_ELEMENTS + 1] = {0}; /* the line each element was set on; then background */
     int lineno = 0;
     for (size_t p = 0; p < n;) {
         const char *nl = memchr(text + p, '\n', n - p);

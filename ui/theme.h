@@ -71,8 +71,16 @@ typedef struct {
     unsigned attrs; /* THEME_ATTR_* */
 } theme_style;
 
+/* The terminal background a theme is made for (its `background =` line; dark when absent). */
+typedef enum {
+    THEME_BACKGROUND_DARK,
+    THEME_BACKGROUND_LIGHT,
+    THEME_BACKGROUND_ANY, /* readable on both: every colour explicit, or none at all */
+} theme_background;
+
 typedef struct {
     theme_style style[THEME_N_ELEMENTS];
+    theme_background background;
 } theme;
 
 /* The built-in dark defaults (what themes/default.theme spells out); a file's missing
@@ -97,5 +105,23 @@ int theme_element_from_name(const char *name, size_t len);
 int theme_rgb_to_256(uint32_t rgb);
 /* The RGB value of xterm colour 0..255 (the first 16 as xterm's defaults). */
 uint32_t theme_256_to_rgb(int index);
+
+/* Contrast, as WCAG 2 measures it: (L1 + 0.05) / (L2 + 0.05) of the relative luminances of
+ * the sRGB colours, lighter over darker; 1 (same) .. 21 (black on white). */
+double theme_contrast(uint32_t a, uint32_t b);
+
+/* The contrast of text in fg on bg as painted with attrs: dim draws the foreground halfway
+ * to the background (what VTE and xterm's faint do), reverse swaps the two. */
+double theme_painted_contrast(uint32_t fg, uint32_t bg, unsigned attrs);
+
+/* The least contrast an element must keep: 4.5 (WCAG AA for text) for what is read, 3 (WCAG's
+ * minimum for large text and for interface parts) for labels, borders, rules, the bold state
+ * words and error lines (whose hue carries the meaning: red stays red on 8 colours) and the
+ * deliberately quiet secondary text (reasoning, notes, ids, hints). */
+double theme_min_contrast(int element);
+
+/* The terminal's own colours ("default") on a dark or a light terminal, as xterm draws them:
+ * dark is #e5e5e5 on #000000, light #000000 on #ffffff. */
+void theme_terminal_colors(theme_background background, uint32_t *fg, uint32_t *bg);
 
 #endif

@@ -17,6 +17,7 @@
 #include "app/chat/commands.h"
 #include "app/chat/paths.h"
 #include "engine/base/array.h"
+#include "engine/base/monotonic.h"
 #include "engine/text/utf8.h"
 
 typedef enum { TURN_IDLE, TURN_GENERATING, TURN_APPROVAL, TURN_TOOL_RUNNING } turn_state;
@@ -27,7 +28,7 @@ typedef struct {
     int valid;                      /* the parser judged the arguments one JSON object */
     char problem[300];              /* why not, when !valid */
     /* the run */
-    char state[32];
+    app_tool_state state;
     int exit_status;
     double seconds;
     char *result;                   /* [result_len] the tool message's content */
@@ -76,13 +77,6 @@ struct app {
     int tool_rc;
     const tool_def *tool_running;
 };
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void say_info(app *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say_info(app *a, const char *fmt, ...)
@@ -167,7 +161,10 @@ int app_save(app *a, kimi_err *err)
     if (!a->sess.path) {
         if (!a->sess.created)
             a->sess.created = time(NULL);
-        if (!(a->sess.path = session_new_path(a->sessions_dir, a->sess.created)))
+        const char *kind = a->opt->mode == APP_MODE_PROMPT   ? "prompt-"
+                           : a->opt->mode == APP_MODE_SCRIPT ? "script-"
+                                                             : "";
+        if (!(a->sess.path = session_new_path(a->sessions_dir, kind, a->sess.created)))
             return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
         reserved = 1;
         lock_new_file(a);
@@ -255,7 +252,7 @@ static void end_reasoning(app *a, int tokens)
 {
     if (a->answer_open_reasoning) {
         a->answer_open_reasoning = 0;
-        a->reasoning_ended = now_seconds();
+        a->reasoning_ended = monotonic_seconds();
         /* a server counts no tokens as they stream (tokens stays 0): unknown, 0, not -1 */
         a->reasoning_tokens = tokens > 0 ? tokens : 0;
     }
@@ -280,7 +277,7 @@ static void on_generator_event(void *user, const generator_event *ev)
     switch (pe->kind) {
     case PARSE_REASONING_TEXT:
         if (!a->answer_open_reasoning && !a->reasoning_started) {
-            a->reasoning_started = now_seconds();
+            a->reasoning_started = monotonic_seconds();
             a->answer_open_reasoning = 1;
         }
         strbuf_add(&a->reasoning, pe->text, pe->len);
@@ -345,7 +342,7 @@ static int start_generation(app *a, kimi_err *err)
     if (rc)
         return rc;
     a->state = TURN_GENERATING;
-    a->generation_started = now_seconds();
+    a->generation_started = monotonic_seconds();
     if (a->fe.generation_begin)
         a->fe.generation_begin(a->fe.user, a->tool_rounds);
     return 0;
@@ -409,15 +406,17 @@ static app_tool_call view_of(const app *a, int i)
 }
 
 /* The call's result is known: tell the front end and add the tool message. */
-static void finish_call(app *a, int i, const char *state, char *result, size_t result_len)
+static void finish_call(app *a, int i, app_tool_state state, char *result, size_t result_len)
 {
     pending_call *c = &a->calls[i];
-    snprintf(c->state, sizeof c->state, "%s", state);
+    c->state = state;
     c->result = result;
     c->result_len = result ? result_len : 0;
     kimi_err err = {0};
     chat_message m = {.role = CHAT_ROLE_TOOL};
-    session_message_meta meta = {.tool_state = c->state, .exit_status = c->exit_status,
+    char state_name[32]; /* the meta's strings are copied, not kept */
+    snprintf(state_name, sizeof state_name, "%s", app_tool_state_name(c->state));
+    session_message_meta meta = {.tool_state = state_name, .exit_status = c->exit_status,
                                  .tool_seconds = c->seconds};
     if (!result || chat_text_set(&m.content, result, result_len, &err) ||
         chat_set_text(&m.tool_call_id, c->id.data ? c->id.data : "", &err) ||
@@ -444,7 +443,7 @@ static char *text_copy(const char *s, size_t *len)
     return d;
 }
 
-static void finish_call_text(app *a, int i, const char *state, const char *text)
+static void finish_call_text(app *a, int i, app_tool_state state, const char *text)
 {
     size_t len = 0;
     char *copy = text_copy(text, &len);
@@ -466,7 +465,7 @@ static void *tool_thread_main(void *arg)
 static void run_call(app *a, int i, const tool_def *t)
 {
     pending_call *c = &a->calls[i];
-    snprintf(c->state, sizeof c->state, "running");
+    c->state = APP_TOOL_RUNNING;
     strbuf_printf(&a->called, "%s\n", t->name);
     if (a->fe.tool_update) {
         app_tool_call v = view_of(a, i);
@@ -478,22 +477,47 @@ static void run_call(app *a, int i, const tool_def *t)
     atomic_store(&a->tool_cancel, 0);
     a->state = TURN_TOOL_RUNNING;
     if (pthread_create(&a->tool_thread, NULL, tool_thread_main, a)) {
-        finish_call_text(a, i, "failed", "[not run: kimi-chat could not start a thread]");
+        finish_call_text(a, i, APP_TOOL_FAILED, "[not run: kimi-chat could not start a thread]");
         a->state = TURN_GENERATING;  /* not waiting on anything: advance */
         advance_tools(a);
     }
 }
 
-static const char *state_of_result(const tool_result *r)
+static const char *const tool_state_names[] = {
+    [APP_TOOL_WAITING] = "waiting for approval",
+    [APP_TOOL_RUNNING] = "running",
+    [APP_TOOL_DONE] = "done",
+    [APP_TOOL_DENIED] = "denied",
+    [APP_TOOL_FAILED] = "failed",
+    [APP_TOOL_TIMEOUT] = "timeout",
+    [APP_TOOL_BAD_ARGUMENTS] = "bad arguments",
+    [APP_TOOL_UNKNOWN_TOOL] = "unknown tool",
+    [APP_TOOL_CANCELLED] = "cancelled",
+};
+
+const char *app_tool_state_name(app_tool_state s)
+{
+    return (unsigned)s < sizeof tool_state_names / sizeof *tool_state_names ? tool_state_names[s] : "failed";
+}
+
+int app_tool_state_from_name(const char *name)
+{
+    for (size_t s = 0; name && s < sizeof tool_state_names / sizeof *tool_state_names; s++)
+        if (!strcmp(name, tool_state_names[s]))
+            return (int)s;
+    return -1;
+}
+
+static app_tool_state state_of_result(const tool_result *r)
 {
     switch (r->status) {
-    case TOOL_RUN_DONE: return "done";
-    case TOOL_RUN_FAILED_START: return "failed";
-    case TOOL_RUN_TIMEOUT: return "timeout";
-    case TOOL_RUN_CANCELLED: return "cancelled";
-    case TOOL_RUN_BAD_ARGUMENTS: return "bad arguments";
+    case TOOL_RUN_DONE: return APP_TOOL_DONE;
+    case TOOL_RUN_FAILED_START: return APP_TOOL_FAILED;
+    case TOOL_RUN_TIMEOUT: return APP_TOOL_TIMEOUT;
+    case TOOL_RUN_CANCELLED: return APP_TOOL_CANCELLED;
+    case TOOL_RUN_BAD_ARGUMENTS: return APP_TOOL_BAD_ARGUMENTS;
     }
-    return "failed";
+    return APP_TOOL_FAILED;
 }
 
 static void tool_run_finished(app *a)
@@ -503,10 +527,10 @@ static void tool_run_finished(app *a)
     pending_call *c = &a->calls[i];
     size_t len = 0;
     char *text;
-    const char *state;
+    app_tool_state state;
     if (a->tool_rc) {
         text = text_copy(a->tool_err.msg, &len);
-        state = "failed";
+        state = APP_TOOL_FAILED;
     } else {
         c->exit_status = a->tool_out.exit_status;
         c->seconds = a->tool_out.seconds;
@@ -556,31 +580,31 @@ static void advance_tools(app *a)
         const char *name = c->name.data ? c->name.data : "";
         tool_def *t = a->have_tools ? tools_find(&a->tools, name) : NULL;
         if (a->stop_requested) {
-            finish_call_text(a, i, "cancelled", "[not run: the user stopped the turn]");
+            finish_call_text(a, i, APP_TOOL_CANCELLED, "[not run: the user stopped the turn]");
         } else if (a->tool_rounds >= APP_MAX_TOOL_ROUNDS) {
             char note[128];
             snprintf(note, sizeof note, "[not run: %d rounds of tool calls in one turn is the limit]", APP_MAX_TOOL_ROUNDS);
-            finish_call_text(a, i, "cancelled", note);
+            finish_call_text(a, i, APP_TOOL_CANCELLED, note);
         } else if (!c->valid) {
             char note[400];
             snprintf(note, sizeof note, "[not run: %s]", c->problem[0] ? c->problem : "invalid arguments");
-            finish_call_text(a, i, "bad arguments", note);
+            finish_call_text(a, i, APP_TOOL_BAD_ARGUMENTS, note);
         } else if (!t || !t->enabled || a->opt->no_tools) {
             char *text = tools_message_unknown(&a->tools, name);
-            finish_call(a, i, "unknown tool", text, text ? strlen(text) : 0);
+            finish_call(a, i, APP_TOOL_UNKNOWN_TOOL, text, text ? strlen(text) : 0);
         } else if (allowed_by_policy(a, t)) {
             run_call(a, i, t);
             return;
         } else if (a->fe.tool_approval) {
             a->state = TURN_APPROVAL;
-            snprintf(c->state, sizeof c->state, "waiting for approval");
+            c->state = APP_TOOL_WAITING;
             app_tool_call v = view_of(a, i);
             a->fe.tool_approval(a->fe.user, &v);
             return;
         } else {
             /* nobody to ask: "the user denied" would be untrue */
             char *text = tool_message_not_asked(name);
-            finish_call(a, i, "denied", text, text ? strlen(text) : 0);
+            finish_call(a, i, APP_TOOL_DENIED, text, text ? strlen(text) : 0);
         }
     }
     /* every call has its result */
@@ -615,7 +639,7 @@ void app_approve(app *a, int call_index, tool_approval decision)
     if (decision == TOOL_DENY) {
         char *text = tool_message_denied(t->name);
         a->state = TURN_GENERATING;
-        finish_call(a, call_index, "denied", text, text ? strlen(text) : 0);
+        finish_call(a, call_index, APP_TOOL_DENIED, text, text ? strlen(text) : 0);
         advance_tools(a);
         return;
     }
@@ -704,8 +728,8 @@ int app_wind_down(app *a, double seconds, kimi_err *err)
     if (a->state == TURN_IDLE)
         return 0;
     app_stop(a);
-    double deadline = now_seconds() + seconds;
-    while (a->state != TURN_IDLE && now_seconds() < deadline) {
+    double deadline = monotonic_seconds() + seconds;
+    while (a->state != TURN_IDLE && monotonic_seconds() < deadline) {
         struct pollfd fds[APP_MAX_POLL_FDS];
         int n = app_poll_fds(a, fds);
         if (n && poll(fds, (nfds_t)n, 100) < 0 && errno != EINTR)
@@ -1017,7 +1041,7 @@ static int load_session(app *a, const char *path, kimi_err *err)
 {
     session loaded;
     session_init(&loaded);
-    if (session_load(&loaded, path, err)) {
+    if (session_load_conversation(&loaded, path, err)) {
         session_free(&loaded);
         return err->code;
     }
@@ -1152,6 +1176,13 @@ static int export_session(app *a, const command *c, kimi_err *err)
     if (!rc)
         say_info(a, "exported %d messages to %s", a->sess.conv.n_messages, path);
     return rc;
+}
+
+/* The confirmation of /load and --load. */
+static void say_loaded(app *a, const char *path)
+{
+    int n = a->sess.conv.n_messages;
+    say_info(a, "loaded %s (%d message%s)", path, n, n == 1 ? "" : "s");
 }
 
 static int view_command(app *a, const command *c, const char *arg, kimi_err *err)
@@ -1308,7 +1339,7 @@ static int run_command(app *a, command *c, kimi_err *err)
         char *path = resolve_session_name(a, c->arg);
         int rc = path ? load_session(a, path, err) : kimi_fail(err, KIMI_ERR_NOMEM, "out of memory");
         if (!rc)
-            say_info(a, "loaded %s (%d messages)", path, a->sess.conv.n_messages);
+            say_loaded(a, path);
         free(path);
         return rc;
     }
@@ -1396,6 +1427,7 @@ int app_open(app **out, const app_options *opt, const app_frontend *fe, generato
     if (opt->load_path) {
         if (load_session(a, opt->load_path, err))
             goto fail;
+        say_loaded(a, opt->load_path);
     } else if (opt->resume) {
         /* with saving off (--no-save, or a folder that cannot be made) the newest session is
            still read, and never written */

@@ -20,6 +20,25 @@
 
 typedef enum { TOOL_APPROVE_ONCE, TOOL_APPROVE_ALWAYS, TOOL_DENY } tool_approval;
 
+/* Where a tool call is; the names (app_tool_state_name) are the words the session file's
+ * meta and the exports use. */
+typedef enum {
+    APP_TOOL_WAITING,               /* "waiting for approval" */
+    APP_TOOL_RUNNING,               /* "running" */
+    APP_TOOL_DONE,                  /* "done": it ran and exited (exit_status says how) */
+    APP_TOOL_DENIED,                /* "denied" */
+    APP_TOOL_FAILED,                /* "failed": it could not start */
+    APP_TOOL_TIMEOUT,               /* "timeout" */
+    APP_TOOL_BAD_ARGUMENTS,         /* "bad arguments" */
+    APP_TOOL_UNKNOWN_TOOL,          /* "unknown tool" */
+    APP_TOOL_CANCELLED,             /* "cancelled" */
+} app_tool_state;
+
+/* "waiting for approval", "running", ...; never NULL. */
+const char *app_tool_state_name(app_tool_state s);
+/* The state of a name, or -1 for a word no state has (a session file from elsewhere). */
+int app_tool_state_from_name(const char *name);
+
 /* One tool call of the current answer, as the front end sees it. */
 typedef struct {
     int index;                      /* 0.. within the answer */
@@ -27,10 +46,8 @@ typedef struct {
     const char *name;               /* "now" */
     const char *arguments;          /* [arguments_len] as the model wrote them */
     size_t arguments_len;
-    const char *state;              /* "waiting for approval", "running", "done", "denied",
-                                       "failed", "timeout", "bad arguments", "unknown tool",
-                                       "cancelled" */
-    int exit_status;                /* "done": the tool's exit status */
+    app_tool_state state;
+    int exit_status;                /* APP_TOOL_DONE: the tool's exit status */
     double seconds;                 /* run time */
     const char *result;             /* [result_len] what goes back to the model (after the run) */
     size_t result_len;

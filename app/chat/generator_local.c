@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/base/monotonic.h"
 #include "engine/runtime/speculate.h"
 #include "engine/text/tokenizer.h"
 
@@ -25,13 +26,6 @@ typedef struct {
     void *user;
     generator_result result;
 } local_generator;
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void forward_parse_event(void *user, const parse_event *ev)
 {
@@ -98,7 +92,7 @@ static int local_start(generator *base, const generator_request *req, kimi_err *
     g->result = (generator_result){.prompt_tokens = (int)er.n_tokens};
     g->running = 1;
     g->tokens = 0;
-    g->started = now_seconds();
+    g->started = monotonic_seconds();
     return 0;
 }
 
@@ -149,7 +143,7 @@ static int local_pump(generator *base, generator_event_fn on_event, void *user, 
         switch (ev.kind) {
         case ENGINE_EVENT_TOKEN:
             if (ev.index == 0)
-                g->result.ttft_seconds = now_seconds() - g->started;
+                g->result.ttft_seconds = monotonic_seconds() - g->started;
             g->tokens = ev.index + 1;
             if (parse_push(g->parser, ev.token, err))
                 return err->code;

@@ -22,6 +22,8 @@
 #include "app/chat/openai_stream.h"
 #include "app/chat/sse.h"
 #include "engine/base/array.h"
+#include "engine/base/monotonic.h"
+#include "engine/text/utf8.h"
 
 enum {
     ERROR_BODY_MAX = 64 << 10,          /* bytes of an error reply kept for its message */
@@ -87,13 +89,6 @@ typedef struct {
     void *user;
 } remote_gen;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* vsnprintf that, when it must cut, cuts at a character boundary (messages stay UTF-8). */
 static void vfit(char *out, size_t cap, const char *fmt, va_list ap)
 {
@@ -148,7 +143,7 @@ static size_t on_header(char *ptr, size_t size, size_t n, void *user)
     (void)ptr;
     pthread_mutex_lock(&g->mu);
     g->t.got_reply = 1;
-    g->t.last_byte_at = now_s();
+    g->t.last_byte_at = monotonic_seconds();
     pthread_mutex_unlock(&g->mu);
     return size * n;
 }
@@ -168,7 +163,7 @@ static size_t on_write(char *ptr, size_t size, size_t n, void *user)
     if (!ok)
         g->t.oom = 1;
     g->t.got_reply = 1;
-    g->t.last_byte_at = now_s();
+    g->t.last_byte_at = monotonic_seconds();
     pthread_mutex_unlock(&g->mu);
     signal_fd(g);
     return ok ? len : 0;
@@ -180,7 +175,7 @@ static int on_connected(void *user, char *primary_ip, char *local_ip, int primar
     remote_gen *g = user;
     (void)primary_ip, (void)local_ip, (void)primary_port, (void)local_port;
     pthread_mutex_lock(&g->mu);
-    g->t.connected_at = now_s();
+    g->t.connected_at = monotonic_seconds();
     g->t.ticks++;
     pthread_mutex_unlock(&g->mu);
     signal_fd(g);
@@ -218,9 +213,9 @@ static void setup_common(CURL *easy, const remote_gen *g, char *errbuf)
 /* Sleep ms unless a cancel comes first; 1 when cancelled. */
 static int wait_or_abort(remote_gen *g, long ms)
 {
-    double end = now_s() + ms / 1000.0;
+    double end = monotonic_seconds() + ms / 1000.0;
     while (!atomic_load(&g->abort_transfer)) {
-        double left = end - now_s();
+        double left = end - monotonic_seconds();
         if (left <= 0)
             return 0;
         curl_multi_poll(g->multi, NULL, 0, (int)(left * 1000) + 1, NULL);
@@ -257,7 +252,7 @@ static void *transfer_main(void *arg)
         curl_easy_setopt(easy, CURLOPT_PREREQDATA, g);
         curl_multi_add_handle(g->multi, easy);
         int done = 0, idle = 0;
-        double last_tick = now_s();
+        double last_tick = monotonic_seconds();
         pthread_mutex_lock(&g->mu);
         g->t.last_byte_at = last_tick;
         pthread_mutex_unlock(&g->mu);
@@ -279,7 +274,7 @@ static void *transfer_main(void *arg)
             }
             if (done || !running)
                 break;
-            double now = now_s();
+            double now = monotonic_seconds();
             pthread_mutex_lock(&g->mu);
             int tick = g->t.connected_at > 0 && !g->t.got_reply &&
                        now - last_tick >= WAITING_TICK_MS / 1000.0;
@@ -436,7 +431,7 @@ static void on_parse(void *user, const parse_event *ev)
     }
     if (ev->kind == PARSE_REASONING_TEXT || ev->kind == PARSE_CONTENT_TEXT ||
         ev->kind == PARSE_TOOL_CALL_BEGIN || ev->kind == PARSE_TOOL_CALL_ARGS) {
-        double now = now_s();
+        double now = monotonic_seconds();
         if (!g->t_first)
             g->t_first = now;
         g->t_last = now;
@@ -609,7 +604,7 @@ static int remote_pump(generator *gen, generator_event_fn on_event, void *user, 
                        (!t.content_type[0] || strcasestr(t.content_type, "text/event-stream"));
     }
     if (t.ticks != g->ticks_seen && !t.got_reply && on_event) {
-        double seconds = now_s() - t.connected_at;
+        double seconds = monotonic_seconds() - t.connected_at;
         generator_event e = {.kind = GENERATOR_EVENT_PROGRESS,
                              .progress = {.kind = GENERATOR_PROGRESS_WAITING,
                                           .seconds = seconds > 0 ? seconds : 0, .eta_seconds = -1}};
@@ -708,7 +703,7 @@ static int remote_start(generator *gen, const generator_request *req, kimi_err *
     atomic_store(&g->abort_transfer, 0);
     g->body = body;
     g->headers = headers;
-    g->t_start = now_s();
+    g->t_start = monotonic_seconds();
     g->t_first = g->t_last = 0;
     g->answer_bytes = 0;
     g->over_cap = 0;
@@ -1027,7 +1022,7 @@ int generator_remote_open(generator **out, const remote_options *o, kimi_err *er
         remote_close(&g->base);
         return rc;
     }
-    openai_one_line(g->model_name, strlen(g->model_name), g->base.model, sizeof g->base.model);
+    utf8_one_line(g->model_name, strlen(g->model_name), g->base.model, sizeof g->base.model);
     fit(g->base.backend, sizeof g->base.backend, "server %.110s", g->ep.origin);
     char ctx[48] = "";
     if (g->base.context_limit)

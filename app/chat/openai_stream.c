@@ -76,46 +76,6 @@ parse_stop_reason openai_stream_finish_stop(const openai_stream *s) { return s->
 int openai_stream_stopped(const openai_stream *s) { return s->stopped; }
 const chat_message *openai_stream_message(const openai_stream *s) { return &s->message; }
 
-/* ---- one-line text ---- */
-
-void openai_one_line(const char *s, size_t len, char *out, size_t cap)
-{
-    size_t o = 0, safe = 0;    /* safe: the last piece boundary with room for the ellipsis */
-    int space = 0;
-    for (size_t i = 0; i < len;) {
-        const uint8_t *u = (const uint8_t *)s + i;
-        size_t n;
-        const char *piece = (const char *)u;
-        if (utf8_sequence(u, len - i, &n) != UTF8_OK) {
-            piece = UTF8_REPLACEMENT;
-            i += n;
-            n = UTF8_REPLACEMENT_LEN;
-        } else if (n == 1 && (u[0] <= ' ' || u[0] == 0x7f)) {
-            i++;
-            space = o > 0;
-            continue;
-        } else {
-            i += n;
-        }
-        if (o + space + n > cap - 1) {
-            o = safe;
-            while (o > 0 && out[o - 1] == ' ')
-                o--;
-            memcpy(out + o, "\xE2\x80\xA6", 3);
-            out[o + 3] = 0;
-            return;
-        }
-        if (space)
-            out[o++] = ' ';
-        space = 0;
-        memcpy(out + o, piece, n);
-        o += n;
-        if (o + 3 <= cap - 1)
-            safe = o;
-    }
-    out[o] = 0;
-}
-
 /* ---- events ---- */
 
 static void emit(openai_stream *s, parse_event ev)
@@ -173,7 +133,7 @@ static void close_call(openai_stream *s)
         json_t *args = json_loadb(c->args, c->args_len, JSON_DECODE_ANY, &jerr);
         if (!args) {
             char text[160];
-            openai_one_line(jerr.text, strlen(jerr.text), text, sizeof text);
+            utf8_one_line(jerr.text, strlen(jerr.text), text, sizeof text);
             snprintf(why, sizeof why, "invalid JSON arguments: %s (at byte %d)", text,
                      jerr.position);
         } else if (!json_is_object(args)) {
@@ -265,7 +225,7 @@ static call_state *begin_call(openai_stream *s, long server_index, const char *i
                           .name = c->name, .call = call});
     if (!id) {
         char shown[200];
-        openai_one_line(c->id, strlen(c->id), shown, sizeof shown);
+        utf8_one_line(c->id, strlen(c->id), shown, sizeof shown);
         note(s, "the server sent no id for tool call %d; it is called %s here", call, shown);
     }
     return c;
@@ -360,7 +320,7 @@ static void take_finish(openai_stream *s, const char *reason)
     } else {
         s->finish_stop = PARSE_STOP_END_OF_TURN;
         char text[120];
-        openai_one_line(reason, strlen(reason), text, sizeof text);
+        utf8_one_line(reason, strlen(reason), text, sizeof text);
         note(s, "the server ended the answer with finish_reason \"%s\"", text);
     }
 }
@@ -393,10 +353,10 @@ static int error_from_json(const json_t *j, int with_detail, char *out, size_t c
         return 0;
     }
     if (json_is_string(msg) && json_string_length(msg)) {
-        openai_one_line(json_string_value(msg), json_string_length(msg), out, cap);
+        utf8_one_line(json_string_value(msg), json_string_length(msg), out, cap);
     } else {
         char *dump = json_dumps(j, JSON_COMPACT);
-        openai_one_line(dump ? dump : "", dump ? strlen(dump) : 0, out, cap);
+        utf8_one_line(dump ? dump : "", dump ? strlen(dump) : 0, out, cap);
         free(dump);
     }
     return 1;
@@ -507,7 +467,7 @@ int openai_stream_data(openai_stream *s, const char *data, size_t len, kimi_err 
     json_t *j = load_chunk(data, len, &jerr);
     if (!json_is_object(j)) {
         char excerpt[NOTE_EXCERPT_MAX];
-        openai_one_line(data, len, excerpt, sizeof excerpt);
+        utf8_one_line(data, len, excerpt, sizeof excerpt);
         strbuf b = {0};
         strbuf_str(&b, j ? "the server sent a chunk that is not a JSON object: "
                          : "the server sent a chunk that is not JSON: ");
@@ -575,5 +535,5 @@ void openai_error_message(const char *body, size_t len, char *out, size_t cap)
         return;     /* HTML pages and JSON without a message say nothing useful in one line */
     const char *end = memchr(body + skip, '\n', len - skip);
     size_t n = end ? (size_t)(end - body - skip) : len - skip;
-    openai_one_line(body + skip, n < 300 ? n : 300, out, cap);
+    utf8_one_line(body + skip, n < 300 ? n : 300, out, cap);
 }

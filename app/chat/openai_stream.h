@@ -66,8 +66,4 @@ const chat_message *openai_stream_message(const openai_stream *s);
  * Writes "" when there is nothing to show. out has cap bytes (cap >= 4). */
 void openai_error_message(const char *body, size_t len, char *out, size_t cap);
 
-/* s[0..len) in one line into out[cap]: control characters and runs of white space become one
- * space, ill-formed UTF-8 becomes U+FFFD, and a text too long is cut at a character with "…". */
-void openai_one_line(const char *s, size_t len, char *out, size_t cap);
-
 #endif

@@ -26,7 +26,7 @@
 #endif
 
 typedef enum {
-    OPT_MODEL, OPT_SERVER, OPT_SERVER_MODEL, OPT_API_KEY_ENV, OPT_API_KEY_FILE, OPT_BACKEND, OPT_TP, OPT_MAX_CONTEXT, OPT_MEM_GIB, OPT_THREADS, OPT_DEVICES, OPT_SPECULATE,
+    OPT_MODEL, OPT_SERVER, OPT_SERVER_MODEL, OPT_API_KEY_ENV, OPT_API_KEY_FILE, OPT_BACKEND, OPT_TP, OPT_DCP, OPT_MAX_CONTEXT, OPT_MEM_GIB, OPT_THREADS, OPT_DEVICES, OPT_SPECULATE,
     OPT_KV_CACHE,
     OPT_VERIFY,
     OPT_PLAIN, OPT_SCRIPT, OPT_KEEP_GOING, OPT_PROMPT,
@@ -55,6 +55,7 @@ static const flag_def flags[] = {
     {"api-key-file", 0, "FILE", OPT_API_KEY_FILE, "file whose first line is the API key"},
     {"backend", 0, "cpu|cuda", OPT_BACKEND, "where the model runs (default: cpu)"},
     {"tp", 0, "N", OPT_TP, "tensor-parallel ranks, 1..8 (default: 1)"},
+    {"dcp", 0, "N", OPT_DCP, "KV cache split over N ranks, N divides tp (default 1)"},
     {"max-context", 0, "N", OPT_MAX_CONTEXT, "context in tokens (default 0: as much as fits)"},
     {"mem-gib", 0, "G", OPT_MEM_GIB, "memory budget in GiB (default 0: the engine picks)"},
     {"threads", 0, "N", OPT_THREADS, "CPU threads, 0..4096 (default 0: cores / tp)"},
@@ -104,7 +105,7 @@ static const struct {
     option_id id;
 } config_keys[] = {
     {"model", OPT_MODEL}, {"server", OPT_SERVER}, {"server_model", OPT_SERVER_MODEL},
-    {"api_key_env", OPT_API_KEY_ENV}, {"api_key_file", OPT_API_KEY_FILE}, {"backend", OPT_BACKEND}, {"tp", OPT_TP}, {"devices", OPT_DEVICES}, {"speculate", OPT_SPECULATE},
+    {"api_key_env", OPT_API_KEY_ENV}, {"api_key_file", OPT_API_KEY_FILE}, {"backend", OPT_BACKEND}, {"tp", OPT_TP}, {"dcp", OPT_DCP}, {"devices", OPT_DEVICES}, {"speculate", OPT_SPECULATE},
     {"kv_cache", OPT_KV_CACHE},
     {"max_context", OPT_MAX_CONTEXT}, {"mem_gib", OPT_MEM_GIB}, {"theme", OPT_THEME},
     {"temperature", OPT_TEMPERATURE}, {"top_p", OPT_TOP_P}, {"top_k", OPT_TOP_K},
@@ -246,6 +247,7 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
             return kimi_fail(err, KIMI_ERR_USAGE, "%s: must be cpu or cuda", what);
         return 0;
     case OPT_TP: return parse_int(v, 1, 8, &o->tp, "1..8", what, err);
+    case OPT_DCP: return parse_int(v, 1, 8, &o->dcp, "1..8, dividing --tp", what, err);
     case OPT_MAX_CONTEXT: return parse_long(v, 0, LONG_MAX, &o->max_context, "0 or more", what, err);
     case OPT_MEM_GIB:
         if (parse_double(v, &d, ">= 0", what, err))
@@ -584,6 +586,7 @@ static int defaults(app_options *o, kimi_err *err)
     memset(o, 0, sizeof *o);
     o->backend = BACKEND_CPU;
     o->tp = 1;
+    o->dcp = 1;
     o->speculate = SPECULATE_AUTO;
     o->thinking = 1;
     o->reasoning = REASONING_COLLAPSED;
@@ -663,6 +666,8 @@ int options_parse(app_options *o, int argc, char **argv, kimi_err *err)
         if (o->no_color)
             rc = set_string(&o->theme, "mono", "--no-color", err);
     }
+    if (!rc && o->tp % o->dcp)
+        rc = kimi_fail(err, KIMI_ERR_USAGE, "--dcp %d: must divide --tp %d", o->dcp, o->tp);
     if (!rc && o->verify && o->server_url)
         rc = kimi_fail(err, KIMI_ERR_USAGE, "--verify checks the in-process engine, not a server (%s)", o->server_url);
     free(occ);

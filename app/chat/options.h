@@ -28,6 +28,7 @@ typedef struct {
     char *api_key_file;     /* --api-key-file / api_key_file = */
     int backend;            /* --backend / backend =: BACKEND_CPU (default) or BACKEND_CUDA */
     int tp;                 /* --tp / tp = (default 1) */
+    int dcp;                /* --dcp / dcp = (default 1): ranks the KV cache is sharded over, divides tp */
     long max_context;       /* --max-context / max_context = (0: as much as fits) */
     double mem_gib;         /* --mem-gib / mem_gib = (0: the engine's default) */
     int threads;            /* --threads (0: cores / tp) */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const struct {
     int is_number;
@@ -25,12 +26,14 @@ int sampling_parse(sampling_setting s, const char *text, const char *what, int c
     char *end;
     errno = 0;
     if (ranges[s].is_number) {
-        double v = isspace((unsigned char)text[0]) ? NAN : strtod(text, &end);
+        /* decimal only: strtod would also take hex ("0x10" = 16, "0x1p3" = 8) */
+        int decimal = !isspace((unsigned char)text[0]) && !strpbrk(text, "xX");
+        double v = decimal ? strtod(text, &end) : NAN;
         if (!*text || *end || !isfinite(v) || v < ranges[s].lo || v > ranges[s].hi ||
             (ranges[s].lo_open && v == ranges[s].lo))
             return kimi_fail(err, code, "%s: must be a number in %s%g, %g]", what,
                              ranges[s].lo_open ? "(" : "[", ranges[s].lo, ranges[s].hi);
-        *number = v;
+        *number = v + 0.0; /* -0 is 0 (shown as "temperature 0", sent as 0) */
         return 0;
     }
     unsigned long long v = isdigit((unsigned char)text[0]) ? strtoull(text, &end, 10) : 0;

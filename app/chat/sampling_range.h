@@ -17,7 +17,7 @@ typedef enum {
 } sampling_setting;
 
 /* Parse text (the whole string: no spaces, no junk) as a value of the setting: temperature and
- * top_p as finite numbers into *number, the others as whole numbers into *integer. Anything
+ * top_p as finite decimal numbers (no hex; -0 is 0) into *number, the others as whole numbers into *integer. Anything
  * else fails with code and one line "WHAT: must be a number in [0, 100]" or "WHAT: must be a
  * whole number from 0 to 1073741824", what naming where the value came from ("--temperature
  * 150", "CFG:3: temperature = 150", "/set temperature 150"). */

@@ -36,7 +36,7 @@ int self_check_run(const app_options *o, const char *model_dir, int *passed, cha
     verify_options vo = {
         .tokens = ids, .n_tokens = n_ids, .n_decode = VERIFY_DEFAULT_DECODE,
         .reference = {.kind = BACKEND_CPU, .tp = 1, .threads_per_rank = o->threads},
-        .candidate = {.kind = (backend_kind)o->backend, .tp = o->tp, .threads_per_rank = o->threads,
+        .candidate = {.kind = (backend_kind)o->backend, .tp = o->tp, .dcp = o->dcp, .threads_per_rank = o->threads,
                       .devices = n_devices ? devices : NULL, .n_devices = n_devices},
         .on_phase = print_phase,
     };

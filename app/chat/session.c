@@ -917,6 +917,15 @@ int session_load(session *s, const char *path, kimi_err *err)
     return 0;
 }
 
+int session_load_conversation(session *s, const char *path, kimi_err *err)
+{
+    int rc = session_load(s, path, err);
+    if (rc || s->conv.n_messages)
+        return rc;
+    session_free(s);
+    return kimi_fail(err, KIMI_ERR_INPUT, "%s: no messages to load (an empty conversation)", path);
+}
+
 /* ---- atomic files ---- */
 
 /* Temp files are ".NAME.PID-N.tmp" beside the target: hidden (session_list skips them), named
@@ -1272,10 +1281,7 @@ static void md_header(strbuf *b, const session *s)
     md_inline(b, s->model ? s->model : "unknown");
     strbuf_str(b, "\n- Backend: ");
     md_inline(b, s->backend ? s->backend : "unknown");
-    strbuf_str(b, "\n");
-    const char *tp = s->backend ? strstr(s->backend, "TP=") : NULL;
-    if (tp && tp[3] >= '0' && tp[3] <= '9')
-        strbuf_printf(b, "- TP: %d\n", atoi(tp + 3));
+    strbuf_str(b, "\n"); /* the backend says its TP ("cuda TP=8"): no line of its own */
     if (!format_utc(s->created ? s->created : time(NULL), "%Y-%m-%d %H:%M:%S UTC", date, sizeof date))
         strbuf_printf(b, "- Date: %s\n", date);
     md_settings(b, &s->settings);
@@ -1540,21 +1546,21 @@ int session_list(const char *dir, session_entry **out, int *n_out, kimi_err *err
     return 0;
 }
 
-char *session_new_path(const char *dir, time_t t)
+char *session_new_path(const char *dir, const char *kind, time_t t)
 {
     char stamp[32];
     if (format_utc(t, "%Y-%m-%dT%H-%M-%S", stamp, sizeof stamp))
         return NULL;
     const char *sep = dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/";
-    size_t size = strlen(dir) + strlen(stamp) + 32;
+    size_t size = strlen(dir) + strlen(kind) + strlen(stamp) + 32;
     char *path = malloc(size);
     if (!path)
         return NULL;
     for (int k = 1; k < 100000; k++) {
         if (k == 1)
-            snprintf(path, size, "%s%s%s.json", dir, sep, stamp);
+            snprintf(path, size, "%s%s%s%s.json", dir, sep, kind, stamp);
         else
-            snprintf(path, size, "%s%s%s-%d.json", dir, sep, stamp, k);
+            snprintf(path, size, "%s%s%s%s-%d.json", dir, sep, kind, stamp, k);
         /* Created here (empty), not only looked up: two kimi-chat processes saving a new
            session in the same second otherwise both see the name free and the second's
            saves replace the first's conversation. */

@@ -108,6 +108,11 @@ int session_save(const session *s, const char *path, kimi_err *err);
  * (KIMI_ERR_INPUT; KIMI_ERR_IO when it cannot be read), and *s is left empty with path NULL.
  * On success s->path is path. *s is an output, as in session_from_json. */
 int session_load(session *s, const char *path, kimi_err *err);
+/* session_load for a conversation to continue (--load, /load): a file with no messages (`[]`,
+ * a session emptied by /undo) is an error, "PATH: no messages to load (an empty
+ * conversation)" (KIMI_ERR_INPUT), since loading it would replace the conversation with
+ * nothing and say so only as "0 messages". */
+int session_load_conversation(session *s, const char *path, kimi_err *err);
 
 /* An advisory lock on a session file, held by one kimi-chat for as long as it continues that
  * session, so that two processes never write one file in turn (each would drop the other's
@@ -148,11 +153,12 @@ typedef struct {
 int session_list(const char *dir, session_entry **out, int *n_out, kimi_err *err);
 void session_list_free(session_entry *entries, int n);
 
-/* A new file name in dir for a session started at t: dir/2026-12-01T11-40-03.json (UTC, as
- * meta.created; with -2, -3, ... when taken). The name is reserved: the file is created empty
+/* A new file name in dir for a session started at t: dir/KIND2026-12-01T11-40-03.json (UTC, as
+ * meta.created; with -2, -3, ... when taken; kind "" for a chat, "prompt-" for a --prompt
+ * run, "script-" for a --script run, so that /sessions and ls tell one-shot runs apart). The name is reserved: the file is created empty
  * (0600) with O_EXCL, so another process asking for the same second gets the next name; the
  * caller saves over it right away (or removes it when that fails). Malloc'ed; NULL when out of
  * memory. */
-char *session_new_path(const char *dir, time_t t);
+char *session_new_path(const char *dir, const char *kind, time_t t);
 
 #endif

@@ -18,7 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/base/array.h"
 #include "engine/base/file_io.h"
+#include "engine/base/monotonic.h"
+#include "engine/text/utf8.h"
 
 #define TOOL_TIMEOUT_DEFAULT_S 30.0
 #define TOOL_TIMEOUT_MAX_S 3600.0
@@ -45,12 +48,13 @@ static int is_name(const char *s, size_t n)
     return 1;
 }
 
-/* Messages are one line even when they quote text from a file or from the model. */
-static void one_line(char *s)
+/* Messages are one line even when they quote text from a file or from the model: the message
+ * s (of cap bytes) through utf8_one_line, by way of a copy since that cannot work in place. */
+static void one_line(char *s, size_t cap)
 {
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            *s = '?';
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", s);
+    utf8_one_line(copy, strlen(copy), s, cap);
 }
 
 /* The placeholder name when the whole of s is "{name}", else NULL (length in *n). */
@@ -141,7 +145,7 @@ static int note_options_unguarded(tool_set *ts, const char *where, const tool_de
                  "%s: exec.argv[%d] \"%.64s\" substitutes an argument with no \"--\" before it: the model "
                  "can pass options to %.64s (put \"--\" before it if the program takes one)",
                  where, k, t->argv[k], t->argv[0]);
-        one_line(note);
+        one_line(note, sizeof note);
         size_t old = ts->notes ? strlen(ts->notes) : 0;
         char *grown = realloc(ts->notes, old + strlen(note) + 2);
         if (!grown)
@@ -278,7 +282,7 @@ int tools_load(tool_set *ts, const char *path, kimi_err *err)
     if (!root) {
         rc = kimi_fail(err, KIMI_ERR_INPUT, "%s:%d:%d: not valid JSON: %s", path, jerr.line, jerr.column, jerr.text);
         if (err)
-            one_line(err->msg);
+            one_line(err->msg, sizeof err->msg);
         return rc;
     }
     if (!json_is_array(root)) {
@@ -299,7 +303,7 @@ int tools_load(tool_set *ts, const char *path, kimi_err *err)
         ts->n_tools = (int)i + 1;   /* so that tools_free frees a half-filled entry */
         if (rc) {
             if (err)
-                one_line(err->msg);
+                one_line(err->msg, sizeof err->msg);
             json_decref(root);
             tools_free(ts);
             return rc;
@@ -345,43 +349,6 @@ json_t *tools_declaration(const tool_set *ts)
 
 /* ---- arguments into argv -------------------------------------------------------------------- */
 
-typedef struct {
-    char *data;
-    size_t len, cap;
-    int oom;
-} text_buf;
-
-static void buf_add(text_buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1) {
-            if (cap > SIZE_MAX / 2) {
-                b->oom = 1;
-                return;
-            }
-            cap *= 2;
-        }
-        char *d = realloc(b->data, cap);
-        if (!d) {
-            b->oom = 1;
-            return;
-        }
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
-
-static void buf_str(text_buf *b, const char *s)
-{
-    buf_add(b, s, strlen(s));
-}
-
 /* A number as the shortest decimal text that reads back as the same double (5.0 → "5"). */
 static void number_text(const json_t *v, char *out, size_t cap)
 {
@@ -398,7 +365,7 @@ static void number_text(const json_t *v, char *out, size_t cap)
 }
 
 /* Append the value of argument name[0..n) to b; 0, or nonzero with out->error set. */
-static int add_argument(text_buf *b, const json_t *args, const char *name, size_t n, tool_result *out)
+static int add_argument(strbuf *b, const json_t *args, const char *name, size_t n, tool_result *out)
 {
     const json_t *v = json_object_getn(args, name, n);
     if (!v) {
@@ -406,11 +373,11 @@ static int add_argument(text_buf *b, const json_t *args, const char *name, size_
         return -1;
     }
     if (json_is_string(v)) {
-        buf_str(b, json_string_value(v));
+        strbuf_str(b, json_string_value(v));
     } else if (json_is_number(v)) {
         char num[64];
         number_text(v, num, sizeof num);
-        buf_str(b, num);
+        strbuf_str(b, num);
     } else {
         snprintf(out->error, sizeof out->error, "argument %.*s must be a string or number, not %s", (int)n, name,
                  json_kind(v));
@@ -424,36 +391,30 @@ static int add_argument(text_buf *b, const json_t *args, const char *name, size_
 static int expand_element(const char *elem, const json_t *props, const json_t *args, char **result,
                           tool_result *out)
 {
-    text_buf b = {0};
+    strbuf b = {0};
     const char *s = elem;
     while (*s) {
         const char *open = strchr(s, '{');
         const char *close = open ? strchr(open + 1, '}') : NULL;
         if (!close) {
-            buf_str(&b, s);
+            strbuf_str(&b, s);
             break;
         }
         size_t n = (size_t)(close - open - 1);
         if (is_name(open + 1, n) && has_property(props, open + 1, n)) {
-            buf_add(&b, s, (size_t)(open - s));
+            strbuf_add(&b, s, (size_t)(open - s));
             if (add_argument(&b, args, open + 1, n, out)) {
                 free(b.data);
                 return -1;
             }
             s = close + 1;
         } else {
-            buf_add(&b, s, (size_t)(open - s) + 1);
+            strbuf_add(&b, s, (size_t)(open - s) + 1);
             s = open + 1;
         }
     }
-    if (!b.data)
-        buf_add(&b, "", 0);
-    if (b.oom) {
-        free(b.data);
-        return 1;
-    }
-    *result = b.data;
-    return 0;
+    *result = strbuf_take(&b);
+    return *result ? 0 : 1;
 }
 
 static void free_strings(char **v)
@@ -532,13 +493,6 @@ static char **build_env(const tool_def *t, const char *args, size_t len, char **
 }
 
 /* ---- running ------------------------------------------------------------------------------ */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Mark every fd above 2 close-on-exec (the status pipe must stay open until exec). Only
  * async-signal-safe calls: this runs between fork and exec in a threaded program. */
@@ -698,7 +652,7 @@ static void supervise(child_run *c, double t0, double timeout_s, const atomic_in
     double deadline = t0 + timeout_s, kill_at = INFINITY, drain_until = INFINITY;
     int exited = 0, stopping = 0;
     for (;;) {
-        double now = now_s();
+        double now = monotonic_seconds();
         if (!exited && child_exited(c->pid)) {
             exited = 1;
             drain_until = now + TOOL_DRAIN_S;
@@ -773,7 +727,7 @@ static int run_child(const tool_def *t, char **argv, char **envp, const char *ar
     /* All signals blocked across fork, so that no handler of the app runs in the child before it
      * resets them. */
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     pid_t pid = fork();
     if (pid == 0)
         child_exec(argv, envp, in_p[0], out_p[1], st_p[1]);
@@ -805,7 +759,7 @@ static int run_child(const tool_def *t, char **argv, char **envp, const char *ar
     int ws = 0;
     while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
     }
-    out->seconds = now_s() - t0;
+    out->seconds = monotonic_seconds() - t0;
     if (c.out_fd >= 0)
         read_output(&c);
     if (c.status_fd >= 0)
@@ -868,7 +822,7 @@ int tools_run(const tool_def *t, const char *args, size_t args_len, const atomic
     json_t *root = json_loadb(args, args_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         snprintf(out->error, sizeof out->error, "arguments are not valid JSON: %.200s", jerr.text);
-        one_line(out->error);
+        one_line(out->error, sizeof out->error);
         return 0;
     }
     if (!json_is_object(root)) {
@@ -897,7 +851,7 @@ int tools_run(const tool_def *t, const char *args, size_t args_len, const atomic
         return kimi_fail(err, KIMI_ERR_NOMEM, "tool %s: out of memory", t->name);
     }
     rc = run_child(t, argv, envp, args, args_len, cancel, out, err);
-    one_line(out->error);
+    one_line(out->error, sizeof out->error);
     free(envp);
     free(var);
     free_strings(argv);
@@ -915,35 +869,30 @@ void tool_result_free(tool_result *r)
 /* ---- what the model reads ------------------------------------------------------------------ */
 
 /* Append "[note]" on a line of its own. */
-static void add_note(text_buf *b, const char *note)
+static void add_note(strbuf *b, const char *note)
 {
     if (b->len && b->data[b->len - 1] != '\n')
-        buf_str(b, "\n");
-    buf_str(b, "[");
-    buf_str(b, note);
-    buf_str(b, "]");
+        strbuf_str(b, "\n");
+    strbuf_str(b, "[");
+    strbuf_str(b, note);
+    strbuf_str(b, "]");
 }
 
-static char *buf_finish(text_buf *b, size_t *len)
+/* The finished text (malloc'ed, *len bytes when len), or NULL when memory ran out. */
+static char *buf_finish(strbuf *b, size_t *len)
 {
-    if (!b->data)
-        buf_add(b, "", 0);
-    if (b->oom) {
-        free(b->data);
-        return NULL;
-    }
     if (len)
         *len = b->len;
-    return b->data;
+    return strbuf_take(b);
 }
 
 char *tool_result_message(const tool_result *r, size_t *len)
 {
-    text_buf b = {0};
+    strbuf b = {0};
     char note[400];
     if (r->status == TOOL_RUN_DONE || r->status == TOOL_RUN_TIMEOUT || r->status == TOOL_RUN_CANCELLED) {
         if (r->output_len)
-            buf_add(&b, r->output, r->output_len);
+            strbuf_add(&b, r->output, r->output_len);
         if (r->output_total > r->output_len) {
             snprintf(note, sizeof note, "output cut: %zu bytes, first %zu shown", r->output_total, r->output_len);
             add_note(&b, note);
@@ -980,40 +929,31 @@ char *tool_result_message(const tool_result *r, size_t *len)
     return buf_finish(&b, len);
 }
 
-/* A name from the model, made safe for a one-line message: control characters as '?', at most
- * 64 bytes, cut at a UTF-8 character boundary. */
-static void add_name(text_buf *b, const char *name)
+/* A name from the model, made safe for a one-line message (utf8_one_line): at most
+ * TOOL_NAME_MAX bytes and an ellipsis. */
+static void add_name(strbuf *b, const char *name)
 {
-    size_t n = strlen(name);
-    if (n > TOOL_NAME_MAX) {
-        n = TOOL_NAME_MAX;
-        while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
-            n--;
-    }
-    for (size_t i = 0; i < n; i++) {
-        char c = (unsigned char)name[i] < 0x20 || name[i] == 0x7f ? '?' : name[i];
-        buf_add(b, &c, 1);
-    }
-    if (n < strlen(name))
-        buf_str(b, "...");
+    char shown[TOOL_NAME_MAX + 4];
+    utf8_one_line(name, strlen(name), shown, sizeof shown);
+    strbuf_str(b, shown);
 }
 
 char *tools_message_unknown(const tool_set *ts, const char *name)
 {
-    text_buf b = {0};
-    buf_str(&b, "unknown tool '");
+    strbuf b = {0};
+    strbuf_str(&b, "unknown tool '");
     add_name(&b, name ? name : "");
-    buf_str(&b, "'");
+    strbuf_str(&b, "'");
     if (ts) {
         int listed = 0;
         for (int i = 0; i < ts->n_tools; i++) {
             if (!ts->tools[i].enabled)
                 continue;
-            buf_str(&b, listed++ ? ", " : "; available: ");
-            buf_str(&b, ts->tools[i].name);
+            strbuf_str(&b, listed++ ? ", " : "; available: ");
+            strbuf_str(&b, ts->tools[i].name);
         }
         if (!listed)
-            buf_str(&b, "; no tools are available");
+            strbuf_str(&b, "; no tools are available");
     }
     return buf_finish(&b, NULL);
 }
@@ -1025,20 +965,20 @@ char *tool_message_unknown(const char *name)
 
 char *tool_message_denied(const char *name)
 {
-    text_buf b = {0};
-    buf_str(&b, "The user denied this call to ");
+    strbuf b = {0};
+    strbuf_str(&b, "The user denied this call to ");
     add_name(&b, name ? name : "");
-    buf_str(&b, ".");
+    strbuf_str(&b, ".");
     return buf_finish(&b, NULL);
 }
 
 char *tool_message_not_asked(const char *name)
 {
-    text_buf b = {0};
-    buf_str(&b, "Not run: nobody could be asked to approve this call to ");
+    strbuf b = {0};
+    strbuf_str(&b, "Not run: nobody could be asked to approve this call to ");
     add_name(&b, name ? name : "");
-    buf_str(&b, " (no terminal to ask on); --allow-tools ");
+    strbuf_str(&b, " (no terminal to ask on); --allow-tools ");
     add_name(&b, name ? name : "");
-    buf_str(&b, " would allow it.");
+    strbuf_str(&b, " would allow it.");
     return buf_finish(&b, NULL);
 }

@@ -7,6 +7,7 @@
 
 #include "app/probe/probe.h"
 #include "app/probe/probe_args.h"
+#include "engine/backend/kv_shard.h"
 #include "engine/base/file_io.h"
 
 typedef struct {
@@ -84,16 +85,19 @@ int probe_golden(int argc, char **argv)
 {
     kimi_err err = {0};
     probe_args a;
-    long tp;
+    long tp, dcp;
     golden_run g = {0};
     const char *only;
-    if (probe_args_parse(&a, argc, argv, "model,reference,only,backend,tp,devices,kv-cache", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,reference,only,backend,tp,dcp,devices,kv-cache", &err) ||
         probe_arg_kv_cache(&a, &g.kv_cache, &err) ||
         probe_arg_required(&a, "model", &g.model_dir, &err) ||
         probe_arg_required(&a, "reference", &g.reference_dir, &err) ||
-        probe_arg_int(&a, "tp", 1, 8, 1, &tp, &err) || probe_arg_devices(&a, g.devices, &g.n_devices, &err))
+        probe_arg_int(&a, "tp", 1, 8, 1, &tp, &err) || probe_arg_int(&a, "dcp", 1, 8, 1, &dcp, &err) ||
+        kv_shard_check((int)tp, (int)dcp, &err) || probe_arg_devices(&a, g.devices, &g.n_devices, &err))
         return probe_report(&err);
     g.tp = (int)tp;
+    g.dcp = (int)dcp;
+    snprintf(g.ranks, sizeof g.ranks, g.dcp > 1 ? "tp %d, dcp %d" : "tp %d", g.tp, g.dcp);
     g.backend = probe_arg(&a, "backend") ? probe_arg(&a, "backend") : "cpu";
     if (strcmp(g.backend, "cpu") && strcmp(g.backend, "cuda")) {
         kimi_fail(&err, KIMI_ERR_USAGE, "--backend: '%s' is not cpu or cuda", g.backend);

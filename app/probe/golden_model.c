@@ -86,7 +86,8 @@ static int session_open(model_session *s, golden_run *g, kimi_err *err)
         return err->code;
     s->vocab = s->mw.cfg.vocab;
     backend_options opt = {.kind = strcmp(g->backend, "cuda") ? BACKEND_CPU : BACKEND_CUDA, .tp = g->tp,
-                           .max_context = capacity, .kv_cache = g->kv_cache, .devices = g->devices, .n_devices = g->n_devices};
+                           .dcp = g->dcp, .max_context = capacity, .kv_cache = g->kv_cache, .devices = g->devices,
+                           .n_devices = g->n_devices};
     return backend_open(&s->be, &s->mw, &opt, err);
 }
 
@@ -219,8 +220,8 @@ static int run_prefill(model_session *s, json_t *c, const char *name, kimi_err *
     error_stats e = {0};
     logits_add(&e, got, want, (size_t)n_rows, s->vocab);
     golden_case(s->g, logits_ok(s, &e), name,
-                "logits of %d positions (%d tokens): max %.3g mean %.3g, arg-max differs on %d of %d clear rows (tp %d)",
-                n_rows, n, e.max, error_mean(&e), e.argmax_differs, e.argmax_rows, s->g->tp);
+                "logits of %d positions (%d tokens): max %.3g mean %.3g, arg-max differs on %d of %d clear rows (%s)",
+                n_rows, n, e.max, error_mean(&e), e.argmax_differs, e.argmax_rows, s->g->ranks);
 done:
     free(tokens);
     free(rows);
@@ -254,7 +255,7 @@ static int run_greedy(model_session *s, json_t *c, const char *name, kimi_err *e
     logits_add(&e, got, want, (size_t)n_gen, s->vocab);
     snprintf(label, sizeof label, "%s/teacher_forced", name);
     golden_case(s->g, logits_ok(s, &e), label,
-                "%d steps: max %.3g mean %.3g, arg-max differs on %d of %d clear rows (tp %d)", n_gen, e.max, error_mean(&e), e.argmax_differs, e.argmax_rows, s->g->tp);
+                "%d steps: max %.3g mean %.3g, arg-max differs on %d of %d clear rows (%s)", n_gen, e.max, error_mean(&e), e.argmax_differs, e.argmax_rows, s->g->ranks);
 
     double margin = json_number_value(json_object_get(c, "min_top1_margin"));
     double min_margin = on_cuda(s) ? CUDA_ARGMAX_MARGIN : FREE_RUN_MIN_MARGIN;
@@ -277,7 +278,7 @@ static int run_greedy(model_session *s, json_t *c, const char *name, kimi_err *e
             goto done;
         token = arg_max(got, s->vocab);
     }
-    golden_case(s->g, matched == n_gen, label, "%d of %d greedy ids equal (tp %d)", matched, n_gen, s->g->tp);
+    golden_case(s->g, matched == n_gen, label, "%d of %d greedy ids equal (%s)", matched, n_gen, s->g->ranks);
 done:
     free(tokens);
     free(generated);
@@ -317,8 +318,8 @@ static int run_turns(model_session *s, json_t *c, const char *name, kimi_err *er
     error_stats e = {0};
     logits_add(&e, got, want, (size_t)n_rows, s->vocab);
     golden_case(s->g, logits_ok(s, &e) && common == expected, name,
-                "reused %d cached positions (reference %d), prefilled %d: max %.3g mean %.3g (tp %d)", common, expected,
-                n - common, e.max, error_mean(&e), s->g->tp);
+                "reused %d cached positions (reference %d), prefilled %d: max %.3g mean %.3g (%s)", common, expected,
+                n - common, e.max, error_mean(&e), s->g->ranks);
 done:
     free(first);
     free(tokens);
@@ -398,13 +399,13 @@ static int run_kv(model_session *s, json_t *c, const char *name, kimi_err *err)
     if (fp8_cache(s)) {
         golden_case(s->g, layer0_worst <= 1.0 && mean <= FP8_CACHE_MEAN_REL, name,
                     "fp8 cache [%d layers][%d positions][%zu]: relative error max %.3g mean %.3g, layer 0 at most %.3g "
-                    "of its bound (tp %d)", cfg->layers, n, row, max, mean, layer0_worst, s->g->tp);
+                    "of its bound (%s)", cfg->layers, n, row, max, mean, layer0_worst, s->g->ranks);
         goto done;
     }
     int ok = on_cuda(s) ? mean <= CUDA_CACHE_MEAN_REL : max <= CACHE_MAX_REL && mean <= CACHE_MEAN_REL;
     golden_case(s->g, ok, name,
-                "fp16 cache [%d layers][%d positions][%zu]: relative error max %.3g mean %.3g (tp %d)", cfg->layers, n,
-                row, max, mean, s->g->tp);
+                "fp16 cache [%d layers][%d positions][%zu]: relative error max %.3g mean %.3g (%s)", cfg->layers, n,
+                row, max, mean, s->g->ranks);
 done:
     free(tokens);
     free(want);

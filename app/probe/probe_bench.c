@@ -12,6 +12,8 @@
 #include <time.h>
 
 #include "app/probe/probe_args.h"
+#include "engine/backend/kv_shard.h"
+#include "engine/base/monotonic.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/speculate.h"
 #include "engine/text/tokenizer.h"
@@ -19,10 +21,11 @@
 int probe_engine_options(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err)
 {
     static int devices[8];      /* opt->devices points here (one engine per kimi-probe run) */
-    long tp, threads, ctx;
+    long tp, dcp, threads, ctx;
     memset(opt, 0, sizeof *opt);
     if (probe_arg_required(a, "model", &opt->model_dir, err) || probe_arg_backend(a, &opt->backend, err) ||
-        probe_arg_int(a, "tp", 1, 8, 1, &tp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
+        probe_arg_int(a, "tp", 1, 8, 1, &tp, err) || probe_arg_int(a, "dcp", 1, 8, 1, &dcp, err) ||
+        kv_shard_check((int)tp, (int)dcp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
         probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err) ||
         probe_arg_devices(a, devices, &opt->n_devices, err) || probe_arg_kv_cache(a, &opt->kv_cache, err))
         return err->code;
@@ -33,6 +36,7 @@ int probe_engine_options(const probe_args *a, long default_ctx, engine_options *
         return err->code;
     opt->devices = opt->n_devices ? devices : NULL;
     opt->tp = (int)tp;
+    opt->dcp = (int)dcp;
     opt->threads_per_rank = (int)threads;
     opt->max_context = ctx;
     return 0;
@@ -89,7 +93,7 @@ int probe_generate(int argc, char **argv)
     engine_options opt;
     long n_new;
     int *stop = NULL, n_stop = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,devices,threads,ctx,speculate,kv-cache", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,dcp,devices,threads,ctx,speculate,kv-cache", &err) ||
         probe_engine_options(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
         return probe_report(&err);
     const char *tokens_text = probe_arg(&a, "tokens"), *prompt_text = probe_arg(&a, "prompt");
@@ -176,13 +180,6 @@ int probe_generate(int argc, char **argv)
 
 /* ---- bench ---- */
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static size_t matrix_bytes(const weight_matrix *w)
 {
     size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
@@ -265,7 +262,7 @@ static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *e
     double best = 0;
     uint64_t check = 0;
     for (int pass = 0; pass < 4; pass++) {
-        double t0 = now_seconds();
+        double t0 = monotonic_seconds();
         for (int t = 0; t < threads; t++) {
             size_t begin = n * (size_t)t / (size_t)threads, end = n * (size_t)(t + 1) / (size_t)threads;
             slices[t] = (read_slice){buf + begin, end - begin, 0};
@@ -275,7 +272,7 @@ static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *e
             pthread_join(ids[t], NULL);
             check += slices[t].sum;
         }
-        double rate = (double)(n * sizeof *buf) / (now_seconds() - t0) / 1e9;
+        double rate = (double)(n * sizeof *buf) / (monotonic_seconds() - t0) / 1e9;
         best = rate > best ? rate : best;
     }
     /* The sum of 0..n-1, four times: a wrong value would mean the reads were skipped. */
@@ -295,18 +292,18 @@ int probe_bench(int argc, char **argv)
     probe_args a;
     engine_options opt;
     long n_prompt, n_gen, read_mib;
-    if (probe_args_parse(&a, argc, argv, "model,backend,tp,devices,threads,prompt,gen,ctx,read-mib,speculate,kv-cache", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,backend,tp,dcp,devices,threads,prompt,gen,ctx,read-mib,speculate,kv-cache", &err) ||
         probe_arg_int(&a, "prompt", 1, 1 << 20, 128, &n_prompt, &err) ||
         probe_arg_int(&a, "gen", 2, 1 << 20, 32, &n_gen, &err) ||
         probe_arg_int(&a, "read-mib", 64, 1 << 20, 1024, &read_mib, &err) ||
         probe_engine_options(&a, n_prompt + n_gen < 16 ? 16 : n_prompt + n_gen, &opt, &err))
         return probe_report(&err);
 
-    double t0 = now_seconds();
+    double t0 = monotonic_seconds();
     engine *e = NULL;
     if (engine_open(&e, &opt, &err))
         return probe_report(&err);
-    double load_s = now_seconds() - t0;
+    double load_s = monotonic_seconds() - t0;
     const engine_info *info = engine_get_info(e);
     fprintf(stderr, "kimi-probe: %s\n", info->summary);
 
@@ -352,6 +349,8 @@ int probe_bench(int argc, char **argv)
         json_object_set_new(o, "model", json_string(opt.model_dir));
         json_object_set_new(o, "backend", json_string(opt.backend == BACKEND_CUDA ? "cuda" : "cpu"));
         json_object_set_new(o, "tp", json_integer(info->tp));
+        json_object_set_new(o, "dcp", json_integer(info->dcp));
+        json_object_set_new(o, "cache_bytes_per_rank", json_integer((json_int_t)info->cache_bytes_per_rank));
         json_object_set_new(o, "threads_per_rank", json_integer(info->threads_per_rank));
         json_object_set_new(o, "threads", json_integer(threads));
         json_object_set_new(o, "ctx", json_integer(info->max_context));

@@ -10,6 +10,7 @@
 
 #include "app/probe/probe_args.h"
 #include "engine/backend/device_plan.h"
+#include "engine/backend/kv_shard.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/kv_cache.h"
 #include "kernels/cpu/numeric.h"
@@ -24,14 +25,16 @@ typedef struct {
     tp_shard *shards;           /* [tp] each rank's slices and the weight bytes it reads */
     size_t max_rank_bytes;
     kv_cache_format kv_cache;   /* the cache format asked for (--kv-cache) */
-    long memory_context;        /* positions that fit beside the largest rank's weights, in that format */
+    int dcp;                    /* ranks the cache is sharded over */
+    long replicated_context;    /* positions that fit beside the largest rank's weights, in that format, cache replicated */
+    long memory_context;        /* the same with the cache sharded over dcp ranks (dcp x replicated) */
     long max_context;           /* usable: memory_context capped at max_position_embeddings */
     long max_context_by_format[2]; /* max_context with KV_CACHE_FP16, KV_CACHE_FP8 */
     long memory_context_by_format[2]; /* memory_context with each */
 } memory_plan;
 
-static int plan_memory(const model_weights *mw, int tp, double mem_gib, kv_cache_format kv_cache, memory_plan *plan,
-                       kimi_err *err)
+static int plan_memory(const model_weights *mw, int tp, int dcp, double mem_gib, kv_cache_format kv_cache,
+                       memory_plan *plan, kimi_err *err)
 {
     plan->shards = calloc((size_t)tp, sizeof *plan->shards);
     if (!plan->shards)
@@ -45,12 +48,17 @@ static int plan_memory(const model_weights *mw, int tp, double mem_gib, kv_cache
         if (plan->shards[r].weight_bytes > plan->max_rank_bytes)
             plan->max_rank_bytes = plan->shards[r].weight_bytes;
     }
+    plan->dcp = dcp;
     for (int f = KV_CACHE_FP16; f <= KV_CACHE_FP8; f++) {
-        long fit = max_context_for_budget(&mw->cfg, (kv_cache_format)f, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
+        long replicated = max_context_for_budget(&mw->cfg, (kv_cache_format)f, plan->max_rank_bytes,
+                                                 (size_t)(mem_gib * GIB));
+        long fit = kv_shard_context(replicated, dcp);
         plan->memory_context_by_format[f] = fit;
         plan->max_context_by_format[f] = fit < mw->cfg.max_position ? fit : mw->cfg.max_position;
-        if (f == (int)kv_cache)
+        if (f == (int)kv_cache) {
+            plan->replicated_context = replicated;
             plan->memory_context = fit;
+        }
     }
     plan->kv_cache = kv_cache;
     plan->max_context = plan->max_context_by_format[kv_cache];
@@ -98,7 +106,10 @@ static void print_json(const model_weights *mw, int tp, double mem_gib, const me
         {"topk_group", c->topk_group}, {"vocab", c->vocab}, {"max_position", c->max_position},
         {"weight_bytes", (long long)mw->weight_bytes}, {"kv_bytes_per_token", (long long)kv_bytes_per_token(c, plan->kv_cache)},
         {"tp", tp}, {"bytes_per_rank", (long long)plan->max_rank_bytes}, {"max_context", plan->max_context},
-        {"max_context_by_memory", plan->memory_context},
+        {"max_context_by_memory", plan->memory_context}, {"dcp", plan->dcp},
+        {"kv_bytes_per_token_per_rank", (long long)(kv_bytes_per_token(c, plan->kv_cache) / (size_t)plan->dcp)},
+        {"max_context_replicated", plan->replicated_context < c->max_position ? plan->replicated_context
+                                                                              : c->max_position},
         {"max_context_fp16", plan->max_context_by_format[KV_CACHE_FP16]},
         {"max_context_fp8", plan->max_context_by_format[KV_CACHE_FP8]},
     };
@@ -145,6 +156,11 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
            c->kv_cache_quant_algo[0] ? c->kv_cache_quant_algo : "nothing", kv_bytes_per_token(c, plan->kv_cache),
            plan->kv_cache == KV_CACHE_FP8 ? "e4m3 with a scale per 128" : "fp16", c->kv_lora_rank, c->qk_rope_dim,
            c->layers, kv_bytes_per_token(c, KV_CACHE_FP16), kv_bytes_per_token(c, KV_CACHE_FP8));
+    if (plan->dcp > 1)
+        printf("kv sharding   dcp %d: position p on rank p %% %d of each group of %d ranks, %zu B per position per "
+               "rank in the %s cache (replicated: %zu)\n", plan->dcp, plan->dcp, plan->dcp,
+               kv_bytes_per_token(c, plan->kv_cache) / (size_t)plan->dcp, kv_cache_format_name(plan->kv_cache),
+               kv_bytes_per_token(c, plan->kv_cache));
     for (int r = 0; r < tp; r++) {
         char label[32];
         const tp_shard *sh = &plan->shards[r];
@@ -162,9 +178,13 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
     else
         printf("max context   %ld positions fit after the largest rank's weights (max_position_embeddings %d)\n",
                plan->max_context, c->max_position);
-    printf("by cache      memory holds %ld positions with --kv-cache fp16, %ld with fp8 (%s in use)\n",
+    printf("by cache      memory holds %ld positions with --kv-cache fp16, %ld with fp8 (%s in use%s)\n",
            plan->memory_context_by_format[KV_CACHE_FP16], plan->memory_context_by_format[KV_CACHE_FP8],
-           kv_cache_format_name(plan->kv_cache));
+           kv_cache_format_name(plan->kv_cache), plan->dcp > 1 ? ", the cache sharded" : "");
+    if (plan->dcp > 1)
+        printf("replicated    %ld positions fit by memory with the cache on every rank (dcp 1); dcp %d: %ld (%.2fx)\n",
+               plan->replicated_context, plan->dcp, plan->memory_context,
+               plan->replicated_context > 0 ? (double)plan->memory_context / (double)plan->replicated_context : 0.0);
     printf("loaded in     %.3f s\n", mw->load_seconds);
 }
 
@@ -173,12 +193,13 @@ int probe_info(int argc, char **argv)
     kimi_err err = {0};
     probe_args a;
     const char *dir;
-    long tp;
+    long tp, dcp;
     double mem_gib;
     kv_cache_format kv_cache;
-    if (probe_args_parse(&a, argc, argv, "model,tp,mem-gib,json,kv-cache", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tp,dcp,mem-gib,json,kv-cache", &err) ||
         probe_arg_required(&a, "model", &dir, &err) || probe_arg_int(&a, "tp", 1, 1024, 1, &tp, &err) ||
         probe_arg_kv_cache(&a, &kv_cache, &err) ||
+        probe_arg_int(&a, "dcp", 1, KV_SHARD_MAX, 1, &dcp, &err) || kv_shard_check((int)tp, (int)dcp, &err) ||
         probe_arg_double(&a, "mem-gib", DEFAULT_MEM_GIB, &mem_gib, &err))
         return probe_report(&err);
     if (!(mem_gib > 0 && mem_gib < 1e9)) {
@@ -194,7 +215,7 @@ int probe_info(int argc, char **argv)
     if (weights_load(&mw, dir, &err))
         return probe_report(&err);
     memory_plan plan = {0};
-    if (plan_memory(&mw, (int)tp, mem_gib, kv_cache, &plan, &err)) {
+    if (plan_memory(&mw, (int)tp, (int)dcp, mem_gib, kv_cache, &plan, &err)) {
         weights_free(&mw);
         return probe_report(&err);
     }

@@ -8,6 +8,7 @@
 #include "app/probe/probe_args.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/device_plan.h"
+#include "engine/backend/kv_shard.h"
 #include "engine/model/weights.h"
 
 typedef struct {
@@ -30,11 +31,12 @@ static void probe_run_free(probe_run *p)
 static int probe_run_open(probe_run *p, const probe_args *a, kimi_err *err)
 {
     const char *model_dir, *tokens_text;
-    long tp, threads, max_context;
+    long tp, dcp, threads, max_context;
     int devices[DEVICE_MAX_RANKS], n_devices;
     memset(p, 0, sizeof *p);
     if (probe_arg_required(a, "model", &model_dir, err) || probe_arg_required(a, "tokens", &tokens_text, err) ||
         probe_arg_required(a, "out", &p->out_path, err) || probe_arg_int(a, "tp", 1, 8, 1, &tp, err) ||
+        probe_arg_int(a, "dcp", 1, 8, 1, &dcp, err) || kv_shard_check((int)tp, (int)dcp, err) ||
         probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) || probe_arg_devices(a, devices, &n_devices, err) ||
         probe_parse_int_list("tokens", tokens_text, &p->tokens, &p->n_tokens, err))
         return err->code;
@@ -48,8 +50,8 @@ static int probe_run_open(probe_run *p, const probe_args *a, kimi_err *err)
         return err->code;
     if (weights_load(&p->mw, model_dir, err))
         return err->code;
-    backend_options opt = {.kind = kind, .tp = (int)tp, .threads_per_rank = (int)threads, .max_context = max_context,
-                           .kv_cache = kv_cache, .devices = devices, .n_devices = n_devices};
+    backend_options opt = {.kind = kind, .tp = (int)tp, .dcp = (int)dcp, .threads_per_rank = (int)threads,
+                           .max_context = max_context, .kv_cache = kv_cache, .devices = devices, .n_devices = n_devices};
     return backend_open(&p->be, &p->mw, &opt, err);
 }
 
@@ -71,7 +73,7 @@ int probe_logits(int argc, char **argv)
     probe_run p = {0};
     int *rows = NULL, n_rows = 0, status = 0;
     float *logits = NULL;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,positions,backend,tp,devices,threads,max-context,out,kv-cache", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,positions,backend,tp,dcp,devices,threads,max-context,out,kv-cache", &err) ||
         probe_run_open(&p, &a, &err))
         goto done;
     if (probe_arg(&a, "positions")) {
@@ -113,7 +115,7 @@ int probe_kv(int argc, char **argv)
     probe_run p = {0};
     uint16_t *cache = NULL;
     int status = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,backend,tp,devices,threads,max-context,out,kv-cache", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,backend,tp,dcp,devices,threads,max-context,out,kv-cache", &err) ||
         probe_run_open(&p, &a, &err))
         goto done;
     size_t halves = (size_t)p.mw.cfg.layers * (size_t)p.n_tokens *

@@ -1,5 +1,6 @@
 /* storage_read: sequential read bandwidth past the page cache, and page-cache residency. */
 #include "app/probe/storage_read.h"
+#include "engine/base/monotonic.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,13 +13,6 @@
 #include <unistd.h>
 
 #define DIRECT_ALIGN 4096
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 double storage_gb_per_s(size_t bytes, double seconds)
 {
@@ -134,7 +128,7 @@ int storage_read_sample(const char *const *paths, int n, size_t sample_bytes, si
     if (posix_memalign(&buf, DIRECT_ALIGN, request_bytes))
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for a %zu-byte read buffer", request_bytes);
     int rc = 0;
-    double t0 = now_seconds();
+    double t0 = monotonic_seconds();
     for (int i = 0; i < n && out->bytes < sample_bytes && !rc; i++) {
         int direct = 1;
         int fd = open(paths[i], O_RDONLY | O_CLOEXEC | O_DIRECT);
@@ -171,7 +165,7 @@ int storage_read_sample(const char *const *paths, int n, size_t sample_bytes, si
         }
         close(fd);
     }
-    out->seconds = now_seconds() - t0;
+    out->seconds = monotonic_seconds() - t0;
     /* the buffered reads filled the page cache: a load measured next must not find them there */
     if (!rc && out->dropped_files)
         rc = storage_drop_cache(paths, out->files, err);

@@ -2,12 +2,15 @@
  * without CUDA answers --backend cuda with an error that says so. */
 #include "engine/backend/backend_impl.h"
 
+#include "engine/backend/kv_shard.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
 struct backend {
     backend_kind kind;
     const model_config *cfg;
+    kv_cache_format cache_format;
     cpu_backend *cpu;
     cuda_backend *cuda;
 };
@@ -95,7 +98,16 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the backend");
     be->kind = opt->kind;
     be->cfg = &mw->cfg;
-    int rc = opt->kind == BACKEND_CUDA ? cuda_backend_open(&be->cuda, mw, opt, err)
+    be->cache_format = opt->kv_cache;
+    int dcp = opt->dcp ? opt->dcp : 1, rc = kv_shard_check(opt->tp, dcp, err);
+    if (!rc && dcp > 1 && opt->kind == BACKEND_CUDA)
+        rc = kimi_fail(err, KIMI_ERR_USAGE, "--dcp %d: the cuda backend keeps the cache replicated; decode context "
+                       "parallelism runs on the cpu backend only", dcp);
+    if (rc) {
+        free(be);
+        return rc;
+    }
+    rc = opt->kind == BACKEND_CUDA ? cuda_backend_open(&be->cuda, mw, opt, err)
                                        : cpu_backend_open(&be->cpu, mw, opt, err);
     if (rc) {
         free(be);
@@ -176,6 +188,20 @@ int backend_decode_tokens(backend *be, const int32_t *tokens, int n, long start_
 int backend_decodes_tokens(const backend *be)
 {
     return be->kind == BACKEND_CPU;
+}
+
+int backend_take_comm_census(backend *be, int rank, tp_comm_census *out, kimi_err *err)
+{
+    if (be->kind == BACKEND_CUDA)
+        return kimi_fail(err, KIMI_ERR_USAGE, "comm census: the cuda backend counts its collectives elsewhere");
+    return cpu_backend_take_comm_census(be->cpu, rank, out, err);
+}
+
+size_t backend_cache_bytes_per_rank(const backend *be)
+{
+    if (be->kind == BACKEND_CUDA)
+        return (size_t)cuda_backend_capacity(be->cuda) * kv_bytes_per_token(be->cfg, be->cache_format);
+    return cpu_backend_cache_bytes_per_rank(be->cpu);
 }
 
 int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err)

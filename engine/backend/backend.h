@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/backend/tp_comm.h"
 #include "engine/base/error.h"
 #include "engine/model/weights.h"
 #include "kernels/kv_format.h"
@@ -21,6 +22,10 @@ typedef struct {
                                  * fit in the usable CPUs; KIMI_CPU_SPIN=auto|on|off overrides it */
     long max_context;           /* KV cache positions to reserve */
     kv_cache_format kv_cache;   /* the latent cache's element format (kernels/kv_format.h); 0: fp16 */
+    int dcp;                    /* decode context parallelism: the latent cache is sharded by position over
+                                 * groups of dcp ranks (engine/backend/kv_shard.h), each rank storing 1/dcp
+                                 * of the positions; divides tp; 0 or 1 = replicated on every rank. CPU
+                                 * backend only: the CUDA backend refuses dcp > 1 */
     /* Optional (NULL = none): called during a prefill (a backend_forward of n > 1 tokens) on
      * the thread that called backend_forward, after every layer, with how many of the call's
      * tokens are done (fractional: a chunk part-way through its layers counts in proportion;
@@ -98,8 +103,17 @@ enum { BACKEND_DECODE_TOKENS_MAX = 17 };
 int backend_decode_tokens(backend *be, const int32_t *tokens, int n, long start_pos, float *logits, kimi_err *err);
 int backend_decodes_tokens(const backend *be);
 
-/* Copy the cache of positions [0, n_pos) as fp16 [layer][position][kv_lora | rope] (rank 0); an
- * fp8 cache decodes to fp16 exactly (kernels/kv_format.h). */
+/* The CPU backend's collectives on rank `rank` since the last take (engine/backend/tp_comm.h),
+ * then reset: a census of what a step exchanges. KIMI_ERR_USAGE on the CUDA backend or a rank
+ * out of range. */
+int backend_take_comm_census(backend *be, int rank, tp_comm_census *out, kimi_err *err);
+
+/* Bytes of latent cache one rank holds (the largest share; all layers; in the cache's format). */
+size_t backend_cache_bytes_per_rank(const backend *be);
+
+/* Copy the cache of positions [0, n_pos) as fp16 [layer][position][kv_lora | rope] (rank 0, with
+ * the positions of its DCP group's other members put back in place); an fp8 cache decodes to
+ * fp16 exactly (kernels/kv_format.h). */
 int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err);
 
 #endif

@@ -41,6 +41,7 @@
 #include "engine/backend/device_plan.h"
 #include "engine/backend/spin_barrier.h"
 #include "engine/base/cpu_count.h"
+#include "engine/base/monotonic.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/forward.h"
@@ -157,13 +158,6 @@ static int cuda_fail(kimi_err *err, cudaError_t status, const char *what)
         if (status_ != cudaSuccess)                                                                         \
             return cuda_fail(err, status_, (what));                                                         \
     } while (0)
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- devices and the memory plan ---- */
 
@@ -1085,13 +1079,13 @@ static int open_ranks(struct cuda_backend *be, const backend_options *opt, size_
     int stopped = 0;
     be->job = JOB_OPEN;
     spin_barrier_wait(&be->job_start);
-    double last = now_seconds();
+    double last = monotonic_seconds();
     size_t reported = 0;    /* the byte count of the last report: each report says more */
     int reports = 0;
     while (atomic_load(&be->ranks_loaded) < be->tp) {
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
-        double now = now_seconds();
+        double now = monotonic_seconds();
         size_t done = uploaded_bytes(be);
         if (opt->on_load && !stopped && now - last >= LOAD_REPORT_SECONDS && done > reported) {
             last = now;

@@ -15,6 +15,8 @@ int cpu_backend_forward(cpu_backend *be, const int32_t *tokens, int n, long star
                         int n_logit_rows, float *logits, int per_token_decode, kimi_err *err);
 int cpu_backend_read_kv(cpu_backend *be, long n_pos, uint16_t *out, kimi_err *err);
 long cpu_backend_take_clamps(cpu_backend *be);
+size_t cpu_backend_cache_bytes_per_rank(const cpu_backend *be);
+int cpu_backend_take_comm_census(cpu_backend *be, int rank, tp_comm_census *out, kimi_err *err);
 
 /* The error of a forward call whose activations became NaN or infinite: layer (-1: the token
  * embeddings) is the first whose output held one, positions [pos, pos + n) the step's. */

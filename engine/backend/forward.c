@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/kv_shard.h"
+#include "kernels/attention_merge_math.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/linear.h"
@@ -65,10 +67,15 @@ struct rank_model {
     int heads;                  /* heads of this rank */
     layer_shard *layers;        /* [layers] */
     weight_matrix lm_head;      /* [vocab of this rank][hidden] */
-    long capacity;
+    long capacity;              /* positions of the context */
     int max_tokens;
+    int dcp, dcp_member;        /* the cache is sharded over dcp ranks; this rank is member dcp_member
+                                   (engine/backend/kv_shard.h) */
+    long slots;                 /* positions this rank stores: kv_shard_slots(capacity, dcp) */
     size_t cache_row;           /* bytes of one position's row: kv_row_bytes(mla.cache_format, ...) */
-    uint8_t *cache;             /* [layers][capacity][cache_row] (kernels/kv_format.h) */
+    uint8_t *cache;             /* [layers][slots][cache_row] (kernels/kv_format.h) */
+    uint8_t *foreign_row;       /* [cache_row]: where the entry of a position another member stores is
+                                   converted (the saturation count covers every position on every rank) */
     rope_table rope;
     mla_shape mla;
     moe_routing_config routing;
@@ -87,6 +94,11 @@ struct rank_model {
     float *partial;             /* [T][hidden] this rank's share of a block's output */
     float *cos_sin;             /* [T][rope]: cos [rope/2] then sin [rope/2] */
     float *attn_scratch;        /* [workers][attn_scratch_floats] */
+    /* dcp > 1 only, P = ATTENTION_PART_FLOATS(kv_lora), A = kv_lora + rope: */
+    float *q_abs;               /* [T][heads][A] this rank's absorbed queries */
+    float *q_group;             /* [dcp][T][heads][A] the group's, member by member */
+    float *parts_send;          /* [dcp][T][heads][P] partials over this rank's positions, for member j */
+    float *parts_recv;          /* [dcp][T][heads][P] partials of this rank's heads, from member s */
     size_t attn_scratch_floats;
     float *router_logits;       /* [T][experts] */
     int *chosen;                /* [T][top_k] */
@@ -157,9 +169,17 @@ static void add_rows(float *h, const float *delta, size_t count)
         h[i] += delta[i];
 }
 
+static uint8_t *layer_cache(const rank_model *m, int layer)
+{
+    return m->cache + (size_t)layer * (size_t)m->slots * m->cache_row;
+}
+
+/* Where position pos of a layer is stored on this rank; NULL when another member stores it. */
 static uint8_t *cache_entry(const rank_model *m, int layer, long pos)
 {
-    return m->cache + ((size_t)layer * (size_t)m->capacity + (size_t)pos) * m->cache_row;
+    if (kv_shard_owner(pos, m->dcp) != m->dcp_member)
+        return NULL;
+    return layer_cache(m, layer) + (size_t)kv_shard_slot(pos, m->dcp) * m->cache_row;
 }
 
 /* ---- attention ---- */
@@ -181,7 +201,7 @@ static void attention_worker(void *arg, int worker, int n_workers)
         return;
     float *scratch = m->attn_scratch + (size_t)worker * m->attn_scratch_floats;
     const weight_matrix *kv_b = &m->layers[job->layer].kv_b;
-    const uint8_t *cache = cache_entry(m, job->layer, 0);
+    const uint8_t *cache = layer_cache(m, job->layer);
     if (job->n == 1 || job->per_token_decode) {
         int q_width = m->cfg->qk_nope_dim + m->cfg->qk_rope_dim, v = m->cfg->v_head_dim;
         for (int t = 0; t < job->n; t++)
@@ -189,6 +209,72 @@ static void attention_worker(void *arg, int worker, int n_workers)
                        scratch, m->attn + (size_t)t * m->heads * v);
     } else
         mla_prefill(&m->mla, kv_b, h0, h1, m->q, job->n, job->start_pos, cache, scratch, m->attn);
+}
+
+/* Decode context parallelism: every token attends as a decode step does (absorbed), over the
+ * cache positions spread across the group: the group's absorbed queries are gathered, each member
+ * takes all of them over its own positions, and each rank merges the parts of its own heads. */
+static void sharded_absorb_worker(void *arg, int worker, int n_workers)
+{
+    const attention_job *job = arg;
+    rank_model *m = job->m;
+    int h0, h1, abs_width = m->mla.kv_lora + m->mla.rope, q_width = m->mla.nope + m->mla.rope;
+    worker_share(m->heads, worker, n_workers, &h0, &h1);
+    for (int t = 0; h0 < h1 && t < job->n; t++)
+        mla_absorb_query(&m->mla, &m->layers[job->layer].kv_b, h0, h1, m->q + (size_t)t * m->heads * q_width,
+                         m->q_abs + ((size_t)t * m->heads + h0) * abs_width);
+}
+
+static void sharded_partial_worker(void *arg, int worker, int n_workers)
+{
+    const attention_job *job = arg;
+    rank_model *m = job->m;
+    int g0, g1, abs_width = m->mla.kv_lora + m->mla.rope;
+    size_t part_floats = ATTENTION_PART_FLOATS(m->mla.kv_lora);
+    worker_share(m->dcp * m->heads, worker, n_workers, &g0, &g1);
+    float *scratch = m->attn_scratch + (size_t)worker * m->attn_scratch_floats;
+    const uint8_t *cache = layer_cache(m, job->layer);
+    for (int t = 0; t < job->n; t++) {
+        long rows = kv_shard_local_count(job->start_pos + t + 1, m->dcp, m->dcp_member);
+        /* group head g = head g % heads of member g / heads; one call per member's run of heads */
+        for (int g = g0; g < g1;) {
+            int member = g / m->heads, head = g % m->heads;
+            int count = g1 - g < m->heads - head ? g1 - g : m->heads - head;
+            size_t query = ((size_t)member * job->n + t) * m->heads + head;
+            mla_decode_partial(&m->mla, m->q_group + query * abs_width, count, cache, rows, scratch,
+                               m->parts_send + query * part_floats);
+            g += count;
+        }
+    }
+}
+
+static void sharded_merge_worker(void *arg, int worker, int n_workers)
+{
+    const attention_job *job = arg;
+    rank_model *m = job->m;
+    int h0, h1, v = m->mla.v;
+    size_t part_floats = ATTENTION_PART_FLOATS(m->mla.kv_lora), member_stride = (size_t)job->n * m->heads * part_floats;
+    worker_share(m->heads, worker, n_workers, &h0, &h1);
+    float *o_latent = m->attn_scratch + (size_t)worker * m->attn_scratch_floats; /* [kv_lora] */
+    for (int t = 0; t < job->n; t++)
+        for (int h = h0; h < h1; h++) {
+            size_t row = (size_t)t * m->heads + h;
+            mla_merge_parts(&m->mla, m->parts_recv + row * part_floats, m->dcp, member_stride, o_latent);
+            mla_apply_uv(&m->mla, &m->layers[job->layer].kv_b, h, o_latent, m->attn + row * v);
+        }
+}
+
+static void sharded_attention(attention_job *job)
+{
+    rank_model *m = job->m;
+    size_t queries = (size_t)job->n * m->heads;
+    worker_pool_run(m->pool, sharded_absorb_worker, job);
+    tp_comm_group_all_gather(m->comm, m->rank, m->dcp, m->q_abs, m->q_group,
+                             queries * (size_t)(m->mla.kv_lora + m->mla.rope));
+    worker_pool_run(m->pool, sharded_partial_worker, job);
+    tp_comm_group_all_to_all(m->comm, m->rank, m->dcp, m->parts_send, m->parts_recv,
+                             queries * ATTENTION_PART_FLOATS(m->mla.kv_lora));
+    worker_pool_run(m->pool, sharded_merge_worker, job);
 }
 
 static void attention_block(rank_model *m, int layer, int n, long start_pos, int per_token_decode)
@@ -215,6 +301,8 @@ static void attention_block(rank_model *m, int layer, int n, long start_pos, int
         rmsnorm(kv_t, kv_t, &lw->kv_a_norm, c->rms_norm_eps);
         rope_apply(kv_t + c->kv_lora_rank, cos_t, sin_t, rope);
         uint8_t *entry = cache_entry(m, layer, start_pos + t);
+        if (!entry)
+            entry = m->foreign_row;
         if (m->mla.cache_format == KV_CACHE_FP8)
             m->cache_clamps += kv_fp8_encode_row(kv_t, c->kv_lora_rank, rope, entry);
         else
@@ -225,7 +313,10 @@ static void attention_block(rank_model *m, int layer, int n, long start_pos, int
 
     /* causal attention over the cache [0, start_pos + t] */
     attention_job job = {m, layer, n, start_pos, per_token_decode};
-    worker_pool_run(m->pool, attention_worker, &job);
+    if (m->dcp > 1)
+        sharded_attention(&job);
+    else
+        worker_pool_run(m->pool, attention_worker, &job);
 
     /* h += o_proj(attn), summed over the ranks' heads */
     run_linears(m, (linear_task[]){{&ls->o, m->attn, (size_t)m->heads * c->v_head_dim, n, m->partial, hidden}}, 1);
@@ -428,7 +519,12 @@ long rank_model_take_clamps(rank_model *m)
 
 const uint8_t *rank_model_cache(const rank_model *m, int layer)
 {
-    return cache_entry(m, layer, 0);
+    return layer_cache(m, layer);
+}
+
+size_t rank_model_cache_bytes(const rank_model *m)
+{
+    return (size_t)m->cfg->layers * (size_t)m->slots * m->cache_row * sizeof *m->cache;
 }
 
 /* ---- setup ---- */
@@ -516,9 +612,20 @@ static int buffers_open(rank_model *m, int n_workers, kimi_err *err)
     size_t prefill_scratch = mla_prefill_scratch_floats(&m->mla, m->max_tokens);
     m->attn_scratch_floats = decode_scratch > prefill_scratch ? decode_scratch : prefill_scratch;
 
-    if (m->capacity <= 0 || (size_t)m->capacity > SIZE_MAX / m->cache_row / (size_t)c->layers)
+    if (m->capacity <= 0 || (size_t)m->slots > SIZE_MAX / m->cache_row / (size_t)c->layers)
         return kimi_fail(err, KIMI_ERR_NOMEM, "a KV cache of %ld positions does not fit in memory", m->capacity);
-    m->cache = alloc_array((size_t)c->layers * (size_t)m->capacity * m->cache_row, sizeof *m->cache);
+    m->cache = alloc_array((size_t)c->layers * (size_t)m->slots * m->cache_row, sizeof *m->cache);
+    m->foreign_row = alloc_array(m->cache_row, sizeof *m->foreign_row);
+    if (m->dcp > 1) {
+        size_t queries = T * (size_t)m->heads, group = (size_t)m->dcp * queries;
+        m->q_abs = alloc_array(queries * (size_t)(c->kv_lora_rank + c->qk_rope_dim), sizeof(float));
+        m->q_group = alloc_array(group * (size_t)(c->kv_lora_rank + c->qk_rope_dim), sizeof(float));
+        m->parts_send = alloc_array(group * ATTENTION_PART_FLOATS(c->kv_lora_rank), sizeof(float));
+        m->parts_recv = alloc_array(group * ATTENTION_PART_FLOATS(c->kv_lora_rank), sizeof(float));
+        if (!m->q_abs || !m->q_group || !m->parts_send || !m->parts_recv)
+            return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the sharded attention of %d tokens (dcp %d)",
+                             m->max_tokens, m->dcp);
+    }
     m->h = alloc_array(T * hidden, sizeof(float));
     m->x = alloc_array(T * hidden, sizeof(float));
     m->q_a = alloc_array(T * (size_t)c->q_lora_rank, sizeof(float));
@@ -542,9 +649,9 @@ static int buffers_open(rank_model *m, int n_workers, kimi_err *err)
     m->job_up = alloc_array(m->job_inter_floats, sizeof(float));
     m->logits_x = alloc_array(T * hidden, sizeof(float));
     m->logits_part = alloc_array(T * vocab_part, sizeof(float));
-    if (!m->cache)
+    if (!m->cache || !m->foreign_row)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for a KV cache of %ld positions (%zu B each)",
-                         m->capacity, m->cache_row * (size_t)c->layers);
+                         m->slots, m->cache_row * (size_t)c->layers);
     if (!m->h || !m->x || !m->q_a || !m->q || !m->kv || !m->attn || !m->partial || !m->cos_sin ||
         !m->attn_scratch || !m->router_logits || !m->chosen || !m->chosen_weight || !m->routing_scratch ||
         !m->jobs || !m->job_tokens || !m->job_weights || !m->expert_count || !m->job_x || !m->job_y ||
@@ -569,6 +676,9 @@ int rank_model_open(rank_model **out, const rank_setup *setup, kimi_err *err)
     m->nonfinite_layer = RANK_ALL_FINITE;
     m->tp = setup->tp;
     m->capacity = setup->capacity;
+    m->dcp = setup->dcp > 0 ? setup->dcp : 1;
+    m->dcp_member = setup->rank % m->dcp;
+    m->slots = kv_shard_slots(setup->capacity, m->dcp);
     m->max_tokens = setup->max_tokens;
     m->pool = setup->pool;
     m->comm = setup->comm;
@@ -608,6 +718,11 @@ void rank_model_close(rank_model *m)
         free(m->layers);
     }
     free(m->cache);
+    free(m->foreign_row);
+    free(m->q_abs);
+    free(m->q_group);
+    free(m->parts_send);
+    free(m->parts_recv);
     free(m->h);
     free(m->x);
     free(m->q_a);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine/base/array.h"
+#include "engine/base/monotonic.h"
 #include "engine/model/safetensors.h"
 #include "kernels/cpu/numeric.h"
 
@@ -347,8 +348,7 @@ static size_t merge_spans(weight_span *spans, size_t n)
 
 int weights_load(model_weights *mw, const char *model_dir, kimi_err *err)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = monotonic_seconds();
     memset(mw, 0, sizeof *mw);
     int rc = config_load(&mw->cfg, model_dir, err);
     if (rc)
@@ -389,8 +389,7 @@ int weights_load(model_weights *mw, const char *model_dir, kimi_err *err)
     mw->spans = L.spans;
     mw->n_spans = merge_spans(L.spans, L.n_spans);
     visit_linears(mw, count_linear, mw);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    mw->load_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    mw->load_seconds = monotonic_seconds() - t0;
     return 0;
 }
 

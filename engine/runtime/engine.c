@@ -15,7 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/backend/kv_shard.h"
 #include "engine/base/cpu_count.h"
+#include "engine/base/monotonic.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/speculate.h"
 
@@ -59,7 +61,7 @@ struct engine {
         request *r;
         int done, total;            /* tokens before the current forward call; to prefill */
         double reached;             /* tokens through every layer, fractional (on_layer's count) */
-        double start, last_report;  /* now_seconds() */
+        double start, last_report;  /* monotonic_seconds() */
     } prefill;
 
     pthread_t scheduler;
@@ -90,13 +92,6 @@ const char *engine_stop_reason_name(engine_stop_reason reason)
     case ENGINE_STOP_ERROR: return "error";
     }
     return "unknown";
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void request_free(request *r)
@@ -217,7 +212,7 @@ static engine_progress progress_at(engine_progress_kind kind, double done, doubl
 
 static void emit_prefill_progress(engine *e, double done)
 {
-    double now = now_seconds(), seconds = now - e->prefill.start;
+    double now = monotonic_seconds(), seconds = now - e->prefill.start;
     engine_event ev = {.kind = ENGINE_EVENT_PROGRESS, .request = e->prefill.r->id,
                        .progress = progress_at(ENGINE_PROGRESS_PREFILL, done, e->prefill.total, seconds)};
     e->prefill.last_report = now;
@@ -235,7 +230,7 @@ static int on_layer(void *user, double tokens_done)
         return 1;
     double done = e->prefill.done + tokens_done;
     e->prefill.reached = done;
-    if (done < e->prefill.total && now_seconds() - e->prefill.last_report >= PROGRESS_INTERVAL)
+    if (done < e->prefill.total && monotonic_seconds() - e->prefill.last_report >= PROGRESS_INTERVAL)
         emit_prefill_progress(e, done);
     return 0;
 }
@@ -344,7 +339,7 @@ static int verify_draft(engine *e, const request *r, sampler *smp, int32_t token
 /* The prefill's time and rate, whether it completed or stopped part-way (prefill.reached). */
 static void prefill_end(engine *e, engine_stats *st, double t0)
 {
-    st->prefill_seconds = now_seconds() - t0;
+    st->prefill_seconds = monotonic_seconds() - t0;
     st->prefill_tok_s = st->prefill_seconds > 0 ? e->prefill.reached / st->prefill_seconds : 0;
     e->prefill.r = NULL;
 }
@@ -368,7 +363,7 @@ static void run_request(engine *e, request *r)
     /* Until the prefill completes, prefilled_tokens counts the chunks kept in the cache and
      * prefill.reached the work done (a chunk stopped part-way in proportion), so a prefill
      * cancelled or failing part-way reports what it did, not the whole prompt. */
-    double t0 = now_seconds();
+    double t0 = monotonic_seconds();
     e->prefill.r = r;
     e->prefill.total = r->n_tokens - (int)reused;
     e->prefill.reached = 0;
@@ -406,25 +401,25 @@ static void run_request(engine *e, request *r)
         }
         if (emit_generated(e, r, token, &st))
             break;
-        double t = now_seconds();
+        double t = monotonic_seconds();
         int k = draft_length(e, r, &policy, token, &st, draft);
         if (k == 0) {
             if (forward_append(e, &token, 1, 1, &err))
                 goto failed;
             token = sampler_sample(&smp, e->logits);
-            speculate_policy_plain_step(&policy, now_seconds() - t);
+            speculate_policy_plain_step(&policy, monotonic_seconds() - t);
         } else {
             int accepted = 0, stopped = 0;
             if (verify_draft(e, r, &smp, token, draft, k, &st, &token, &accepted, &stopped, &err))
                 goto failed;
-            speculate_policy_verify_step(&policy, k, accepted, now_seconds() - t);
+            speculate_policy_verify_step(&policy, k, accepted, monotonic_seconds() - t);
             if (stopped) {
-                st.decode_seconds += now_seconds() - t;
+                st.decode_seconds += monotonic_seconds() - t;
                 st.decode_steps++;
                 break;
             }
         }
-        st.decode_seconds += now_seconds() - t;
+        st.decode_seconds += monotonic_seconds() - t;
         st.decode_steps++;
         st.decoded_tokens++;
     }
@@ -615,7 +610,7 @@ static int report_load(void *user, size_t done, size_t total)
     lr->total = total;
     if (!lr->opt->on_load_progress)
         return 0;
-    engine_progress p = progress_at(ENGINE_PROGRESS_LOAD, (double)done, (double)total, now_seconds() - lr->start);
+    engine_progress p = progress_at(ENGINE_PROGRESS_LOAD, (double)done, (double)total, monotonic_seconds() - lr->start);
     return lr->opt->on_load_progress(lr->opt->progress_user, &p);
 }
 
@@ -666,10 +661,16 @@ static int default_load_threads(long cores)
 
 static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
 {
-    double t0 = now_seconds();
+    double t0 = monotonic_seconds();
     int rc;
     if (opt->tp < 1 || opt->tp > 8)
         return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and 8", opt->tp);
+    int dcp = opt->dcp ? opt->dcp : 1;
+    if ((rc = kv_shard_check(opt->tp, dcp, err)))
+        return rc;
+    if (dcp > 1 && opt->backend != BACKEND_CPU)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--dcp %d: the %s backend keeps the cache replicated; decode context "
+                         "parallelism runs on the cpu backend only", dcp, backend_name(opt->backend));
     if (opt->threads_per_rank < 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "--threads %d: must be 0 (automatic) or positive", opt->threads_per_rank);
     if (opt->max_context < 0)
@@ -742,7 +743,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
             budget_source = "free device memory";
     }
     kv_cache_plan plan;
-    if ((rc = kv_cache_plan_context(cfg, opt->kv_cache, rank_weights, rank_budget, opt->tp, opt->max_context,
+    if ((rc = kv_cache_plan_context(cfg, opt->kv_cache, rank_weights, rank_budget, opt->tp, dcp, opt->max_context,
                                     budget_source, &plan, err)))
         return rc;
     info->kv_cache = plan.format;
@@ -752,6 +753,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     info->max_fit = plan.max_fit;
     info->rank_budget_bytes = plan.rank_budget_bytes;
     info->kv_bytes_per_token = plan.kv_bytes_per_token;
+    info->dcp = dcp;
     write_summary(info, threads_note, &plan);
     write_kv_cache_note(info, cfg);
     /* Said before the wait: on a large checkpoint the user learns what context fits before
@@ -760,7 +762,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         opt->on_plan(opt->progress_user, info);
 
     /* Only once the plan says the weights fit: the CPU backend computes from the mmap. */
-    load_report lr = {opt, now_seconds(), 0, info->weight_bytes};
+    load_report lr = {opt, monotonic_seconds(), 0, info->weight_bytes};
     if (opt->backend == BACKEND_CPU) {
         rc = weights_page_in(&e->weights, info->load_threads, PROGRESS_INTERVAL, report_load, &lr, err);
         if (rc == WEIGHTS_STOPPED)
@@ -770,7 +772,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     }
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,
-                          .max_context = plan.max_context, .kv_cache = opt->kv_cache, .on_layer = on_layer, .on_layer_user = e,
+                          .max_context = plan.max_context, .kv_cache = opt->kv_cache, .dcp = dcp,
+                          .on_layer = on_layer, .on_layer_user = e,
                           .devices = opt->devices, .n_devices = opt->n_devices, .on_load = report_load,
                           .on_load_user = &lr};
     rc = backend_open(&e->be, &e->weights, &bo, err);
@@ -779,6 +782,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if (rc)
         return rc;
     info->max_context = backend_capacity(e->be);
+    info->cache_bytes_per_rank = backend_cache_bytes_per_rank(e->be);
     if ((rc = kv_cache_init(&e->cache, info->max_context, err)))
         return rc;
     e->logits = malloc((size_t)cfg->vocab * sizeof *e->logits);
@@ -800,7 +804,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if (e->event_fd < 0)
         return kimi_fail(err, KIMI_ERR_IO, "eventfd: %s", strerror(errno));
 
-    info->load_seconds = now_seconds() - t0;
+    info->load_seconds = monotonic_seconds() - t0;
 
     rc = pthread_create(&e->scheduler, NULL, scheduler_main, e);
     if (rc)

@@ -60,6 +60,9 @@ typedef struct {
     const char *model_dir;
     backend_kind backend;           /* BACKEND_CPU or BACKEND_CUDA */
     int tp;                         /* tensor-parallel ranks, 1..8, dividing the head count */
+    int dcp;                        /* decode context parallelism: the latent cache is sharded by
+                                       position over groups of dcp ranks (backend_options.dcp);
+                                       divides tp; 0 or 1 = replicated. CPU backend only */
     int threads_per_rank;           /* CPU workers per rank; 0 = usable CPUs (engine/base/cpu_count.h)
                                        / tp (at least 1) */
     int load_threads;               /* CPU: threads reading the weights in; 0 = 2 per online
@@ -110,13 +113,15 @@ struct engine_info {
     long max_fit;                   /* most positions the memory budget holds; -1 = unknown */
     size_t rank_budget_bytes;       /* a rank's share of the memory budget; 0 = none known */
     size_t weight_bytes;            /* language-model weights */
-    size_t kv_bytes_per_token;      /* per rank */
+    size_t kv_bytes_per_token;      /* per position a rank stores, in the cache's format */
     kv_cache_format kv_cache;       /* the cache's format */
-    long max_fit_fp16, max_fit_fp8; /* max_fit with each cache format; -1 = unknown */
+    long max_fit_fp16, max_fit_fp8; /* max_fit with each cache format (at this dcp); -1 = unknown */
+    int dcp;                        /* ranks the cache is sharded over (1: replicated) */
+    size_t cache_bytes_per_rank;    /* the latent cache one rank holds (backend_cache_bytes_per_rank) */
     int vocab;                      /* logits per row */
     double load_seconds;            /* weights (opened and read into memory) + backend, wall clock */
     int speculate;                  /* what requests run with (SPECULATE_OFF when unavailable) */
-    char summary[640];
+    char summary[768];
     /* "" or one line for the app to print once: the checkpoint asks for a KV cache format
        (hf_quant_config.json kv_cache_quant_algo, e.g. FP8) other than the one in use */
     char kv_cache_note[256];

@@ -31,8 +31,10 @@ void kv_cache_truncate(kv_cache *c, long pos);
 int kv_cache_append(kv_cache *c, const int32_t *tokens, long n, kimi_err *err);
 
 /* How many positions the cache gets. Every rank keeps a full replica of the latent cache
- * (docs/ARCHITECTURE.md), so the plan is per rank: positions that fit =
- * (rank_budget - rank_weight_bytes) / kv_bytes_per_token, capped at max_position_embeddings.
+ * (docs/ARCHITECTURE.md), or with decode context parallelism (dcp > 1) 1/dcp of the positions
+ * (engine/backend/kv_shard.h), so the plan is per rank: positions a rank stores =
+ * (rank_budget - rank_weight_bytes) / kv_bytes_per_token, and the context that fits is dcp times
+ * that, capped at max_position_embeddings.
  * The caller says what a rank's share is: on the CPU the ranks share one memory and one
  * mmap of the weights (budget / tp and weights / tp), on GPUs each rank has its device. */
 typedef struct {
@@ -40,11 +42,11 @@ typedef struct {
     long max_fit;               /* most positions the budget holds (capped at max_position); -1 = no budget known */
     size_t rank_budget_bytes;   /* 0 = none known */
     size_t rank_weight_bytes;
-    size_t kv_bytes_per_token;  /* per rank, in the chosen format */
+    size_t kv_bytes_per_token;  /* per position a rank stores (every position when dcp is 1), in the chosen format */
     kv_cache_format format;     /* the chosen format */
-    long max_fit_fp16, max_fit_fp8; /* max_fit with each format (-1 = no budget known) */
-    int tp;
-    char summary[520];          /* one line saying what was chosen and why, for the user */
+    long max_fit_fp16, max_fit_fp8; /* max_fit with each format at this dcp (-1 = no budget known) */
+    int tp, dcp;
+    char summary[600];          /* one line saying what was chosen and why, for the user */
 } kv_cache_plan;
 
 /* format: the cache's element format; the summary says it and what fits with each format.
@@ -52,6 +54,7 @@ typedef struct {
  * requested == 0: as many as fit (a budget must be known). budget_source says where the budget
  * came from ("75% of available memory", "--mem-gib"), for the summary and errors. */
 int kv_cache_plan_context(const model_config *cfg, kv_cache_format format, size_t rank_weight_bytes,
-                          size_t rank_budget_bytes, int tp, long requested, const char *budget_source, kv_cache_plan *out, kimi_err *err);
+                          size_t rank_budget_bytes, int tp, int dcp, long requested, const char *budget_source,
+                          kv_cache_plan *out, kimi_err *err);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/base/monotonic.h"
 #include "engine/text/chat.h"
 #include "kernels/cpu/numeric.h"
 
@@ -264,13 +265,6 @@ static void describe_backend(const backend_options *bo, char *out, size_t cap)
         n += snprintf(out + n, cap - (size_t)n, "%s%d", i ? "," : " on devices ", bo->devices[i]);
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int arg_max(const float *x, int n)
 {
     int best = 0;
@@ -297,7 +291,7 @@ static int run_one(const model_weights *mw, const backend_options *base, const c
     for (int i = 0; i < n; i++)
         prompt_rows[i] = i;
     phase(opt, "%s %s: opening", role, what);
-    double start = now_seconds();
+    double start = monotonic_seconds();
     backend *be = NULL;
     int rc = backend_open(&be, mw, &bo, err);
     if (!rc) {
@@ -317,7 +311,7 @@ static int run_one(const model_weights *mw, const backend_options *base, const c
         return kimi_fail(err, KIMI_ERR_STATE, "verify: the %s (%s) was stopped", role, what);
     if (rc)
         return kimi_err_prefix(err, rc, "verify: %s %s", role, what);
-    phase(opt, "%s %s: done in %.1f s", role, what, now_seconds() - start);
+    phase(opt, "%s %s: done in %.1f s", role, what, monotonic_seconds() - start);
     return 0;
 }
 

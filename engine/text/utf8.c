@@ -71,3 +71,41 @@ size_t utf8_replace_ill_formed(const uint8_t *s, size_t n, uint8_t *out)
     }
     return o;
 }
+
+void utf8_one_line(const char *s, size_t len, char *out, size_t cap)
+{
+    size_t o = 0, safe = 0;    /* safe: the last piece boundary with room for the ellipsis */
+    int space = 0;
+    for (size_t i = 0; i < len;) {
+        const uint8_t *u = (const uint8_t *)s + i;
+        size_t n;
+        const char *piece = (const char *)u;
+        if (utf8_sequence(u, len - i, &n) != UTF8_OK) {
+            piece = UTF8_REPLACEMENT;
+            i += n;
+            n = UTF8_REPLACEMENT_LEN;
+        } else if (n == 1 && (u[0] <= ' ' || u[0] == 0x7f)) {
+            i++;
+            space = o > 0;
+            continue;
+        } else {
+            i += n;
+        }
+        if (o + space + n > cap - 1) {
+            o = safe;
+            while (o > 0 && out[o - 1] == ' ')
+                o--;
+            memcpy(out + o, "\xE2\x80\xA6", 3);
+            out[o + 3] = 0;
+            return;
+        }
+        if (space)
+            out[o++] = ' ';
+        space = 0;
+        memcpy(out + o, piece, n);
+        o += n;
+        if (o + 3 <= cap - 1)
+            safe = o;
+    }
+    out[o] = 0;
+}

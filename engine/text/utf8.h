@@ -1,5 +1,6 @@
-/* utf8: the UTF-8 the tokenizer needs: decoding a code point of valid text, sizing sequences by
- * Unicode's table of well-formed UTF-8, and replacing ill-formed parts with U+FFFD. */
+/* utf8: the UTF-8 the tokenizer and the messages need: decoding a code point of valid text,
+ * sizing sequences by Unicode's table of well-formed UTF-8, replacing ill-formed parts with
+ * U+FFFD, and text made one line. */
 #ifndef KIMI_UTF8_H
 #define KIMI_UTF8_H
 
@@ -24,6 +25,12 @@ int utf8_is_valid(const uint8_t *s, size_t n);
  * as Python's decode("utf-8", "replace") does; out has room for 3 * n bytes. Returns the
  * bytes written. */
 size_t utf8_replace_ill_formed(const uint8_t *s, size_t n, uint8_t *out);
+
+/* s[0..len) in one line into out[cap] (cap >= 4), for messages that quote text from a file,
+ * a server or the model: control characters and runs of white space become one space (none
+ * leading), ill-formed UTF-8 becomes U+FFFD, and a text too long is cut at a character with
+ * "…". The one sanitizer of one-line text. */
+void utf8_one_line(const char *s, size_t len, char *out, size_t cap);
 
 /* Code point at s[p] of valid UTF-8; *next is the byte after it. Inline: the pre-tokenizer
  * calls it for every character, and a call per character would cost it speed. */

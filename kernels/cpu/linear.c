@@ -1,8 +1,13 @@
 /* linear: the matrix products of the forward pass. Every format is decoded 16 columns at a
- * time into registers (a "block"), then multiplied into one 16-lane accumulator per token, so
- * the inner loops have a fixed width of 16 that the compiler vectorises. For NVFP4 a block is
- * (e2m1 * e4m3), exact in float; scale_2 multiplies each finished row sum once, which equals
- * summing (e2m1 * e4m3) * scale_2 up to float rounding. */
+ * time into registers (a "block"), then multiplied into 16-lane accumulators, so the inner
+ * loops have a fixed width of 16 that the compiler vectorises. Each token has two
+ * accumulators, even blocks adding into one and odd blocks into the other: with one, every
+ * block's add waited for the previous one's (a 3-4 cycle chain per 9 bytes of NVFP4, slower
+ * than memory delivers them to one thread); the two are summed lane by lane at the end. The
+ * order is the same for every number of tokens, so a token gives the same bits alone (decode)
+ * or in a batch (prefill, speculative verification). For NVFP4 a block is (e2m1 * e4m3),
+ * exact in float; scale_2 multiplies each finished row sum once, which equals summing
+ * (e2m1 * e4m3) * scale_2 up to float rounding. */
 #include "kernels/cpu/linear.h"
 
 #include <pthread.h>
@@ -138,22 +143,36 @@ static inline __attribute__((always_inline)) void row_times_tokens(
     const uint8_t *row = w->data + (size_t)r * w->data_stride;
     const uint8_t *scales = w->format == WEIGHT_NVFP4 ? w->scale + (size_t)r * w->scale_stride : NULL;
     int blocks = w->cols / BLOCK;
-    float acc[LINEAR_TOKEN_TILE][BLOCK];
-    memset(acc, 0, sizeof acc);
-    for (int b = 0; b < blocks; b++) {
-        float wb[BLOCK];
-        block_decode(format, row, scales, b, wb);
+    float even[LINEAR_TOKEN_TILE][BLOCK], odd[LINEAR_TOKEN_TILE][BLOCK];
+    memset(even, 0, sizeof even);
+    memset(odd, 0, sizeof odd);
+    int b = 0;
+    for (; b + 1 < blocks; b += 2) {
+        float w_even[BLOCK], w_odd[BLOCK];
+        block_decode(format, row, scales, b, w_even);
+        block_decode(format, row, scales, b + 1, w_odd);
+        for (int t = 0; t < n_tokens; t++) {
+            const float *xb = x + t * x_stride + (size_t)b * BLOCK;
+            for (int j = 0; j < BLOCK; j++) {
+                even[t][j] += w_even[j] * xb[j];
+                odd[t][j] += w_odd[j] * xb[BLOCK + j];
+            }
+        }
+    }
+    if (b < blocks) {
+        float w_even[BLOCK];
+        block_decode(format, row, scales, b, w_even);
         for (int t = 0; t < n_tokens; t++) {
             const float *xb = x + t * x_stride + (size_t)b * BLOCK;
             for (int j = 0; j < BLOCK; j++)
-                acc[t][j] += wb[j] * xb[j];
+                even[t][j] += w_even[j] * xb[j];
         }
     }
     float row_scale = w->format == WEIGHT_NVFP4 ? w->scale_2 : 1.0f;
     for (int t = 0; t < n_tokens; t++) {
         float sum = 0.0f;
         for (int j = 0; j < BLOCK; j++)
-            sum += acc[t][j];
+            sum += even[t][j] + odd[t][j];
         for (int k = blocks * BLOCK; k < w->cols; k++)
             sum += element_decode(w, row, k) * x[t * x_stride + k];
         y[t * y_stride + r] = sum * row_scale;
@@ -182,43 +201,78 @@ static inline __attribute__((always_inline)) void rows_of_format(
 }
 
 #if KIMI_AVX512_NVFP4
-/* row_times_tokens for NVFP4 over rows [row_begin, row_end), 16 lanes per block. */
+/* Block b of an NVFP4 row as 16 floats: 8 bytes -> 16 nibbles in element order (low nibble
+ * first) -> e2m1 values (one in-register lookup) times the block's e4m3 scale. */
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline __m512 nvfp4_block_m512(
+    const uint8_t *row, const uint8_t *scales, int b, __m512 e2m1)
+{
+    const __m128i low_nibbles = _mm_set1_epi8(0x0F);
+    __m128i bytes = _mm_loadl_epi64((const __m128i *)(row + (size_t)b * (BLOCK / 2)));
+    __m128i low = _mm_and_si128(bytes, low_nibbles);
+    __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_nibbles);
+    __m512i nibbles = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(low, high));
+    return _mm512_mul_ps(_mm512_permutexvar_ps(nibbles, e2m1), _mm512_set1_ps(e4m3_table[scales[b]]));
+}
+
+/* row_times_tokens for one NVFP4 row against n_tokens tokens, 16 lanes per block. The weights
+ * ahead are prefetched one cache line per 8 blocks: each thread streams its own rows, and the
+ * hardware prefetcher alone left the loads waiting. */
+enum { PREFETCH_AHEAD_BYTES = 1024 };
+
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void nvfp4_row_avx512(
+    const weight_matrix *w, int r, const float *x, size_t x_stride, int n_tokens, float *y,
+    size_t y_stride, __m512 e2m1)
+{
+    const uint8_t *row = w->data + (size_t)r * w->data_stride;
+    const uint8_t *scales = w->scale + (size_t)r * w->scale_stride;
+    int blocks = w->cols / BLOCK;
+    __m512 even[LINEAR_TOKEN_TILE], odd[LINEAR_TOKEN_TILE];
+    for (int t = 0; t < n_tokens; t++)
+        even[t] = odd[t] = _mm512_setzero_ps();
+    int b = 0;
+    for (; b + 1 < blocks; b += 2) {
+        if (b % 8 == 0)
+            _mm_prefetch((const char *)row + (size_t)b * (BLOCK / 2) + PREFETCH_AHEAD_BYTES, _MM_HINT_T0);
+        __m512 w_even = nvfp4_block_m512(row, scales, b, e2m1);
+        __m512 w_odd = nvfp4_block_m512(row, scales, b + 1, e2m1);
+        for (int t = 0; t < n_tokens; t++) {
+            const float *xb = x + t * x_stride + (size_t)b * BLOCK;
+            even[t] = _mm512_add_ps(even[t], _mm512_mul_ps(w_even, _mm512_loadu_ps(xb)));
+            odd[t] = _mm512_add_ps(odd[t], _mm512_mul_ps(w_odd, _mm512_loadu_ps(xb + BLOCK)));
+        }
+    }
+    if (b < blocks) {
+        __m512 w_even = nvfp4_block_m512(row, scales, b, e2m1);
+        for (int t = 0; t < n_tokens; t++)
+            even[t] = _mm512_add_ps(even[t], _mm512_mul_ps(w_even, _mm512_loadu_ps(x + t * x_stride + (size_t)b * BLOCK)));
+    }
+    for (int t = 0; t < n_tokens; t++) {
+        float lanes[BLOCK], sum = 0.0f;
+        _mm512_storeu_ps(lanes, _mm512_add_ps(even[t], odd[t]));
+        for (int j = 0; j < BLOCK; j++)
+            sum += lanes[j];
+        y[t * y_stride + r] = sum * w->scale_2;
+    }
+}
+
+/* nvfp4_row_avx512 over rows [row_begin, row_end), a constant token count for the common
+ * tiles so their accumulators stay in registers. */
 __attribute__((target("avx512f,avx512bw"))) static void nvfp4_rows_avx512(
     const weight_matrix *w, const float *x, size_t x_stride, int n_tokens, float *y,
     size_t y_stride, int row_begin, int row_end)
 {
     const __m512 e2m1 = _mm512_loadu_ps(e2m1_table);
-    const __m128i low_nibbles = _mm_set1_epi8(0x0F);
-    int blocks = w->cols / BLOCK;
     for (int t0 = 0; t0 < n_tokens; t0 += LINEAR_TOKEN_TILE) {
         int tile = n_tokens - t0 < LINEAR_TOKEN_TILE ? n_tokens - t0 : LINEAR_TOKEN_TILE;
         const float *xt = x + t0 * x_stride;
+        float *yt = y + t0 * y_stride;
         for (int r = row_begin; r < row_end; r++) {
-            const uint8_t *row = w->data + (size_t)r * w->data_stride;
-            const uint8_t *scales = w->scale + (size_t)r * w->scale_stride;
-            __m512 acc[LINEAR_TOKEN_TILE];
-            for (int t = 0; t < tile; t++)
-                acc[t] = _mm512_setzero_ps();
-            for (int b = 0; b < blocks; b++) {
-                /* 8 bytes -> 16 nibbles in element order (low nibble first) -> 16 floats */
-                __m128i bytes = _mm_loadl_epi64((const __m128i *)(row + (size_t)b * (BLOCK / 2)));
-                __m128i low = _mm_and_si128(bytes, low_nibbles);
-                __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_nibbles);
-                __m512i nibbles = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(low, high));
-                __m512 wb = _mm512_mul_ps(_mm512_permutexvar_ps(nibbles, e2m1),
-                                          _mm512_set1_ps(e4m3_table[scales[b]]));
-                for (int t = 0; t < tile; t++) {
-                    __m512 xb = _mm512_loadu_ps(xt + t * x_stride + (size_t)b * BLOCK);
-                    acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(wb, xb));
-                }
-            }
-            for (int t = 0; t < tile; t++) {
-                float lanes[BLOCK], sum = 0.0f;
-                _mm512_storeu_ps(lanes, acc[t]);
-                for (int j = 0; j < BLOCK; j++)
-                    sum += lanes[j];
-                y[(t0 + t) * y_stride + r] = sum * w->scale_2;
-            }
+            if (tile == 1)
+                nvfp4_row_avx512(w, r, xt, x_stride, 1, yt, y_stride, e2m1);
+            else if (tile == LINEAR_TOKEN_TILE)
+                nvfp4_row_avx512(w, r, xt, x_stride, LINEAR_TOKEN_TILE, yt, y_stride, e2m1);
+            else
+                nvfp4_row_avx512(w, r, xt, x_stride, tile, yt, y_stride, e2m1);
         }
     }
 }

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/attention_merge_math.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/linear.h"
 
@@ -69,52 +70,94 @@ static void chunk_to_float(const mla_shape *s, const void *cache, long first, in
     }
 }
 
+void mla_absorb_query(const mla_shape *s, const weight_matrix *kv_b, int head_begin, int head_end, const float *q,
+                      float *q_abs)
+{
+    int q_width = s->nope + s->rope, kv_b_rows = s->nope + s->v, abs_width = s->kv_lora + s->rope;
+    /* q_latent = W_UK^T q_nope, so q_nope . (W_UK c) = q_latent . c */
+    for (int head = head_begin; head < head_end; head++) {
+        float *q_lat = q_abs + (size_t)(head - head_begin) * abs_width;
+        const float *q_head = q + (size_t)head * q_width;
+        weight_matrix w_uk = linear_row_view(kv_b, head * kv_b_rows, head * kv_b_rows + s->nope);
+        memset(q_lat, 0, (size_t)s->kv_lora * sizeof(float));
+        linear_transposed_accumulate(&w_uk, q_head, q_lat);
+        memcpy(q_lat + s->kv_lora, q_head + s->nope, (size_t)s->rope * sizeof(float));
+    }
+}
+
+size_t mla_partial_scratch_floats(const mla_shape *s)
+{
+    return (size_t)CHUNK * (s->kv_lora + s->rope + 1);
+}
+
+void mla_decode_partial(const mla_shape *s, const float *q_abs, int head_count, const void *cache, long n_rows,
+                        float *scratch, float *parts)
+{
+    int abs_width = s->kv_lora + s->rope;
+    size_t part_floats = ATTENTION_PART_FLOATS(s->kv_lora);
+    float *latent = scratch;                                    /* [CHUNK][kv_lora] */
+    float *k_pe = latent + (size_t)CHUNK * s->kv_lora;          /* [CHUNK][rope] */
+    float *scores = k_pe + (size_t)CHUNK * s->rope;             /* [CHUNK] */
+
+    for (int h = 0; h < head_count; h++) {
+        float *part = parts + (size_t)h * part_floats;
+        memset(part + 2, 0, (size_t)s->kv_lora * sizeof(float));
+        part[0] = -INFINITY;
+        part[1] = 0.0f;
+    }
+    for (long first = 0; first < n_rows; first += CHUNK) {
+        int n = n_rows - first < CHUNK ? (int)(n_rows - first) : CHUNK;
+        chunk_to_float(s, cache, first, n, latent, k_pe);
+        for (int h = 0; h < head_count; h++) {
+            const float *q_lat = q_abs + (size_t)h * abs_width, *q_pe = q_lat + s->kv_lora;
+            float *part = parts + (size_t)h * part_floats;
+            for (int j = 0; j < n; j++)
+                scores[j] = (dot(q_lat, latent + (size_t)j * s->kv_lora, s->kv_lora) +
+                             dot(q_pe, k_pe + (size_t)j * s->rope, s->rope)) * s->softmax_scale;
+            softmax_state state = {part[0], part[1]};
+            online_softmax_update(&state, part + 2, s->kv_lora, scores, n, latent);
+            part[0] = state.max;
+            part[1] = state.sum;
+        }
+    }
+}
+
+void mla_merge_parts(const mla_shape *s, const float *parts, int n_parts, size_t part_stride, float *o_latent)
+{
+    float global_max = attention_parts_max(parts, n_parts, part_stride);
+    float inverse = attention_parts_inverse_total(parts, n_parts, part_stride, global_max);
+    for (int c = 0; c < s->kv_lora; c++)
+        o_latent[c] = attention_parts_merge_element(parts, n_parts, part_stride, global_max, inverse, c);
+}
+
+void mla_apply_uv(const mla_shape *s, const weight_matrix *kv_b, int head, const float *o_latent, float *out)
+{
+    int kv_b_rows = s->nope + s->v;
+    weight_matrix w_uv = linear_row_view(kv_b, head * kv_b_rows + s->nope, (head + 1) * kv_b_rows);
+    linear_rows(&w_uv, o_latent, 0, 1, out, 0, 0, s->v);
+}
+
 size_t mla_decode_scratch_floats(const mla_shape *s, int head_count)
 {
-    return (size_t)CHUNK * (s->kv_lora + s->rope + 1) + (size_t)head_count * (2 * s->kv_lora + 2);
+    return mla_partial_scratch_floats(s) + (size_t)head_count * (s->kv_lora + s->rope) +
+           (size_t)head_count * ATTENTION_PART_FLOATS(s->kv_lora) + (size_t)s->kv_lora;
 }
 
 void mla_decode(const mla_shape *s, const weight_matrix *kv_b, int head_begin, int head_end,
                 const float *q, const void *cache, long n_pos, float *scratch, float *out)
 {
     int head_count = head_end - head_begin;
-    int q_width = s->nope + s->rope, kv_b_rows = s->nope + s->v;
-    float *latent = scratch;                                    /* [CHUNK][kv_lora] */
-    float *k_pe = latent + (size_t)CHUNK * s->kv_lora;          /* [CHUNK][rope] */
-    float *scores = k_pe + (size_t)CHUNK * s->rope;             /* [CHUNK] */
-    float *q_latent = scores + CHUNK;                           /* [head_count][kv_lora] */
-    float *o_latent = q_latent + (size_t)head_count * s->kv_lora; /* [head_count][kv_lora] */
-    softmax_state *state = (softmax_state *)(o_latent + (size_t)head_count * s->kv_lora); /* [head_count] */
+    size_t part_floats = ATTENTION_PART_FLOATS(s->kv_lora);
+    float *q_abs = scratch + mla_partial_scratch_floats(s);            /* [head_count][kv_lora + rope] */
+    float *parts = q_abs + (size_t)head_count * (s->kv_lora + s->rope); /* [head_count][part] */
+    float *o_latent = parts + (size_t)head_count * part_floats;         /* [kv_lora] */
 
-    /* Absorb W_UK: q_latent = W_UK^T q_nope, so q_nope . (W_UK c) = q_latent . c. */
-    memset(q_latent, 0, (size_t)head_count * 2 * s->kv_lora * sizeof(float));
+    mla_absorb_query(s, kv_b, head_begin, head_end, q, q_abs);
+    mla_decode_partial(s, q_abs, head_count, cache, n_pos, scratch, parts);
+    /* W_UV after the weighted sum over the latent (the merge of one part normalises it). */
     for (int h = 0; h < head_count; h++) {
-        int head = head_begin + h;
-        weight_matrix w_uk = linear_row_view(kv_b, head * kv_b_rows, head * kv_b_rows + s->nope);
-        linear_transposed_accumulate(&w_uk, q + (size_t)head * q_width, q_latent + (size_t)h * s->kv_lora);
-        state[h] = (softmax_state){-INFINITY, 0.0f};
-    }
-    for (long first = 0; first < n_pos; first += CHUNK) {
-        int n = n_pos - first < CHUNK ? (int)(n_pos - first) : CHUNK;
-        chunk_to_float(s, cache, first, n, latent, k_pe);
-        for (int h = 0; h < head_count; h++) {
-            const float *q_pe = q + (size_t)(head_begin + h) * q_width + s->nope;
-            const float *q_lat = q_latent + (size_t)h * s->kv_lora;
-            for (int j = 0; j < n; j++)
-                scores[j] = (dot(q_lat, latent + (size_t)j * s->kv_lora, s->kv_lora) +
-                             dot(q_pe, k_pe + (size_t)j * s->rope, s->rope)) * s->softmax_scale;
-            online_softmax_update(&state[h], o_latent + (size_t)h * s->kv_lora, s->kv_lora, scores, n, latent);
-        }
-    }
-    /* Apply W_UV after the weighted sum over the latent. */
-    for (int h = 0; h < head_count; h++) {
-        int head = head_begin + h;
-        float *o_lat = o_latent + (size_t)h * s->kv_lora;
-        float inverse = 1.0f / state[h].sum;
-        for (int i = 0; i < s->kv_lora; i++)
-            o_lat[i] *= inverse;
-        weight_matrix w_uv = linear_row_view(kv_b, head * kv_b_rows + s->nope, (head + 1) * kv_b_rows);
-        linear_rows(&w_uv, o_lat, 0, 1, out + (size_t)head * s->v, 0, 0, s->v);
+        mla_merge_parts(s, parts + (size_t)h * part_floats, 1, part_floats, o_latent);
+        mla_apply_uv(s, kv_b, head_begin + h, o_latent, out + (size_t)(head_begin + h) * s->v);
     }
 }
 

@@ -32,6 +32,23 @@ size_t mla_decode_scratch_floats(const mla_shape *s, int head_count);
 void mla_decode(const mla_shape *s, const weight_matrix *kv_b, int head_begin, int head_end,
                 const float *q, const void *cache, long n_pos, float *scratch, float *out);
 
+/* The decode attention in its pieces, for a query whose positions are split into parts (decode
+ * context parallelism: each rank holds some of the positions) and merged exactly:
+ * mla_absorb_query: q_abs [head_end - head_begin][kv_lora + rope] = (W_UK^T q_nope | q_pe) of
+ *   heads [head_begin, head_end) of q [n_heads][nope + rope];
+ * mla_decode_partial: parts [head_count][ATTENTION_PART_FLOATS(kv_lora)] (kernels/attention_merge_math.h:
+ *   max, sum, unnormalised weighted latent) of the queries q_abs [head_count] over cache rows
+ *   [0, n_rows) (n_rows 0 gives empty parts); scratch [mla_partial_scratch_floats];
+ * mla_merge_parts: o_latent [kv_lora] of one head from n_parts parts, part s at parts + s * part_stride;
+ * mla_apply_uv: out [v] = W_UV of head (an index into kv_b's heads) times o_latent. */
+void mla_absorb_query(const mla_shape *s, const weight_matrix *kv_b, int head_begin, int head_end, const float *q,
+                      float *q_abs);
+size_t mla_partial_scratch_floats(const mla_shape *s);
+void mla_decode_partial(const mla_shape *s, const float *q_abs, int head_count, const void *cache, long n_rows,
+                        float *scratch, float *parts);
+void mla_merge_parts(const mla_shape *s, const float *parts, int n_parts, size_t part_stride, float *o_latent);
+void mla_apply_uv(const mla_shape *s, const weight_matrix *kv_b, int head, const float *o_latent, float *out);
+
 /* n_tokens queries at positions start_pos + t, causal: q [n_tokens][n_heads][nope + rope],
  * out [n_tokens][n_heads][v]; the cache must hold positions [0, start_pos + n_tokens). */
 size_t mla_prefill_scratch_floats(const mla_shape *s, int n_tokens);

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include "kernels/attention_merge_math.h"
 #include "kernels/cuda/forward.h"
 #include "kernels/half_math.h"
 #include "kernels/kv_format.h"
@@ -170,33 +171,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
     }
 }
 
-/* o_latent[h] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s over the parts s. */
+/* o_latent[h]: the parts of each head merged (kernels/attention_merge_math.h). */
 __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const float *partials, int splits, int heads,
                                                              int kv_lora, float *o_latent)
 {
     int head = blockIdx.x;
-    size_t stride = (size_t)kv_lora + 2;
-    partials += (size_t)blockIdx.y * splits * heads * stride;
+    size_t stride = ATTENTION_PART_FLOATS(kv_lora), part_stride = (size_t)heads * stride;
+    partials += (size_t)blockIdx.y * splits * heads * stride + (size_t)head * stride;
     o_latent += (size_t)blockIdx.y * heads * kv_lora;
-    float global_max = -INFINITY;
-    for (int s = 0; s < splits; s++)
-        global_max = fmaxf(global_max, partials[((size_t)s * heads + head) * stride]);
-    float total = 0.0f;
-    for (int s = 0; s < splits; s++) {
-        const float *part = partials + ((size_t)s * heads + head) * stride;
-        if (part[1] > 0.0f)
-            total += part[1] * expf(part[0] - global_max);
-    }
-    float inverse = 1.0f / total;
-    for (int c = threadIdx.x; c < kv_lora; c += kThreads) {
-        float sum = 0.0f;
-        for (int s = 0; s < splits; s++) {
-            const float *part = partials + ((size_t)s * heads + head) * stride;
-            if (part[1] > 0.0f)
-                sum += part[2 + c] * expf(part[0] - global_max);
-        }
-        o_latent[(size_t)head * kv_lora + c] = sum * inverse;
-    }
+    float global_max = attention_parts_max(partials, splits, part_stride);
+    float inverse = attention_parts_inverse_total(partials, splits, part_stride, global_max);
+    for (int c = threadIdx.x; c < kv_lora; c += kThreads)
+        o_latent[(size_t)head * kv_lora + c] =
+            attention_parts_merge_element(partials, splits, part_stride, global_max, inverse, c);
 }
 
 /* ---- prefill: a block of kPrefillRows query rows (row i of the step: token i / heads, head

@@ -76,6 +76,9 @@ touch "$tmp/a-file"
 XDG_DATA_HOME=$tmp/a-file expect 2 "^kimi-chat: $tmp/a-file/kimi-chat/sessions: cannot list the sessions" -- --resume --prompt hi
 rm -rf "$tmp/data"
 "$kimi_chat" --prompt "Hello! Who are you?" --temperature 0 > /dev/null 2>&1 < /dev/null
+# a one-shot run saves (so that --resume can follow it up) under a name that says so
+ls "$tmp/data/kimi-chat/sessions" | grep -qE '^prompt-[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9-]+\.json$' ||
+    { echo "FAIL: the --prompt run's session is not named prompt-*.json"; ls "$tmp/data/kimi-chat/sessions"; failed=$((failed + 1)); }
 before=$(cat "$tmp/data/kimi-chat/sessions/"*.json | md5sum)
 expect 0 "^resumed $tmp/data/kimi-chat/sessions/.*\(2 messages\)" -- --resume --no-save --prompt "What time is it?" --temperature 0
 [[ $(ls "$tmp/data/kimi-chat/sessions" | wc -l) -eq 1 && $(cat "$tmp/data/kimi-chat/sessions/"*.json | md5sum) == "$before" ]] ||
@@ -85,6 +88,9 @@ expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.
 # The --load file is read and checked before the model loads (minutes with the real checkpoint):
 # its error comes first, with a model that would fail to load.
 expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.json" --model "$tmp/broken" --prompt hi
+# A file with no messages is an error naming it (before the model loads), not a silent new chat.
+echo '[]' > "$tmp/empty.json"
+expect 2 "^kimi-chat: $tmp/empty.json: no messages to load \(an empty conversation\)$" -- --load "$tmp/empty.json" --model "$tmp/broken" --prompt hi
 
 # A call the script did not allow is denied (nobody to ask), and the model is told what would allow it.
 printf '/set temperature 0\nWhat time is it?\n/export json %s\n' "$tmp/denied.json" > "$tmp/deny.kc"

@@ -33,6 +33,9 @@ tm send-keys -t "$PANE" y
 wait_for 'copied [0-9]+ bytes to the clipboard'
 copied=$(tm show-buffer)
 [ ${#copied} -ge 20 ] && screen | grep -qF -- "${copied:0:20}" || fail "y did not copy the answer shown: '$copied'"
+# the note goes like every other hint (FLASH_MS, 4 s), the focus hint comes back
+wait_gone 'copied [0-9]+ bytes to the clipboard' 10
+screen | grep -q '^─ transcript: ↑↓ select' || fail "the focus hint did not come back after the copy note"
 tm send-keys -t "$PANE" Up
 tm send-keys -t "$PANE" Enter
 wait_for '^▌ +▾ thought for'

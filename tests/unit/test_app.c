@@ -173,7 +173,7 @@ static void on_update(void *user, const app_tool_call *c)
 {
     recorder *r = user;
     r->updates++;
-    if (r->refuse_after_tool && !strcmp(c->state, "done"))
+    if (r->refuse_after_tool && c->state == APP_TOOL_DONE)
         fake.refuse = "server down";
 }
 static void on_reset(void *user, int kept)
@@ -613,6 +613,18 @@ static void test_sessions(void)
     err = (kimi_err){0};
     CHECK(app_command(a, "/load corrupt.json", &err) != 0 && strstr(err.msg, "corrupt.json"));
     CHECK_INT(n_msgs(a), 2);
+    /* an empty conversation ([] or no messages) is an error naming the file, not a silent
+       swap of the conversation for nothing */
+    for (int k = 0; k < 2; k++) {
+        f = fopen("empty.json", "w");
+        fputs(k ? "{\"messages\": []}" : "[]", f);
+        fclose(f);
+        err = (kimi_err){0};
+        CHECK_MSG(app_command(a, "/load empty.json", &err) == KIMI_ERR_INPUT &&
+                      strstr(err.msg, "empty.json: no messages to load (an empty conversation)"),
+                  "%s", err.msg);
+        CHECK_INT(n_msgs(a), 2);
+    }
     app_close(a);
 
     /* a file from outside the sessions folder is read, never written: autosave goes elsewhere */
@@ -722,8 +734,22 @@ static void test_invalid_utf8_input(void)
     app_close(a);
 }
 
+/* The tool states the front ends get as an enum, by the names the session files keep. */
+static void test_tool_state_names(void)
+{
+    static const char *const words[] = {"waiting for approval", "running", "done", "denied", "failed",
+                                        "timeout", "bad arguments", "unknown tool", "cancelled"};
+    for (int s = APP_TOOL_WAITING; s <= APP_TOOL_CANCELLED; s++) {
+        CHECK_STR(app_tool_state_name((app_tool_state)s), words[s]);
+        CHECK_INT(app_tool_state_from_name(words[s]), s);
+    }
+    CHECK_INT(app_tool_state_from_name("exploded"), -1);
+    CHECK_INT(app_tool_state_from_name(NULL), -1);
+}
+
 int main(void)
 {
+    test_tool_state_names();
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_app.XXXXXX");
     if (!mkdtemp(tmp_dir))
         return 1;

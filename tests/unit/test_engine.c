@@ -5,7 +5,9 @@
  * as clear errors (with and without a kimi_err), progress events (loading, prefill), shutdown
  * with a full queue and an idle reader, and cancel latency during a long prefill.
  * `test_engine cuda` runs the greedy, prefix-reuse and cancel tests on the CUDA backend with
- * its tolerances (exit 77, skipped, when no device exists). */
+ * its tolerances (exit 77, skipped, when no device exists). `test_engine dcp N` runs them on the
+ * CPU backend with the cache sharded over N ranks (--dcp N; an engine asked for fewer ranks gets N):
+ * prefix reuse, cancel mid-decode and mid-prefill across the shards. */
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
@@ -25,6 +27,7 @@
  * ids compared where the reference's top-1 margin exceeds 0.1). */
 static backend_kind test_backend = BACKEND_CPU;
 static double LOGIT_MAX_ERR = 1e-2, LOGIT_MEAN_ERR = 1e-3, GREEDY_MIN_MARGIN = 0;
+static int dcp_ranks = 1;
 
 typedef struct {
     int32_t *ids;
@@ -82,9 +85,9 @@ static void check_logits(const char *what, const float *got, const float *want)
 static engine *open_engine(int tp, long max_context, int event_capacity)
 {
     static const int device0 = 0;   /* CUDA: every rank on device 0 (the CPU backend ignores it) */
-    engine_options opt = {.model_dir = MODEL, .backend = test_backend, .tp = tp, .threads_per_rank = 1,
-                          .max_context = max_context, .event_capacity = event_capacity, .devices = &device0,
-                          .n_devices = 1};
+    engine_options opt = {.model_dir = MODEL, .backend = test_backend, .tp = tp < dcp_ranks ? dcp_ranks : tp,
+                          .dcp = dcp_ranks, .threads_per_rank = 1, .max_context = max_context,
+                          .event_capacity = event_capacity, .devices = &device0, .n_devices = 1};
     engine *e = NULL;
     kimi_err err = {0};
     if (engine_open(&e, &opt, &err)) {
@@ -792,6 +795,15 @@ int main(int argc, char **argv)
         return 1;
     }
     signal(SIGALRM, on_alarm);
+    if (argc > 2 && !strcmp(argv[1], "dcp")) {
+        dcp_ranks = atoi(argv[2]);
+        test_greedy_and_prefix_reuse(dcp_ranks);
+        test_greedy_and_prefix_reuse(8);
+        test_cancel_and_backpressure();
+        test_cancel_during_prefill();
+        json_decref(cases);
+        return check_finish();
+    }
     test_greedy_and_prefix_reuse(1);
     test_greedy_and_prefix_reuse(2);
     test_cancel_and_backpressure();

@@ -193,7 +193,7 @@ static void check_nvfp4_by_hand(void)
  * token counts below, at and above the tile and for a K range inside a wider tensor. */
 static void check_nvfp4_simd_matches_portable(void)
 {
-    tensor t = make_tensor(WEIGHT_NVFP4, 23, 160);
+    tensor t = make_tensor(WEIGHT_NVFP4, 23, 176); /* 11 blocks: an odd one at the end */
     weight_matrix k_range = t.w;
     k_range.cols = 96;
     k_range.data += 16 / 2;
@@ -203,7 +203,7 @@ static void check_nvfp4_simd_matches_portable(void)
     for (int v = 0; v < 2; v++)
         for (int c = 0; c < 4; c++) {
             int n = token_counts[c];
-            size_t x_stride = 161, y_stride = 23;
+            size_t x_stride = 177, y_stride = 23;
             float *x = malloc((size_t)n * x_stride * sizeof *x);
             float *simd = malloc((size_t)n * y_stride * sizeof *simd);
             float *portable = malloc((size_t)n * y_stride * sizeof *portable);
@@ -224,10 +224,42 @@ static void check_nvfp4_simd_matches_portable(void)
     free(t.scale);
 }
 
+/* A token's products have the same bits alone (a decode step) and at any place in a batch
+ * (prefill, speculative verification: greedy output must not change with speculation), on the
+ * AVX-512 path and the portable one, for every format and an odd and an even block count. */
+static void check_token_alone_equals_batched(void)
+{
+    static const weight_format formats[] = {WEIGHT_NVFP4, WEIGHT_BF16, WEIGHT_F16, WEIGHT_F32};
+    static const int cols[] = {176, 160};
+    enum { ROWS = 19, TOKENS = 2 * LINEAR_TOKEN_TILE + 5 };
+    for (int simd = 0; simd < 2; simd++)
+        for (int f = 0; f < 4; f++)
+            for (int c = 0; c < 2; c++) {
+                linear_use_simd(simd);
+                tensor t = make_tensor(formats[f], ROWS, cols[c]);
+                size_t x_stride = (size_t)cols[c];
+                float *x = malloc(TOKENS * x_stride * sizeof *x);
+                float batched[TOKENS][ROWS], alone[ROWS];
+                for (size_t i = 0; i < TOKENS * x_stride; i++)
+                    x[i] = uniform();
+                linear_rows(&t.w, x, x_stride, TOKENS, &batched[0][0], ROWS, 0, ROWS);
+                for (int k = 0; k < TOKENS; k++) {
+                    linear_rows(&t.w, x + k * x_stride, x_stride, 1, alone, ROWS, 0, ROWS);
+                    CHECK_MSG(!memcmp(alone, batched[k], sizeof alone),
+                              "format %d, %d columns, simd %d: token %d alone differs from the batch", f, cols[c], simd, k);
+                }
+                free(x);
+                free(t.data);
+                free(t.scale);
+            }
+    linear_use_simd(1);
+}
+
 int main(void)
 {
     check_nvfp4_by_hand();
     check_nvfp4_simd_matches_portable();
+    check_token_alone_equals_batched();
     check_format("nvfp4", WEIGHT_NVFP4, 37, 96);
     check_format("bf16", WEIGHT_BF16, 29, 72);  /* 72: a tail of 8 past the last 16-block */
     check_format("f16", WEIGHT_F16, 21, 53);

@@ -3,6 +3,7 @@
  * mode (with a pseudo-terminal for the full-screen case), and --help against the man page
  * app/kimi-chat.1: the same flags both ways. */
 #include <ctype.h>
+#include <math.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -232,6 +233,23 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--tp '': not an integer (must be 1..8)", "--tp=");
     EXPECT_ERROR("--tp 99999999999999999999: out of range (must be 1..8)", "--tp", "99999999999999999999");
     EXPECT_ERROR("--tp: needs a value (N)", "--tp");
+    EXPECT_ERROR("--dcp 0: must be 1..8, dividing --tp", "--dcp", "0");
+    EXPECT_ERROR("--dcp -2: must be 1..8, dividing --tp", "--dcp", "-2");
+    EXPECT_ERROR("--dcp two: not an integer (must be 1..8, dividing --tp)", "--dcp", "two");
+    EXPECT_ERROR("--dcp 16: must be 1..8, dividing --tp", "--tp", "8", "--dcp", "16");
+    EXPECT_ERROR("--dcp 2: must divide --tp 1", "--dcp", "2");
+    EXPECT_ERROR("--dcp 3: must divide --tp 8", "--tp", "8", "--dcp", "3");
+    EXPECT_ERROR("--dcp 8: must divide --tp 4", "--dcp", "8", "--tp", "4");
+    {
+        app_options o;
+        PARSE_OK(o, "--tp", "8", "--dcp", "4");
+        CHECK_INT(o.tp, 8);
+        CHECK_INT(o.dcp, 4);
+        options_free(&o);
+        PARSE_OK(o, "--tp", "2");
+        CHECK_INT(o.dcp, 1);
+        options_free(&o);
+    }
     EXPECT_ERROR("--devices 0,,1: not a list of device ordinals 0..1023 like 0,1,2,3", "--devices", "0,,1");
     EXPECT_ERROR("--devices 0,1,2,3,4,5,6,7,8: at most 8 devices (one per rank)", "--devices", "0,1,2,3,4,5,6,7,8");
     EXPECT_ERROR("-m: needs a value (DIR)", "-m");
@@ -470,6 +488,18 @@ static void test_config_errors(void)
     reset_env();
     CONFIG_ERROR("tp = 4\n\n# c\ncolour = red\n", "CFG:4: unknown key 'colour'");
     CONFIG_ERROR("# c\ntp = 0\n", "CFG:2: tp = 0: must be 1..8");
+    CONFIG_ERROR("tp = 4\ndcp = 0\n", "CFG:2: dcp = 0: must be 1..8, dividing --tp");
+    {
+        /* checked once the flags are in: a config's dcp may pair with a --tp flag */
+        app_options o;
+        kimi_err e;
+        write_file(config_file, "tp = 4\ndcp = 8\n", 15);
+        CHECK_INT(parse(&o, &e, (char *)NULL), KIMI_ERR_USAGE);
+        CHECK_STR(e.msg, "--dcp 8: must divide --tp 4");
+        PARSE_OK(o, "--tp", "8");
+        CHECK_INT(o.dcp, 8);
+        options_free(&o);
+    }
     CONFIG_ERROR("temperature = nan\n", "CFG:1: temperature = nan: must be a number in [0, 100]");
     CONFIG_ERROR("top_p = 0.95 # cooler\n", "CFG:1: top_p = 0.95 # cooler: must be a number in (0, 1]");
     CONFIG_ERROR("model\n", "CFG:1: expected 'key = value'");
@@ -670,7 +700,7 @@ static void test_help_matches_man_page(void)
     }
     CHECK(width_ok);
     static const char *const brief[] = {
-        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--kv-cache", "--verify", "--plain", "--script",
+        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--dcp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--kv-cache", "--verify", "--plain", "--script",
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",
@@ -730,39 +760,75 @@ static void test_help_matches_man_page(void)
     }
 }
 
-/* One validator: for every setting and value, the flag is accepted exactly when /set accepts
- * it, with the same value (--temperature 150 was accepted while /set temperature 150 was not). */
+/* The text of a message after the name of where the value came from: "must be ...". */
+static const char *verdict(const char *msg)
+{
+    const char *m = strstr(msg, ": must be ");
+    return m ? m + 2 : msg;
+}
+
+/* One validator: for every setting and value, the flag, the config file and /set accept it
+ * alike, with the same value, or refuse it with the same words (--temperature 150 was accepted
+ * while /set temperature 150 was not; --temperature 1e308 said "must be a finite number").
+ * Numbers are decimal: hex (0x10, 0x1p3) is refused everywhere; -0 is 0. */
 static void test_flags_match_set(void)
 {
     static const struct {
         const char *flag, *key;
     } settings[] = {{"--temperature", "temperature"}, {"--top-p", "top_p"}, {"--top-k", "top_k"},
                     {"--max-tokens", "max_tokens"}, {"--seed", "seed"}};
-    static const char *values[] = {"0", "0.7", "1", "2", "100", "100.5", "150", "1e308", "-0", "-1",
-                                   "nan", "inf", "0x10", "1e3", "7", "1073741824", "1073741825",
-                                   "2147483648", "18446744073709551615", "18446744073709551616", "",
-                                   "abc"};
+    static const char *values[] = {"0", "0.7", "1", "2", "100", "100.0", "100.0001", "100.5", "150",
+                                   "1e308", "-0", "-0.0", "-1", "nan", "NaN", "inf", "-inf", "infinity",
+                                   "0x10", "0x1p3", "0X1", "1e", "1e3", "1e-3", "+1", ".5", "5.",
+                                   "7", "1073741824", "1073741825", "2147483648",
+                                   "18446744073709551615", "18446744073709551616", "", "abc"};
+    reset_env();
     for (size_t i = 0; i < sizeof settings / sizeof *settings; i++)
         for (size_t k = 0; k < sizeof values / sizeof *values; k++) {
-            app_options o;
-            kimi_err e;
-            char flag[64], line[128];
+            app_options o, oc;
+            kimi_err e = {0}, ec = {0};
+            char flag[64], line[128], cfg[128];
             snprintf(flag, sizeof flag, "%s=%s", settings[i].flag, values[k]);
             int flag_ok = parse(&o, &e, flag, (char *)NULL) == 0;
+            snprintf(cfg, sizeof cfg, "%s = %s\n", settings[i].key, values[k]);
+            write_config(cfg);
+            int cfg_ok = parse(&oc, &ec, (char *)NULL) == 0;
+            unlink(config_file);
             snprintf(line, sizeof line, "/set %s %s", settings[i].key, values[k]);
             command c;
             kimi_err ce = {0};
             int set_ok = command_parse(line, strlen(line), &c, &ce) == 0;
-            CHECK_MSG(flag_ok == set_ok, "%s %s, /set: %s", flag, flag_ok ? "accepted" : "refused",
+            CHECK_MSG(flag_ok == set_ok && cfg_ok == set_ok, "%s %s, config: %s, /set: %s", flag,
+                      flag_ok ? "accepted" : e.msg, cfg_ok ? "accepted" : ec.msg,
                       set_ok ? "accepted" : ce.msg);
-            if (flag_ok && set_ok) {
+            if (strchr(values[k], 'x') || strchr(values[k], 'X'))
+                CHECK_MSG(!set_ok, "%s: hex accepted", line);
+            /* an empty value is a missing one: "/set seed: give one value", "config:1: seed: no
+               value"; every other refusal says the same "must be ..." and names the value */
+            if (!flag_ok && !cfg_ok && !set_ok && *values[k]) {
+                CHECK_MSG(!strcmp(verdict(e.msg), verdict(ce.msg)) && !strcmp(verdict(ec.msg), verdict(ce.msg)),
+                          "%s: \"%s\", config: \"%s\", /set: \"%s\"", flag, e.msg, ec.msg, ce.msg);
+                char flag_given[64];
+                snprintf(flag_given, sizeof flag_given, "%s %s: must be ", settings[i].flag, values[k]);
+                snprintf(cfg, sizeof cfg, ":1: %s = %s: must be ", settings[i].key, values[k]);
+                CHECK_MSG(strstr(ce.msg, line) == ce.msg && strstr(e.msg, flag_given) == e.msg &&
+                              strstr(ec.msg, cfg),
+                          "messages name the value as given: \"%s\", \"%s\", \"%s\"", e.msg, ec.msg, ce.msg);
+            }
+            if (flag_ok && set_ok && cfg_ok) {
                 double flag_value = i == 0 ? o.temperature : i == 1 ? o.top_p : i == 2 ? o.top_k
                                     : i == 3 ? o.max_tokens : (double)o.seed;
+                double cfg_value = i == 0 ? oc.temperature : i == 1 ? oc.top_p : i == 2 ? oc.top_k
+                                   : i == 3 ? oc.max_tokens : (double)oc.seed;
                 double set_value = i < 2 ? (double)(float)c.number : (double)c.integer;
-                CHECK_MSG(flag_value == set_value, "%s: %g, /set: %g", flag, flag_value, set_value);
+                CHECK_MSG(flag_value == set_value && cfg_value == set_value && !signbit(set_value) &&
+                              !signbit(flag_value),
+                          "%s: %g, config: %g, /set: %g", flag, flag_value, cfg_value, set_value);
             }
             if (flag_ok)
                 options_free(&o);
+            if (cfg_ok)
+                options_free(&oc);
         }
 }
 

@@ -61,6 +61,17 @@ expect 3 "config.json" "$probe" info --model "$tmp/nowhere"
 expect 2 "num_attention_heads" "$probe" info --model "$model" --tp 3
 expect 2 "--bogus" "$probe" info --model "$model" --bogus
 expect 2 "--mem-gib" "$probe" info --model "$model" --mem-gib -4
+# --dcp: the cache sharded over N ranks holds N times the context in the same budget
+"$probe" info --model "$model" --tp 8 --dcp 8 --mem-gib 0.01 >"$tmp/dcp.txt" || { echo "FAIL info --dcp 8"; failed=1; }
+grep -q "max context   105312 positions fit" "$tmp/dcp.txt" && grep -qF "replicated    13164 positions fit by memory with the cache on every rank (dcp 1); dcp 8: 105312 (8.00x)" "$tmp/dcp.txt" &&
+    grep -q "dcp 8: position p on rank p % 8 of each group of 8 ranks, 80 B per position per rank" "$tmp/dcp.txt" ||
+    { echo "FAIL info --dcp 8 --mem-gib 0.01"; cat "$tmp/dcp.txt"; failed=1; }
+for bad in "--tp 8 --dcp 3" "--tp 2 --dcp 4" "--dcp 0" "--dcp -1" "--dcp x" "--tp 8 --dcp 16"; do
+    # shellcheck disable=SC2086
+    expect 2 "--dcp" "$probe" info --model "$model" $bad
+done
+expect 2 "--dcp 3: must divide --tp 8" "$probe" golden --model "$model" --reference tests/golden/reference/tiny-k25 --tp 8 --dcp 3
+expect 2 "--dcp 2: must divide --tp 1" "$probe" kv --model "$model" --tokens 1,2 --dcp 2 --out "$tmp/kv.f16"
 expect 2 "no linear named" "$probe" weights --model "$model" --linear language_model.model.layers.9.mlp.gate_proj --rows 0 --out "$tmp/w"
 expect 2 "outside [0, 512)" "$probe" weights --model "$model" --linear language_model.model.layers.0.mlp.gate_proj --rows 0,512 --out "$tmp/w"
 expect 2 "--rows" "$probe" weights --model "$model" --linear language_model.model.layers.0.mlp.gate_proj --rows 1,x --out "$tmp/w"

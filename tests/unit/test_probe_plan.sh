@@ -6,7 +6,8 @@
 # (kimi-mkmodel --holes with K2.5's shapes: 590 GB of sparse files, a few hundred MB on disk) at
 # TP 8 on 96 GB (94.5 GiB free, 188 SMs) and 141 GB (139.5 GiB free, 132 SMs) devices, against
 # figures derived here by hand from the shapes (not by the plan code) and against the README's
-# table (minutes under load: the loader reads every tensor's first page, so it is a test apart).
+# table (minutes under load: the loader reads every tensor's first page, so it is a test apart),
+# and kimi-probe info --dcp 8 on it: 8 times the replicated context fits by memory.
 # Usage (from the repository root): test_probe_plan.sh rules PATH-TO-kimi-probe
 #                                   test_probe_plan.sh k25 PATH-TO-kimi-probe PATH-TO-kimi-mkmodel
 mode=$1 probe=$2 mkmodel=${3:-}
@@ -91,7 +92,30 @@ fi
 "$probe" plan --model "$k25" --tp 8 --device-memory 94.5 --sms 188 --json >"$tmp/k25_96.json" &&
 "$probe" plan --model "$k25" --tp 8 --device-memory 139.5 --sms 132 --json >"$tmp/k25_141.json" ||
     { echo "FAIL plan (K2.5)"; exit 1; }
+# kimi-probe info --dcp 8 (the cache sharded over the 8 ranks) at the default 90 GiB per rank
+"$probe" info --model "$k25" --tp 8 --dcp 8 --json >"$tmp/k25_dcp8.json" &&
+"$probe" info --model "$k25" --tp 8 --dcp 8 >"$tmp/k25_dcp8.txt" || { echo "FAIL info --dcp 8 (K2.5)"; exit 1; }
 rm -rf "$k25"
+grep -E "^(kv |max context|replicated)" "$tmp/k25_dcp8.txt"
+python3 - "$tmp/k25_dcp8.json" "$tmp/k25_dcp8.txt" <<'PY' || failed=1
+import json, sys
+p = json.load(open(sys.argv[1]))
+cache = 61 * (512 + 64) * 2                          # 70,272 B per position, replicated
+replicated = (int(90 * (1 << 30)) - p["bytes_per_rank"]) // cache
+want = {"dcp": 8, "kv_bytes_per_token": cache, "kv_bytes_per_token_per_rank": cache // 8,
+        "max_context_replicated": min(replicated, 262144), "max_context_by_memory": 8 * replicated,
+        "max_context": min(8 * replicated, 262144)}
+bad = [k for k, v in want.items() if p.get(k) != v]
+# the text says the memory holds 8x, even where max_position_embeddings caps what is opened
+line = "replicated    %d positions fit by memory with the cache on every rank (dcp 1); dcp 8: %d (8.00x)" \
+    % (replicated, 8 * replicated)
+if line not in open(sys.argv[2]).read():
+    bad.append("text line '%s'" % line)
+    want[bad[-1]] = "present"
+print(("FAIL" if bad else "ok  ") + " K2.5 info --dcp 8: %d positions by memory, %d replicated (%s)"
+      % (p["max_context_by_memory"], replicated, ", ".join("%s = %s, by hand %s" % (k, p.get(k), want[k]) for k in bad)))
+sys.exit(1 if bad else 0)
+PY
 python3 - "$tmp/k25_96.json" "$tmp/k25_141.json" README.md <<'PY' || failed=1
 import json, sys
 

@@ -718,11 +718,11 @@ static void test_markdown(void)
     CHECK(session_to_markdown(&s, &md, &len, &err) == 0);
     CHECK(strlen(md) == len);  /* no raw NUL */
     const char *p = md;
-    p = after("# kimi-chat session\n\n- Model: Kimi-K2.5-NVFP4\n- Backend: cuda TP=8\n- TP: 8\n"
+    p = after("# kimi-chat session\n\n- Model: Kimi-K2.5-NVFP4\n- Backend: cuda TP=8\n"
               "- Date: 2026-12-01 11:40:03 UTC\n"
               "- Settings: temperature 0.6 · top_p 0.95 · top_k 40 · max tokens 4096 · seed 18446744073709551615 · thinking on\n\n",
               p);
-    CHECK(p == md + strlen("# kimi-chat session\n\n- Model: Kimi-K2.5-NVFP4\n- Backend: cuda TP=8\n- TP: 8\n"
+    CHECK(p == md + strlen("# kimi-chat session\n\n- Model: Kimi-K2.5-NVFP4\n- Backend: cuda TP=8\n"
                            "- Date: 2026-12-01 11:40:03 UTC\n"
                            "- Settings: temperature 0.6 · top_p 0.95 · top_k 40 · max tokens 4096 · seed 18446744073709551615 · thinking on\n\n"));
     p = after("### System\n\nYou are Kimi. Answer in <|im_end|> plain text.\n\n", p);
@@ -740,6 +740,11 @@ static void test_markdown(void)
               "It is 11:40 UTC. <|im_end|><|im_user|> not special.\n\n*38 tokens · 52.1 tok/s · end of turn*\n\n", p);
     p = after("### You\n\nThanks ␀!\n", p);
     CHECK(p && *p == 0);
+    /* the TP once, in the backend line ("- Backend: cuda TP=8" and "- TP: 8" before) */
+    int tps = 0;
+    for (const char *q = md; (q = strstr(q, "TP")); q++)
+        tps++;
+    CHECK_INT(tps, 1);
     /* "### Kimi" once for the whole tool-using turn */
     int kimi = 0;
     for (const char *q = md; (q = strstr(q, "### Kimi")); q++)
@@ -805,23 +810,29 @@ static void test_list_and_new_path(void)
     ADD(&s, CHAT_ROLE_SYSTEM, "sys");
     ADD(&s, CHAT_ROLE_USER, "\n  Première question: une très longue ligne qui dépasse soiéxante octets, oui\nline 2");
     ADD(&s, CHAT_ROLE_ASSISTANT, "ok");
-    char *older = session_new_path(dir, 1796125203);
+    char *older = session_new_path(dir, "", 1796125203);
     char want[600];
     snprintf(want, sizeof want, "%s/2026-12-01T11-40-03.json", dir);
     CHECK_STR(older, want);
     CHECK(session_save(&s, older, &err) == 0);
-    char *second = session_new_path(dir, 1796125203);
+    char *second = session_new_path(dir, "", 1796125203);
     snprintf(want, sizeof want, "%s/2026-12-01T11-40-03-2.json", dir);
     CHECK_STR(second, want);
     write_file(second, "");
-    char *third = session_new_path(dir, 1796125203);
+    char *third = session_new_path(dir, "", 1796125203);
     snprintf(want, sizeof want, "%s/2026-12-01T11-40-03-3.json", dir);
     CHECK_STR(third, want);
     unlink(second);
+    /* a one-shot run's file says so in its name (every -p run looked like a chat in /sessions) */
+    char *one_shot = session_new_path(dir, "prompt-", 1796125203);
+    snprintf(want, sizeof want, "%s/prompt-2026-12-01T11-40-03.json", dir);
+    CHECK_STR(one_shot, want);
+    unlink(one_shot);
+    free(one_shot);
     /* two writers asking for a name in the same second (before either saved) get two names */
     char *race_dir = path_in("race");
     mkdir(race_dir, 0700);
-    char *first_writer = session_new_path(race_dir, 1796125203), *second_writer = session_new_path(race_dir, 1796125203);
+    char *first_writer = session_new_path(race_dir, "", 1796125203), *second_writer = session_new_path(race_dir, "", 1796125203);
     CHECK_MSG(first_writer && second_writer && strcmp(first_writer, second_writer), "%s %s", first_writer, second_writer);
     unlink(first_writer);
     unlink(second_writer);
@@ -831,7 +842,7 @@ static void test_list_and_new_path(void)
     free(race_dir);
     char slash_dir[600];
     snprintf(slash_dir, sizeof slash_dir, "%s/", dir);
-    char *with_slash = session_new_path(slash_dir, 1796125203 + 60);
+    char *with_slash = session_new_path(slash_dir, "", 1796125203 + 60);
     snprintf(want, sizeof want, "%s/2026-12-01T11-41-03.json", dir);
     CHECK_STR(with_slash, want);
 

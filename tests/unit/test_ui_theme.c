@@ -1,9 +1,12 @@
 /* test_ui_theme: the shipped themes load, default.theme equals the built-in defaults, mono has
- * no colours, missing elements inherit, #rrggbb maps to the nearest xterm-256 colour, and bad
- * lines are errors naming file:line. */
+ * no colours, missing elements inherit, #rrggbb maps to the nearest xterm-256 colour, bad
+ * lines are errors naming file:line, and every theme in themes/ keeps its contrast at every
+ * colour depth on the backgrounds it is for. */
+#include <dirent.h>
 #include <string.h>
 
 #include "tests/unit/check.h"
+#include "ui/paint.h"
 #include "ui/theme.h"
 
 static int same_style(const theme_style *a, const theme_style *b)
@@ -111,6 +114,9 @@ static void test_errors(void)
     check_bad("text red blue\n", "bad.theme:1: expected 'element = fg bg [attributes]'");
     check_bad("text = red blue\ntext = red blue\n", "bad.theme:2: element 'text' set twice (first on line 1)");
     check_bad(" = red blue\n", "bad.theme:1: missing element name");
+    check_bad("background = dusk\n", "bad.theme:1: background: expected dark, light or any");
+    check_bad("background = light dark\n", "bad.theme:1: background: expected dark, light or any");
+    check_bad("background = light\nbackground = dark\n", "bad.theme:2: background set twice (first on line 1)");
 
     theme t;
     kimi_err err = {0};
@@ -141,11 +147,89 @@ static void test_colour_mapping(void)
     CHECK_INT(theme_256_to_rgb(232), 0x080808);
 }
 
+static void test_contrast_measure(void)
+{
+    CHECK(theme_contrast(0x000000, 0xffffff) > 20.99 && theme_contrast(0xffffff, 0x000000) < 21.01);
+    CHECK(theme_contrast(0x777777, 0x777777) == 1.0);
+    /* #767676 is the lightest grey that passes 4.5 on white (WCAG's own example) */
+    CHECK(theme_contrast(0x767676, 0xffffff) > 4.5 && theme_contrast(0x777777, 0xffffff) < 4.5);
+    /* dim halves the way to the background: #e5e5e5 dim on black is #727272 */
+    CHECK(theme_painted_contrast(0xe5e5e5, 0, THEME_ATTR_DIM) == theme_contrast(0x727272, 0));
+    CHECK(theme_painted_contrast(0xe5e5e5, 0, THEME_ATTR_REVERSE) == theme_contrast(0xe5e5e5, 0));
+    CHECK(theme_min_contrast(THEME_TEXT) == 4.5 && theme_min_contrast(THEME_SEPARATOR) == 3.0);
+
+    const char *text = "background = light\n";
+    theme t;
+    kimi_err err = {0};
+    CHECK_INT(theme_load_text(&t, text, strlen(text), "x.theme", &err), 0);
+    CHECK_INT(t.background, THEME_BACKGROUND_LIGHT);
+    theme_init_default(&t);
+    CHECK_INT(t.background, THEME_BACKGROUND_DARK);
+}
+
+static const char *depth_name(paint_depth d)
+{
+    return d == PAINT_COLORS_8 ? "8" : d == PAINT_COLORS_16 ? "16" : d == PAINT_COLORS_256 ? "256" : "truecolor";
+}
+
+/* Every theme file in themes/, at 8, 16, 256 colours and truecolor, on each terminal
+ * background it is for (theme_terminal_colors: xterm's dark and light; an "any" theme on
+ * both), paints every element with at least theme_min_contrast (WCAG 2 ratio, the xterm
+ * palette for indexed colours): what paint_palette_init would allocate. */
+static void test_themes_contrast(void)
+{
+    DIR *dir = opendir("themes");
+    CHECK(dir != NULL);
+    if (!dir)
+        return;
+    int themes = 0, checked = 0, backgrounds_seen[3] = {0};
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+        size_t len = strlen(de->d_name);
+        if (len < 7 || strcmp(de->d_name + len - 6, ".theme"))
+            continue;
+        char path[300];
+        snprintf(path, sizeof path, "themes/%s", de->d_name);
+        theme th;
+        kimi_err err = {0};
+        CHECK_MSG(theme_load_file(&th, path, &err) == 0, "%s", err.msg);
+        themes++;
+        backgrounds_seen[th.background]++;
+        for (int d = PAINT_COLORS_8; d <= PAINT_COLORS_DIRECT; d++)
+            for (int b = THEME_BACKGROUND_DARK; b <= THEME_BACKGROUND_LIGHT; b++) {
+                if (th.background != THEME_BACKGROUND_ANY && (int)th.background != b)
+                    continue;
+                uint32_t term_fg, term_bg;
+                theme_terminal_colors((theme_background)b, &term_fg, &term_bg);
+                for (int e = 0; e < THEME_N_ELEMENTS; e++) {
+                    int fg, bg;
+                    paint_style_colors(&th, e, (paint_depth)d, &fg, &bg);
+                    uint32_t fg_rgb = paint_color_rgb(fg, (paint_depth)d, term_fg);
+                    uint32_t bg_rgb = paint_color_rgb(bg, (paint_depth)d, term_bg);
+                    double c = theme_painted_contrast(fg_rgb, bg_rgb, th.style[e].attrs);
+                    CHECK_MSG(c >= theme_min_contrast(e),
+                              "%s at %s colours on a %s background: %s #%06x on #%06x has contrast %.2f < %.1f",
+                              de->d_name, depth_name((paint_depth)d), b ? "light" : "dark",
+                              theme_element_name(e), fg_rgb, bg_rgb, c, theme_min_contrast(e));
+                    checked++;
+                }
+            }
+    }
+    closedir(dir);
+    CHECK(themes >= 4);
+    /* both backgrounds are covered: a theme for each, or one for any */
+    CHECK(backgrounds_seen[THEME_BACKGROUND_ANY] ||
+          (backgrounds_seen[THEME_BACKGROUND_DARK] && backgrounds_seen[THEME_BACKGROUND_LIGHT]));
+    CHECK(checked >= themes * 4 * THEME_N_ELEMENTS);
+}
+
 int main(void)
 {
     test_shipped();
     test_parse();
     test_errors();
     test_colour_mapping();
+    test_contrast_measure();
+    test_themes_contrast();
     return check_finish();
 }

@@ -123,8 +123,35 @@ static void test_random_replacement(void)
     CHECK_INT(bad, 0);
 }
 
+/* utf8_one_line, the one sanitizer of one-line text (errors quoting a server, a tools file,
+ * the model): controls and white space runs as one space, U+FFFD for ill-formed bytes, a cut
+ * at a character with an ellipsis that still fits. */
+static void test_one_line(void)
+{
+    char tiny[8];
+    utf8_one_line("abcdefghij", 10, tiny, sizeof tiny);
+    CHECK_STR(tiny, "abcd\xE2\x80\xA6");
+    utf8_one_line("abc", 3, tiny, sizeof tiny);
+    CHECK_STR(tiny, "abc");
+    utf8_one_line("  a \n\n b\xC3", 9, tiny, sizeof tiny);
+    CHECK_STR(tiny, "a b\xEF\xBF\xBD");
+    char line[32];
+    utf8_one_line("a\x1b[31mb\x7f\t", 9, line, sizeof line);
+    CHECK_STR(line, "a [31mb");
+    utf8_one_line("", 0, tiny, sizeof tiny);
+    CHECK_STR(tiny, "");
+    /* a cut never splits a character and the result is always valid and NUL-terminated */
+    char out[16];
+    const char *text = "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80";
+    for (size_t cap = 4; cap <= sizeof out; cap++) {
+        utf8_one_line(text, strlen(text), out, cap);
+        CHECK_MSG(strlen(out) < cap && utf8_is_valid((const uint8_t *)out, strlen(out)), "cap %zu", cap);
+    }
+}
+
 int main(void)
 {
+    test_one_line();
     test_every_scalar_value();
     test_every_two_bytes();
     test_replacement();

@@ -1,0 +1,251 @@
+/* tui_paint: the full-screen view painted with curses. */
+#include "ui/tui_paint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "app/chat/paths.h"
+#include "engine/base/monotonic.h"
+#include "ui/text_width.h"
+#include "ui/tui_layout.h"
+
+/* The palette for the theme; says so when the terminal's colour pairs ran out. */
+void tui_apply_palette(tui *t)
+{
+    paint_palette_init(&t->pal, &t->th, t->depth);
+    int pair = t->pal.pair[THEME_TEXT];
+    wbkgdset(stdscr, ' ' | (pair < 256 ? COLOR_PAIR(pair) : 0));
+    if (t->pal.pairs_short) {
+        char line[160];
+        snprintf(line, sizeof line, "the terminal has %d colour pairs: %d theme elements keep its default colours",
+                 COLOR_PAIRS, t->pal.pairs_short);
+        tui_add_block(t, RM_NOTE, line);
+    }
+}
+
+int tui_load_theme(tui *t, const char *name, kimi_err *err)
+{
+    char *file = paths_theme_file(name, err);
+    if (!file)
+        return err->code;
+    theme th;
+    theme_init_default(&th);
+    int rc = theme_load_file(&th, file, err);
+    free(file);
+    if (rc)
+        return rc;
+    t->th = th;
+    if (t->active) {
+        tui_apply_palette(t);
+        render_model_repaint(t->rm);
+        t->force = t->dirty = 1;
+    }
+    return 0;
+}
+
+/* Paint text from column x, cut to the width; returns the column after it. */
+static int put_cut(tui *t, int y, int x, const char *s, int element, int extra)
+{
+    int room = t->cols - x;
+    if (room <= 0)
+        return x;
+    int w;
+    size_t len = text_fit(s, strlen(s), room, &w);
+    paint_style(stdscr, &t->pal, element, extra);
+    move(y, x);
+    paint_text(stdscr, s, len);
+    return x + w;
+}
+
+static void paint_separator(tui *t, int y)
+{
+    char text[400];
+    int element;
+    tui_separator_text(t, text, sizeof text, &element);
+    char key[512];
+    snprintf(key, sizeof key, "%d|%s", element, text);
+    if (!t->force && !strcmp(key, t->last_sep))
+        return;
+    snprintf(t->last_sep, sizeof t->last_sep, "%s", key);
+    paint_style(stdscr, &t->pal, THEME_SEPARATOR, 0);
+    move(y, 0);
+    for (int x = 0; x < t->cols; x++)
+        addstr("─");
+    if (text[0])
+        put_cut(t, y, 1, text, element, 0);
+}
+
+static void paint_status(tui *t, int y)
+{
+    char text[400];
+    tui_status_text(t, text, sizeof text);
+    int new_below = t->new_below;
+    char key[512];
+    snprintf(key, sizeof key, "%d|%s", new_below, text);
+    if (!t->force && !strcmp(key, t->last_status))
+        return;
+    snprintf(t->last_status, sizeof t->last_status, "%s", key);
+    paint_style(stdscr, &t->pal, THEME_STATUS, 0);
+    move(y, 0);
+    for (int x = 0; x < t->cols; x++)
+        addch(' ');
+    int right = new_below ? 8 : 0;
+    int w;
+    size_t len = text_fit(text, strlen(text), t->cols - right > 0 ? t->cols - right : 0, &w);
+    move(y, 0);
+    paint_text(stdscr, text, len);
+    if (new_below && t->cols > 8)
+        put_cut(t, y, t->cols - 7, "↓ new", THEME_STATUS_ACCENT, 0);
+}
+
+static void paint_input(tui *t, int top)
+{
+    int cr, cc;
+    int n = input_layout(t->in, t->cols, NULL, 0, &cr, &cc);
+    input_row *rows = malloc(sizeof *rows * (size_t)n);
+    if (!rows)
+        return;
+    input_layout(t->in, t->cols, rows, n, &cr, &cc);
+    const char *text = input_text(t->in, NULL);
+    for (int i = 0; i < t->input_h; i++) {
+        int r = t->input_top + i;
+        paint_style(stdscr, &t->pal, THEME_INPUT, 0);
+        move(top + i, 0);
+        clrtoeol();
+        if (r >= n)
+            continue;
+        if (r == 0)
+            put_cut(t, top + i, 0, t->focus ? "· " : "> ", THEME_INPUT_PROMPT, 0);
+        else if (i == 0)
+            put_cut(t, top + i, 0, "↑ ", THEME_FOLD_HINT, 0);
+        paint_style(stdscr, &t->pal, THEME_INPUT, 0);
+        move(top + i, INPUT_PROMPT_WIDTH);
+        /* tabs as input_layout counts them: to the next stop, cut at the row's end */
+        strbuf shown = {0};
+        text_displayable(&shown, text + rows[r].start, rows[r].end - rows[r].start);
+        if (!shown.failed && shown.len)
+            paint_text(stdscr, shown.data, text_fit(shown.data, shown.len, t->cols - INPUT_PROMPT_WIDTH, NULL));
+        free(shown.data);
+    }
+    if (t->input_top + t->input_h < n)
+        put_cut(t, top + t->input_h - 1, t->cols - 2, "↓", THEME_FOLD_HINT, 0);
+    free(rows);
+}
+
+static const char *const help_lines[] = {
+    "kimi-chat keys",
+    "",
+    "Enter              send (a line ending in \\ continues)",
+    "Alt-Enter, Ctrl-J  new line (pasted newlines are kept)",
+    "Ctrl-A/E/B/F/K/U/W/Y, Alt-B/F, Home/End, arrows   edit",
+    "Up/Down            input history (first/last line); Ctrl-R search",
+    "Esc, Ctrl-C        stop the answer (what came is kept)",
+    "Ctrl-C when idle   clear the input",
+    "Ctrl-D (empty), /quit   quit",
+    "PgUp/PgDn, Shift-Up/Down, Ctrl-Home/End   scroll",
+    "Ctrl-T             fold/unfold all reasoning",
+    "Ctrl-Up/Ctrl-Down  previous/next of your messages",
+    "Tab                transcript focus: Up/Down select,",
+    "                   Enter/Space fold, y copy (OSC 52), Tab/Esc back",
+    "Ctrl-L             redraw",
+    "y / a a / n        approve a tool call once / always (a twice) / deny;",
+    "                   while it waits, other keys type nothing",
+    "/help lists the commands · any key closes this",
+};
+
+static void paint_help(tui *t)
+{
+    int n = (int)(sizeof help_lines / sizeof *help_lines);
+    int w = 0;
+    for (int i = 0; i < n; i++) {
+        int lw = text_width(help_lines[i], strlen(help_lines[i]));
+        w = lw > w ? lw : w;
+    }
+    int h = n + 2 < t->rows ? n + 2 : t->rows;
+    w = w + 4 < t->cols ? w + 4 : t->cols;
+    if (t->help_win)
+        delwin(t->help_win);
+    t->help_win = newwin(h, w, (t->rows - h) / 2, (t->cols - w) / 2);
+    if (!t->help_win)
+        return;
+    int pair = t->pal.pair[THEME_STATUS];
+    wattr_set(t->help_win, t->pal.attr[THEME_STATUS] & ~A_REVERSE, 0, &pair);
+    werase(t->help_win);
+    box(t->help_win, 0, 0);
+    for (int i = 0; i < n && i + 1 < h - 1; i++) {
+        int lw;
+        size_t len = text_fit(help_lines[i], strlen(help_lines[i]), w - 4, &lw);
+        mvwaddnstr(t->help_win, i + 1, 2, help_lines[i], (int)len);
+    }
+    wnoutrefresh(t->help_win);
+}
+
+void tui_help_toggle(tui *t, int on)
+{
+    t->help = on;
+    if (!on && t->help_win) {
+        delwin(t->help_win);
+        t->help_win = NULL;
+        touchwin(stdscr);
+    }
+    t->force = t->dirty = 1;
+}
+
+void tui_paint_now(tui *t)
+{
+    if (!t->active)
+        return;
+    tui_layout(t);
+    const rm_frame *f = render_model_frame(t->rm);
+    if (t->force)
+        render_model_repaint(t->rm), f = render_model_frame(t->rm);
+    paint_frame(stdscr, &t->pal, 0, f, t->force);
+    t->new_below = f->new_below;
+    for (int i = 0; i < f->n_rows && i < t->trans_h && t->row_block; i++)
+        t->row_block[i] = f->rows[i].block;
+    paint_separator(t, t->trans_h);
+    if (t->input_dirty || t->force)
+        paint_input(t, t->trans_h + 1);
+    paint_status(t, t->rows - 1);
+    int cr, cc;
+    input_layout(t->in, t->cols, NULL, 0, &cr, &cc);
+    if (!t->focus && !t->help && t->approval < 0) {
+        curs_set(1);
+        move(t->trans_h + 1 + cr - t->input_top, cc < t->cols ? cc : t->cols - 1);
+    } else {
+        curs_set(0);
+    }
+    wnoutrefresh(stdscr);
+    if (t->help) {
+        paint_overlays_discard(); /* under the help window */
+        paint_help(t);
+    }
+    doupdate();
+    paint_overlays_flush();
+    t->dirty = t->force = t->input_dirty = 0;
+    t->last_paint = monotonic_seconds();
+}
+
+void tui_full_redraw(tui *t)
+{
+    clearok(curscr, TRUE);
+    render_model_repaint(t->rm);
+    t->force = t->dirty = 1;
+}
+
+void tui_resize(tui *t)
+{
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 && ws.ws_col > 0)
+        resizeterm(ws.ws_row, ws.ws_col);
+    t->rows = LINES;
+    t->cols = COLS;
+    t->trans_h = -1;
+    if (t->help)
+        tui_help_toggle(t, 1);
+    erase();
+    tui_full_redraw(t);
+}
