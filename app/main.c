@@ -163,7 +163,8 @@ static int open_generator(app_options *o, const app_frontend *fe, generator **ge
         .engine = {.backend = (backend_kind)o->backend, .tp = o->tp, .dcp = o->dcp, .threads_per_rank = o->threads,
                    .max_context = o->max_context,
                    .memory_budget_bytes = (size_t)(o->mem_gib * 1073741824.0),
-                   .devices = n_devices ? devices : NULL, .n_devices = n_devices, .speculate = o->speculate},
+                   .devices = n_devices ? devices : NULL, .n_devices = n_devices, .speculate = o->speculate,
+                   .kv_cache = (kv_cache_format)o->kv_cache},
         .on_note = relay_note, .on_load = relay_load_progress, .load_user = (void *)fe,
     };
     return generator_local_open(gen, &lo, err);

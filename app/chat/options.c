@@ -17,6 +17,7 @@
 #include "app/chat/sampling_range.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/device_plan.h"
+#include "engine/runtime/kv_cache.h"
 #include "engine/runtime/speculate.h"
 #include "engine/base/file_io.h"
 
@@ -26,6 +27,7 @@
 
 typedef enum {
     OPT_MODEL, OPT_SERVER, OPT_SERVER_MODEL, OPT_API_KEY_ENV, OPT_API_KEY_FILE, OPT_BACKEND, OPT_TP, OPT_DCP, OPT_MAX_CONTEXT, OPT_MEM_GIB, OPT_THREADS, OPT_DEVICES, OPT_SPECULATE,
+    OPT_KV_CACHE,
     OPT_VERIFY,
     OPT_PLAIN, OPT_SCRIPT, OPT_KEEP_GOING, OPT_PROMPT,
     OPT_RESUME, OPT_LOAD, OPT_SYSTEM, OPT_NO_SAVE,
@@ -59,6 +61,7 @@ static const flag_def flags[] = {
     {"threads", 0, "N", OPT_THREADS, "CPU threads, 0..4096 (default 0: cores / tp)"},
     {"devices", 0, "LIST", OPT_DEVICES, "GPUs: one per rank, or one for all (default 0..tp-1)"},
     {"speculate", 0, "off|auto|N", OPT_SPECULATE, "draft N tokens by prompt lookup (default auto)"},
+    {"kv-cache", 0, "fp16|fp8", OPT_KV_CACHE, "KV cache format (default fp16; fp8 holds ~1.75x)"},
     {"verify", 0, NULL, OPT_VERIFY, "check the backend against the CPU first"},
     {NULL, 0, NULL, 0, "Mode"},
     {"plain", 0, NULL, OPT_PLAIN, "line mode (default off a terminal or with TERM=dumb)"},
@@ -104,6 +107,7 @@ static const struct {
 } config_keys[] = {
     {"model", OPT_MODEL}, {"server", OPT_SERVER}, {"server_model", OPT_SERVER_MODEL},
     {"api_key_env", OPT_API_KEY_ENV}, {"api_key_file", OPT_API_KEY_FILE}, {"backend", OPT_BACKEND}, {"tp", OPT_TP}, {"dcp", OPT_DCP}, {"devices", OPT_DEVICES}, {"speculate", OPT_SPECULATE},
+    {"kv_cache", OPT_KV_CACHE},
     {"max_context", OPT_MAX_CONTEXT}, {"mem_gib", OPT_MEM_GIB}, {"theme", OPT_THEME},
     {"temperature", OPT_TEMPERATURE}, {"top_p", OPT_TOP_P}, {"top_k", OPT_TOP_K},
     {"max_tokens", OPT_MAX_TOKENS}, {"seed", OPT_SEED}, {"thinking", OPT_THINK},
@@ -261,6 +265,13 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         return device_list_parse(what, v, devices, &n, err) ? KIMI_ERR_USAGE : set_string(&o->devices, v, what, err);
     }
     case OPT_SPECULATE: return speculate_parse(v, &o->speculate, what, err);
+    case OPT_KV_CACHE: {
+        kv_cache_format format;
+        if (kv_cache_format_parse(v, &format))
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: must be fp16 or fp8", what);
+        o->kv_cache = (int)format;
+        return 0;
+    }
     case OPT_VERIFY: o->verify = 1; return 0;
     case OPT_SCRIPT:
         if (!*v)

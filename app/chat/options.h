@@ -33,6 +33,9 @@ typedef struct {
     double mem_gib;         /* --mem-gib / mem_gib = (0: the engine's default) */
     int threads;            /* --threads (0: cores / tp) */
     int speculate;          /* --speculate / speculate =: SPECULATE_AUTO, _OFF or a draft length */
+    int kv_cache;           /* --kv-cache / kv_cache =: KV_CACHE_FP16 (default: the reference the
+                               tolerances are stated against, whatever the checkpoint asks) or
+                               KV_CACHE_FP8 (README "FP8 latent cache") */
     char *devices;          /* --devices / devices =: which GPUs, as written ("0,1,2,3", checked
                                by device_list_parse); NULL: the engine's choice */
     int verify;             /* --verify: the self-check (engine/runtime/verify.h) before the chat */

@@ -6,12 +6,14 @@
 #include <stdio.h>
 
 #include "engine/base/error.h"
+#include "kernels/kv_format.h"
 
 typedef struct {
     const char *model_dir;
     const char *reference_dir;
     const char *backend;        /* "cpu" or "cuda" */
     int tp;
+    kv_cache_format kv_cache;   /* --kv-cache: the cache the model cases run with (fp8: wider tolerances) */
     int dcp;                    /* ranks the latent cache is sharded over (--dcp) */
     char ranks[32];             /* "tp 8" or "tp 8, dcp 4", for the case lines */
     int devices[8], n_devices;  /* --devices (the CUDA backend's; 0: its default) */

@@ -22,6 +22,19 @@
 #define CUDA_LOGIT_MAX_ERR 5e-2
 #define CUDA_ARGMAX_MARGIN 0.1
 #define CUDA_CACHE_MEAN_REL 1e-2
+/* The fp8 cache (--kv-cache fp8, kernels/kv_format.h; README "FP8 latent cache"), either
+ * backend. Layer 0's latent is the quantisation alone (its inputs do not depend on attention):
+ * each value within half an e4m3 step of the top of its block's range (amax / 28) of the
+ * reference, plus the fp16 roundings on either side (2^-10 of the value). Later layers and the
+ * logits carry the quantisation through the network: tiny-k25's random layers turn the cache's
+ * 1.7% mean error (relative to each vector's rms) into logits that move by up to 8.7 (mean
+ * 0.33, logit sd 3.0; its fp16 cache shows the same gain, 9e-6 -> 1e-4), so the bounds are
+ * those measured with 1.2-1.4x room: a codec that truncates instead of rounding (tried: logits
+ * mean 0.40-0.51, layer 0 at twice its bound) fails them. Arg-max and free-running greedy are
+ * not compared: at that size of error the fixture's margins decide nothing. */
+#define FP8_LOGIT_MAX_ERR 12.0
+#define FP8_LOGIT_MEAN_ERR 0.4
+#define FP8_CACHE_MEAN_REL 0.06
 
 typedef struct {
     golden_run *g;
@@ -73,7 +86,8 @@ static int session_open(model_session *s, golden_run *g, kimi_err *err)
         return err->code;
     s->vocab = s->mw.cfg.vocab;
     backend_options opt = {.kind = strcmp(g->backend, "cuda") ? BACKEND_CPU : BACKEND_CUDA, .tp = g->tp,
-                           .dcp = g->dcp, .max_context = capacity, .devices = g->devices, .n_devices = g->n_devices};
+                           .dcp = g->dcp, .max_context = capacity, .kv_cache = g->kv_cache, .devices = g->devices,
+                           .n_devices = g->n_devices};
     return backend_open(&s->be, &s->mw, &opt, err);
 }
 
@@ -159,8 +173,15 @@ static int on_cuda(const model_session *s)
     return !strcmp(s->g->backend, "cuda");
 }
 
+static int fp8_cache(const model_session *s)
+{
+    return s->g->kv_cache == KV_CACHE_FP8;
+}
+
 static int logits_ok(const model_session *s, const error_stats *e)
 {
+    if (fp8_cache(s))
+        return e->max <= FP8_LOGIT_MAX_ERR && error_mean(e) <= FP8_LOGIT_MEAN_ERR;
     if (on_cuda(s))
         return e->max <= CUDA_LOGIT_MAX_ERR && e->argmax_differs == 0;
     return e->max <= LOGIT_MAX_ERR && error_mean(e) <= LOGIT_MEAN_ERR;
@@ -242,6 +263,10 @@ static int run_greedy(model_session *s, json_t *c, const char *name, kimi_err *e
     if (margin < min_margin) {
         golden_case(s->g, 1, label, "not compared: the reference's min top-1 margin %.3g is below %.2g", margin,
                     min_margin);
+        goto done;
+    }
+    if (fp8_cache(s)) {
+        golden_case(s->g, 1, label, "not compared: fp8 cache");
         goto done;
     }
     if ((rc = backend_forward(s->be, tokens, n, 0, &last, 1, got, err)))
@@ -339,10 +364,23 @@ static int run_kv(model_session *s, json_t *c, const char *name, kimi_err *err)
     }
     if ((rc = backend_forward(s->be, tokens, n, 0, NULL, 0, NULL, err)) || (rc = backend_read_kv(s->be, n, got, err)))
         goto done;
-    double max = 0, sum = 0;
+    double max = 0, sum = 0, layer0_worst = 0;
     size_t count = 0;
     for (size_t v = 0; v < (size_t)cfg->layers * (size_t)n; v++) {
         const uint16_t *w = want + v * row, *o = got + v * row;
+        for (int b = 0; v < (size_t)n && b < kv_fp8_blocks(cfg->kv_lora_rank); b++) {
+            /* layer 0 (fp8): |error| against half the block's top e4m3 step plus the fp16 roundings */
+            int first = b * KV_FP8_BLOCK, end = first + KV_FP8_BLOCK < cfg->kv_lora_rank ? first + KV_FP8_BLOCK
+                                                                                        : cfg->kv_lora_rank;
+            double amax = 0;
+            for (int i = first; i < end; i++)
+                amax = fmax(amax, fabs(f16_to_float(w[i])));
+            for (int i = first; i < end; i++) {
+                double bound = amax / 28.0 * 1.001 + fabs(f16_to_float(w[i])) / 1024.0;
+                double ratio = fabs((double)f16_to_float(o[i]) - f16_to_float(w[i])) / (bound > 0 ? bound : 1e-30);
+                layer0_worst = isnan(ratio) || ratio > layer0_worst ? (isnan(ratio) ? INFINITY : ratio) : layer0_worst;
+            }
+        }
         size_t parts[3] = {0, (size_t)cfg->kv_lora_rank, row};
         for (int p = 0; p < 2; p++) {
             double squares = 0;
@@ -358,6 +396,12 @@ static int run_kv(model_session *s, json_t *c, const char *name, kimi_err *err)
         }
     }
     double mean = count ? sum / (double)count : 0;
+    if (fp8_cache(s)) {
+        golden_case(s->g, layer0_worst <= 1.0 && mean <= FP8_CACHE_MEAN_REL, name,
+                    "fp8 cache [%d layers][%d positions][%zu]: relative error max %.3g mean %.3g, layer 0 at most %.3g "
+                    "of its bound (%s)", cfg->layers, n, row, max, mean, layer0_worst, s->g->ranks);
+        goto done;
+    }
     int ok = on_cuda(s) ? mean <= CUDA_CACHE_MEAN_REL : max <= CACHE_MAX_REL && mean <= CACHE_MEAN_REL;
     golden_case(s->g, ok, name,
                 "fp16 cache [%d layers][%d positions][%zu]: relative error max %.3g mean %.3g (%s)", cfg->layers, n,

@@ -80,6 +80,15 @@ int probe_arg_int(const probe_args *a, const char *name, long lo, long hi, long 
     return 0;
 }
 
+int probe_arg_kv_cache(const probe_args *a, kv_cache_format *out, kimi_err *err)
+{
+    const char *v = probe_arg(a, "kv-cache");
+    *out = KV_CACHE_FP16;
+    if (v && kv_cache_format_parse(v, out))
+        return kimi_fail(err, KIMI_ERR_USAGE, "--kv-cache: '%s' is not fp16 or fp8", v);
+    return 0;
+}
+
 int probe_arg_double(const probe_args *a, const char *name, double def, double *out, kimi_err *err)
 {
     const char *v = probe_arg(a, name);

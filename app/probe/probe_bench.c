@@ -31,7 +31,7 @@ int probe_engine_options(const probe_args *a, long default_ctx, engine_options *
         probe_arg_int(a, "tp", 1, 8, 1, &tp, err) || probe_arg_int(a, "dcp", 1, 8, 1, &dcp, err) ||
         kv_shard_check((int)tp, (int)dcp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
         probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err) ||
-        probe_arg_devices(a, devices, &opt->n_devices, err))
+        probe_arg_devices(a, devices, &opt->n_devices, err) || probe_arg_kv_cache(a, &opt->kv_cache, err))
         return err->code;
     const char *speculate = probe_arg(a, "speculate");
     char what[64];
@@ -97,7 +97,7 @@ int probe_generate(int argc, char **argv)
     engine_options opt;
     long n_new;
     int *stop = NULL, n_stop = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,dcp,devices,threads,ctx,speculate", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,dcp,devices,threads,ctx,speculate,kv-cache", &err) ||
         probe_engine_options(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
         return probe_report(&err);
     const char *tokens_text = probe_arg(&a, "tokens"), *prompt_text = probe_arg(&a, "prompt");
@@ -296,10 +296,10 @@ static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *e
  * ctx (positions 0..ctx-1 in the cache, the new one included), from the model's shapes: its
  * shard (replicated tensors whole) less the embedding table (looked up on the host) and the
  * routed experts the router did not pick (experts - experts_per_token of them in every MoE
- * layer), plus every layer's latent cache rows [ctx][kv_lora + rope] fp16 (each rank holds and
- * reads the whole latent cache). */
-static int census_required_bytes(const model_weights *mw, int tp, int rank, long ctx, double *weights,
-                                 double *cache, kimi_err *err)
+ * layer), plus every layer's latent cache rows of ctx positions in the cache's format (each
+ * rank holds and reads the whole latent cache). */
+static int census_required_bytes(const model_weights *mw, int tp, int rank, long ctx, kv_cache_format format,
+                                 double *weights, double *cache, kimi_err *err)
 {
     const model_config *c = &mw->cfg;
     tp_shard shard;
@@ -317,7 +317,7 @@ static int census_required_bytes(const model_weights *mw, int tp, int rank, long
         total -= (double)(c->experts - c->experts_per_token) * expert;
     }
     *weights = total;
-    *cache = (double)ctx * (double)kv_bytes_per_token(c);
+    *cache = (double)ctx * (double)kv_bytes_per_token(c, format);
     return 0;
 }
 
@@ -380,8 +380,10 @@ static int bench_census(const probe_args *a, kimi_err *err)
     long tp, n_prompt;
     int devices[8], n_devices = 0;
     backend_kind kind;
+    kv_cache_format format;
     const char *dir;
     if (probe_arg_required(a, "model", &dir, err) || probe_arg_backend(a, &kind, err) ||
+        probe_arg_kv_cache(a, &format, err) ||
         probe_arg_int(a, "tp", 1, 8, 8, &tp, err) || probe_arg_int(a, "prompt", 1, DEVICE_MAX_TOKENS, 4, &n_prompt, err) ||
         probe_arg_devices(a, devices, &n_devices, err))
         return err->code;
@@ -400,7 +402,7 @@ static int bench_census(const probe_args *a, kimi_err *err)
     const model_config *c = &mw.cfg;
     long ctx = n_prompt + 2;
     backend_options bo = {.kind = BACKEND_CUDA, .tp = (int)tp, .max_context = ctx, .devices = devices,
-                          .n_devices = n_devices};
+                          .n_devices = n_devices, .kv_cache = format};
     backend *be = NULL;
     int32_t tokens[DEVICE_MAX_TOKENS + 2];
     float *logits = malloc((size_t)c->vocab * sizeof *logits);
@@ -422,7 +424,7 @@ static int bench_census(const probe_args *a, kimi_err *err)
     }
     double weights = 0, cache = 0;
     if (!rc)
-        rc = census_required_bytes(&mw, (int)tp, 0, ctx, &weights, &cache, err);
+        rc = census_required_bytes(&mw, (int)tp, 0, ctx, format, &weights, &cache, err);
     if (!rc && probe_arg(a, "json")) {
         json_t *o = census_json(dc, c, (int)tp, ctx, weights, cache);
         char *line = json_dumps(o, JSON_COMPACT);
@@ -446,7 +448,7 @@ int probe_bench(int argc, char **argv)
     engine_options opt;
     long n_prompt, n_gen, read_mib;
     if (probe_args_parse(&a, argc, argv,
-                         "model,backend,tp,dcp,devices,threads,prompt,gen,ctx,read-mib,speculate,census,json", &err))
+                         "model,backend,tp,dcp,devices,threads,prompt,gen,ctx,read-mib,speculate,kv-cache,census,json", &err))
         return probe_report(&err);
     if (probe_arg(&a, "census"))
         return bench_census(&a, &err) ? probe_report(&err) : 0;

@@ -12,6 +12,7 @@
 #include "engine/backend/device_plan.h"
 #include "engine/backend/kv_shard.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/kv_cache.h"
 #include "kernels/cpu/numeric.h"
 
 /* Without --mem-gib the plan assumes one 96 GB RTX PRO 6000 (the deployment target) less
@@ -23,13 +24,17 @@
 typedef struct {
     tp_shard *shards;           /* [tp] each rank's slices and the weight bytes it reads */
     size_t max_rank_bytes;
+    kv_cache_format kv_cache;   /* the cache format asked for (--kv-cache) */
     int dcp;                    /* ranks the cache is sharded over */
-    long replicated_context;    /* positions that fit beside the largest rank's weights, cache replicated */
+    long replicated_context;    /* positions that fit beside the largest rank's weights, in that format, cache replicated */
     long memory_context;        /* the same with the cache sharded over dcp ranks (dcp x replicated) */
     long max_context;           /* usable: memory_context capped at max_position_embeddings */
+    long max_context_by_format[2]; /* max_context with KV_CACHE_FP16, KV_CACHE_FP8 */
+    long memory_context_by_format[2]; /* memory_context with each */
 } memory_plan;
 
-static int plan_memory(const model_weights *mw, int tp, int dcp, double mem_gib, memory_plan *plan, kimi_err *err)
+static int plan_memory(const model_weights *mw, int tp, int dcp, double mem_gib, kv_cache_format kv_cache,
+                       memory_plan *plan, kimi_err *err)
 {
     plan->shards = calloc((size_t)tp, sizeof *plan->shards);
     if (!plan->shards)
@@ -44,9 +49,19 @@ static int plan_memory(const model_weights *mw, int tp, int dcp, double mem_gib,
             plan->max_rank_bytes = plan->shards[r].weight_bytes;
     }
     plan->dcp = dcp;
-    plan->replicated_context = max_context_for_budget(&mw->cfg, plan->max_rank_bytes, (size_t)(mem_gib * GIB));
-    plan->memory_context = kv_shard_context(plan->replicated_context, dcp);
-    plan->max_context = plan->memory_context < mw->cfg.max_position ? plan->memory_context : mw->cfg.max_position;
+    for (int f = KV_CACHE_FP16; f <= KV_CACHE_FP8; f++) {
+        long replicated = max_context_for_budget(&mw->cfg, (kv_cache_format)f, plan->max_rank_bytes,
+                                                 (size_t)(mem_gib * GIB));
+        long fit = kv_shard_context(replicated, dcp);
+        plan->memory_context_by_format[f] = fit;
+        plan->max_context_by_format[f] = fit < mw->cfg.max_position ? fit : mw->cfg.max_position;
+        if (f == (int)kv_cache) {
+            plan->replicated_context = replicated;
+            plan->memory_context = fit;
+        }
+    }
+    plan->kv_cache = kv_cache;
+    plan->max_context = plan->max_context_by_format[kv_cache];
     return 0;
 }
 
@@ -89,12 +104,14 @@ static void print_json(const model_weights *mw, int tp, double mem_gib, const me
         {"experts", c->experts}, {"experts_per_token", c->experts_per_token}, {"shared_experts", c->shared_experts},
         {"moe_intermediate", c->moe_intermediate}, {"intermediate", c->intermediate}, {"n_group", c->n_group},
         {"topk_group", c->topk_group}, {"vocab", c->vocab}, {"max_position", c->max_position},
-        {"weight_bytes", (long long)mw->weight_bytes}, {"kv_bytes_per_token", (long long)kv_bytes_per_token(c)},
+        {"weight_bytes", (long long)mw->weight_bytes}, {"kv_bytes_per_token", (long long)kv_bytes_per_token(c, plan->kv_cache)},
         {"tp", tp}, {"bytes_per_rank", (long long)plan->max_rank_bytes}, {"max_context", plan->max_context},
         {"max_context_by_memory", plan->memory_context}, {"dcp", plan->dcp},
-        {"kv_bytes_per_token_per_rank", (long long)(kv_bytes_per_token(c) / (size_t)plan->dcp)},
+        {"kv_bytes_per_token_per_rank", (long long)(kv_bytes_per_token(c, plan->kv_cache) / (size_t)plan->dcp)},
         {"max_context_replicated", plan->replicated_context < c->max_position ? plan->replicated_context
                                                                               : c->max_position},
+        {"max_context_fp16", plan->max_context_by_format[KV_CACHE_FP16]},
+        {"max_context_fp8", plan->max_context_by_format[KV_CACHE_FP8]},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         json_object_set_new(o, ints[i].key, json_integer(ints[i].value));
@@ -108,6 +125,8 @@ static void print_json(const model_weights *mw, int tp, double mem_gib, const me
     json_object_set_new(o, "model_type", json_string(c->model_type));
     json_object_set_new(o, "prefix", json_string(mw->prefix));
     json_object_set_new(o, "quant_algo", json_string(c->quant_algo));
+    json_object_set_new(o, "kv_cache", json_string(kv_cache_format_name(plan->kv_cache)));
+    json_object_set_new(o, "kv_cache_quant_algo", json_string(c->kv_cache_quant_algo));
     json_object_set_new(o, "mem_gib", json_real(mem_gib));
     json_object_set_new(o, "load_seconds", json_real(mw->load_seconds));
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -132,12 +151,16 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
     printf("linears       %d NVFP4, %d BF16/F16/F32 (embedding not counted)\n", mw->n_nvfp4_linears,
            mw->n_dense_linears);
     printf("weights       %zu bytes (%.3f GiB)\n", mw->weight_bytes, mw->weight_bytes / GIB);
-    printf("kv cache      %zu bytes per token (fp16 latent %d + k_pe %d, %d layers)\n", kv_bytes_per_token(c),
-           c->kv_lora_rank, c->qk_rope_dim, c->layers);
+    printf("kv cache      %s (--kv-cache; the checkpoint asks for %s): %zu bytes per token (%s latent %d + k_pe %d, %d "
+           "layers); fp16 %zu, fp8 %zu\n", kv_cache_format_name(plan->kv_cache),
+           c->kv_cache_quant_algo[0] ? c->kv_cache_quant_algo : "nothing", kv_bytes_per_token(c, plan->kv_cache),
+           plan->kv_cache == KV_CACHE_FP8 ? "e4m3 with a scale per 128" : "fp16", c->kv_lora_rank, c->qk_rope_dim,
+           c->layers, kv_bytes_per_token(c, KV_CACHE_FP16), kv_bytes_per_token(c, KV_CACHE_FP8));
     if (plan->dcp > 1)
         printf("kv sharding   dcp %d: position p on rank p %% %d of each group of %d ranks, %zu B per position per "
-               "rank (replicated: %zu)\n", plan->dcp, plan->dcp, plan->dcp, kv_bytes_per_token(c) / (size_t)plan->dcp,
-               kv_bytes_per_token(c));
+               "rank in the %s cache (replicated: %zu)\n", plan->dcp, plan->dcp, plan->dcp,
+               kv_bytes_per_token(c, plan->kv_cache) / (size_t)plan->dcp, kv_cache_format_name(plan->kv_cache),
+               kv_bytes_per_token(c, plan->kv_cache));
     for (int r = 0; r < tp; r++) {
         char label[32];
         const tp_shard *sh = &plan->shards[r];
@@ -155,6 +178,9 @@ static void print_human(const char *dir, const model_weights *mw, int tp, double
     else
         printf("max context   %ld positions fit after the largest rank's weights (max_position_embeddings %d)\n",
                plan->max_context, c->max_position);
+    printf("by cache      memory holds %ld positions with --kv-cache fp16, %ld with fp8 (%s in use%s)\n",
+           plan->memory_context_by_format[KV_CACHE_FP16], plan->memory_context_by_format[KV_CACHE_FP8],
+           kv_cache_format_name(plan->kv_cache), plan->dcp > 1 ? ", the cache sharded" : "");
     if (plan->dcp > 1)
         printf("replicated    %ld positions fit by memory with the cache on every rank (dcp 1); dcp %d: %ld (%.2fx)\n",
                plan->replicated_context, plan->dcp, plan->memory_context,
@@ -169,8 +195,10 @@ int probe_info(int argc, char **argv)
     const char *dir;
     long tp, dcp;
     double mem_gib;
-    if (probe_args_parse(&a, argc, argv, "model,tp,dcp,mem-gib,json", &err) ||
+    kv_cache_format kv_cache;
+    if (probe_args_parse(&a, argc, argv, "model,tp,dcp,mem-gib,json,kv-cache", &err) ||
         probe_arg_required(&a, "model", &dir, &err) || probe_arg_int(&a, "tp", 1, 1024, 1, &tp, &err) ||
+        probe_arg_kv_cache(&a, &kv_cache, &err) ||
         probe_arg_int(&a, "dcp", 1, KV_SHARD_MAX, 1, &dcp, &err) || kv_shard_check((int)tp, (int)dcp, &err) ||
         probe_arg_double(&a, "mem-gib", DEFAULT_MEM_GIB, &mem_gib, &err))
         return probe_report(&err);
@@ -187,7 +215,7 @@ int probe_info(int argc, char **argv)
     if (weights_load(&mw, dir, &err))
         return probe_report(&err);
     memory_plan plan = {0};
-    if (plan_memory(&mw, (int)tp, (int)dcp, mem_gib, &plan, &err)) {
+    if (plan_memory(&mw, (int)tp, (int)dcp, mem_gib, kv_cache, &plan, &err)) {
         weights_free(&mw);
         return probe_report(&err);
     }
@@ -232,7 +260,8 @@ static int plan_devices(const probe_args *a, int tp, const int *devices, int n_d
 }
 
 static void print_plan_json(const model_config *c, const device_assignment *da, const device_rank_plan *plans,
-                            const size_t *free_bytes, const device_memory_plan *p, long max_context)
+                            const size_t *free_bytes, const device_memory_plan *p, long max_context,
+                            kv_cache_format kv_cache)
 {
     json_t *o = json_object(), *devices = json_array(), *free_list = json_array(), *weights = json_array();
     json_t *workspaces = json_array();
@@ -250,6 +279,7 @@ static void print_plan_json(const model_config *c, const device_assignment *da, 
     json_object_set_new(o, "rank_workspace_bytes", workspaces);
     json_object_set_new(o, "reserve_bytes", json_integer((json_int_t)DEVICE_RESERVE_BYTES));
     json_object_set_new(o, "cache_bytes_per_position", json_integer((json_int_t)plans[0].cache_bytes_per_position));
+    json_object_set_new(o, "kv_cache", json_string(kv_cache_format_name(kv_cache)));
     json_object_set_new(o, "tightest_device", json_integer(p->tightest));
     json_object_set_new(o, "max_context_by_memory", json_integer(p->max_context));
     json_object_set_new(o, "max_position", json_integer(c->max_position));
@@ -261,7 +291,8 @@ static void print_plan_json(const model_config *c, const device_assignment *da, 
 }
 
 static void print_plan_human(const model_config *c, const device_assignment *da, const device_rank_plan *plans,
-                             const size_t *free_bytes, const device_memory_plan *p, long max_context, int sms)
+                             const size_t *free_bytes, const device_memory_plan *p, long max_context, int sms,
+                             kv_cache_format kv_cache)
 {
     printf("ranks         %d on %s\n", da->tp,
            da->comm == DEVICE_COMM_NCCL ? "a device each (NCCL)" : "one device (the local communicator)");
@@ -269,8 +300,9 @@ static void print_plan_human(const model_config *c, const device_assignment *da,
         printf("rank %d/%d      device %d (%.2f GiB free): weights %.3f GiB (%zu B), workspace %.1f MiB\n", r, da->tp,
                da->device[r], free_bytes[da->device[r]] / GIB, plans[r].weight_bytes / GIB, plans[r].weight_bytes,
                plans[r].workspace_bytes / (1024.0 * 1024.0));
-    printf("cache         %zu B per position per rank (fp16 latent %d + k_pe %d, %d layers); workspace planned for "
-           "%d multiprocessors\n", plans[0].cache_bytes_per_position, c->kv_lora_rank, c->qk_rope_dim, c->layers, sms);
+    printf("cache         %s (--kv-cache): %zu B per position per rank (latent %d + k_pe %d, %d layers); workspace "
+           "planned for %d multiprocessors\n", kv_cache_format_name(kv_cache), plans[0].cache_bytes_per_position,
+           c->kv_lora_rank, c->qk_rope_dim, c->layers, sms);
     printf("tightest      device %d: %.2f GiB free, %.3f GiB fixed (weights and workspace of %d rank%s + %.2f GiB "
            "reserve)\n", p->tightest, p->free_bytes / GIB, p->fixed_bytes / GIB, p->ranks_on_tightest,
            p->ranks_on_tightest > 1 ? "s" : "", DEVICE_RESERVE_BYTES / GIB);
@@ -290,7 +322,9 @@ int probe_plan(int argc, char **argv)
     long tp, sms;
     int devices[DEVICE_MAX_RANKS], n_devices = 0, n_visible = 0;
     static size_t free_bytes[DEVICE_MAX_ORDINAL + 1];
-    if (probe_args_parse(&a, argc, argv, "model,tp,devices,device-memory,sms,json", &err) ||
+    kv_cache_format kv_cache;
+    if (probe_args_parse(&a, argc, argv, "model,tp,devices,device-memory,sms,json,kv-cache", &err) ||
+        probe_arg_kv_cache(&a, &kv_cache, &err) ||
         probe_arg_required(&a, "model", &dir, &err) || probe_arg_int(&a, "tp", 1, DEVICE_MAX_RANKS, 1, &tp, &err) ||
         probe_arg_int(&a, "sms", 1, 4096, 132, &sms, &err) || probe_arg_devices(&a, devices, &n_devices, &err) ||
         plan_devices(&a, (int)tp, devices, n_devices, free_bytes, &n_visible, &err))
@@ -311,7 +345,8 @@ int probe_plan(int argc, char **argv)
     device_rank_plan plans[DEVICE_MAX_RANKS];
     int rc = config_check_tp(&mw.cfg, (int)tp, &err);
     for (int r = 0; !rc && r < tp; r++)
-        rc = device_rank_plan_make(&mw, (int)tp, r, device_attention_splits(0x7FFFFFFFL, (int)sms), &plans[r], &err);
+        rc = device_rank_plan_make(&mw, (int)tp, r, device_attention_splits(0x7FFFFFFFL, (int)sms), kv_cache, &plans[r],
+                                   &err);
     if (rc) {
         weights_free(&mw);
         return probe_report(&err);
@@ -320,9 +355,9 @@ int probe_plan(int argc, char **argv)
     device_memory_plan_make(plans, &da, free_bytes, DEVICE_RESERVE_BYTES, &p);
     long max_context = p.max_context < mw.cfg.max_position ? p.max_context : mw.cfg.max_position;
     if (json)
-        print_plan_json(&mw.cfg, &da, plans, free_bytes, &p, max_context);
+        print_plan_json(&mw.cfg, &da, plans, free_bytes, &p, max_context, kv_cache);
     else
-        print_plan_human(&mw.cfg, &da, plans, free_bytes, &p, max_context, (int)sms);
+        print_plan_human(&mw.cfg, &da, plans, free_bytes, &p, max_context, (int)sms, kv_cache);
     weights_free(&mw);
     if (p.max_context > 0)
         return 0;

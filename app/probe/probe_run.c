@@ -45,12 +45,13 @@ static int probe_run_open(probe_run *p, const probe_args *a, kimi_err *err)
     if (probe_arg_int(a, "max-context", 1, 1L << 30, p->n_tokens, &max_context, err))
         return err->code;
     backend_kind kind;
-    if (probe_arg_backend(a, &kind, err))
+    kv_cache_format kv_cache;
+    if (probe_arg_backend(a, &kind, err) || probe_arg_kv_cache(a, &kv_cache, err))
         return err->code;
     if (weights_load(&p->mw, model_dir, err))
         return err->code;
-    backend_options opt = {.kind = kind, .tp = (int)tp, .dcp = (int)dcp, .threads_per_rank = (int)threads, .max_context = max_context,
-                           .devices = devices, .n_devices = n_devices};
+    backend_options opt = {.kind = kind, .tp = (int)tp, .dcp = (int)dcp, .threads_per_rank = (int)threads,
+                           .max_context = max_context, .kv_cache = kv_cache, .devices = devices, .n_devices = n_devices};
     return backend_open(&p->be, &p->mw, &opt, err);
 }
 
@@ -72,7 +73,7 @@ int probe_logits(int argc, char **argv)
     probe_run p = {0};
     int *rows = NULL, n_rows = 0, status = 0;
     float *logits = NULL;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,positions,backend,tp,dcp,devices,threads,max-context,out", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,positions,backend,tp,dcp,devices,threads,max-context,out,kv-cache", &err) ||
         probe_run_open(&p, &a, &err))
         goto done;
     if (probe_arg(&a, "positions")) {
@@ -114,7 +115,7 @@ int probe_kv(int argc, char **argv)
     probe_run p = {0};
     uint16_t *cache = NULL;
     int status = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,backend,tp,dcp,devices,threads,max-context,out", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,backend,tp,dcp,devices,threads,max-context,out,kv-cache", &err) ||
         probe_run_open(&p, &a, &err))
         goto done;
     size_t halves = (size_t)p.mw.cfg.layers * (size_t)p.n_tokens *

@@ -10,6 +10,7 @@
 struct backend {
     backend_kind kind;
     const model_config *cfg;
+    kv_cache_format cache_format;
     cpu_backend *cpu;
     cuda_backend *cuda;
 };
@@ -97,6 +98,7 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the backend");
     be->kind = opt->kind;
     be->cfg = &mw->cfg;
+    be->cache_format = opt->kv_cache;
     int dcp = opt->dcp ? opt->dcp : 1, rc = kv_shard_check(opt->tp, dcp, err);
     if (!rc && dcp > 1 && opt->kind == BACKEND_CUDA)
         rc = kimi_fail(err, KIMI_ERR_USAGE, "--dcp %d: the cuda backend keeps the cache replicated; decode context "
@@ -198,7 +200,7 @@ int backend_take_comm_census(backend *be, int rank, tp_comm_census *out, kimi_er
 size_t backend_cache_bytes_per_rank(const backend *be)
 {
     if (be->kind == BACKEND_CUDA)
-        return (size_t)cuda_backend_capacity(be->cuda) * kv_bytes_per_token(be->cfg);
+        return (size_t)cuda_backend_capacity(be->cuda) * kv_bytes_per_token(be->cfg, be->cache_format);
     return cpu_backend_cache_bytes_per_rank(be->cpu);
 }
 

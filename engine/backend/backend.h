@@ -1,6 +1,6 @@
 /* backend: the one interface the engine drives a model through (CPU reference or CUDA):
  * N tensor-parallel ranks that each hold a shard, run forward steps over a token range
- * writing the fp16 latent KV cache, and return logits. */
+ * writing the latent KV cache (fp16 or fp8), and return logits. */
 #ifndef KIMI_BACKEND_H
 #define KIMI_BACKEND_H
 
@@ -10,6 +10,7 @@
 #include "engine/backend/tp_comm.h"
 #include "engine/base/error.h"
 #include "engine/model/weights.h"
+#include "kernels/kv_format.h"
 
 typedef enum { BACKEND_CPU, BACKEND_CUDA } backend_kind;
 
@@ -20,6 +21,7 @@ typedef struct {
                                  * Waits spin briefly only when tp * threads + 1 (the calling thread)
                                  * fit in the usable CPUs; KIMI_CPU_SPIN=auto|on|off overrides it */
     long max_context;           /* KV cache positions to reserve */
+    kv_cache_format kv_cache;   /* the latent cache's element format (kernels/kv_format.h); 0: fp16 */
     int dcp;                    /* decode context parallelism: the latent cache is sharded by position over
                                  * groups of dcp ranks (engine/backend/kv_shard.h), each rank storing 1/dcp
                                  * of the positions; divides tp; 0 or 1 = replicated on every rank. CPU
@@ -106,11 +108,12 @@ int backend_decodes_tokens(const backend *be);
  * out of range. */
 int backend_take_comm_census(backend *be, int rank, tp_comm_census *out, kimi_err *err);
 
-/* Bytes of latent cache one rank holds (the largest share; all layers). */
+/* Bytes of latent cache one rank holds (the largest share; all layers; in the cache's format). */
 size_t backend_cache_bytes_per_rank(const backend *be);
 
-/* Copy the fp16 cache of positions [0, n_pos) as [layer][position][kv_lora | rope] (rank 0, with
- * the positions of its DCP group's other members put back in place). */
+/* Copy the cache of positions [0, n_pos) as fp16 [layer][position][kv_lora | rope] (rank 0, with
+ * the positions of its DCP group's other members put back in place); an fp8 cache decodes to
+ * fp16 exactly (kernels/kv_format.h). */
 int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err);
 
 #endif

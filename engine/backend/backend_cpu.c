@@ -30,6 +30,7 @@ struct cpu_backend {
     const model_weights *mw;
     int tp, dcp, threads_per_rank, spin;
     long capacity;
+    kv_cache_format cache_format;
     int (*on_layer)(void *user, double tokens_done);
     void *on_layer_user;
     tp_comm *comm;
@@ -53,7 +54,8 @@ static void *rank_main(void *arg)
     rank_slot *slot = arg;
     struct cpu_backend *be = slot->be;
     /* Opened on the rank's own thread, so its cache and activations are first touched there. */
-    rank_setup setup = {be->mw, be->tp, slot->rank, be->capacity, be->dcp, CHUNK_TOKENS, NULL, be->comm};
+    rank_setup setup = {be->mw, be->tp, slot->rank, be->capacity, be->cache_format,
+                        be->dcp, CHUNK_TOKENS, NULL, be->comm};
     if (!worker_pool_open(&slot->pool, be->threads_per_rank, be->spin, &slot->err)) {
         setup.pool = slot->pool;
         rank_model_open(&slot->model, &setup, &slot->err);
@@ -115,6 +117,7 @@ int cpu_backend_open(cpu_backend **out, const model_weights *mw, const backend_o
     be->tp = opt->tp;
     be->dcp = opt->dcp > 0 ? opt->dcp : 1;
     be->capacity = opt->max_context;
+    be->cache_format = opt->kv_cache;
     be->on_layer = opt->on_layer;
     be->on_layer_user = opt->on_layer_user;
     be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank : (cores / opt->tp > 1 ? cores / opt->tp : 1);
@@ -227,13 +230,14 @@ int cpu_backend_read_kv(cpu_backend *be, long n_pos, uint16_t *out, kimi_err *er
     if (n_pos < 0 || n_pos > be->capacity)
         return kimi_fail(err, KIMI_ERR_STATE, "read_kv: %ld positions, the cache holds %ld", n_pos, be->capacity);
     size_t row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
+    size_t row_bytes = kv_row_bytes(be->cache_format, c->kv_lora_rank, c->qk_rope_dim);
     /* Position p sits on member p % dcp of group 0, which is rank p % dcp. */
     for (int layer = 0; layer < c->layers; layer++)
         for (long p = 0; p < n_pos; p++)
-            memcpy(out + ((size_t)layer * (size_t)n_pos + (size_t)p) * row,
-                   rank_model_cache(be->ranks[kv_shard_owner(p, be->dcp)].model, layer) +
-                       (size_t)kv_shard_slot(p, be->dcp) * row,
-                   row * sizeof *out);
+            kv_row_to_half(be->cache_format,
+                           rank_model_cache(be->ranks[kv_shard_owner(p, be->dcp)].model, layer) +
+                               (size_t)kv_shard_slot(p, be->dcp) * row_bytes,
+                           c->kv_lora_rank, c->qk_rope_dim, out + ((size_t)layer * (size_t)n_pos + (size_t)p) * row);
     return 0;
 }
 

@@ -80,7 +80,7 @@ typedef struct rank_device {
     layer_device *layers;
     weight_matrix lm_head;
     float *final_norm;
-    uint16_t *cache;            /* [layers][capacity][kv_lora | rope] fp16 */
+    uint8_t *cache;             /* [layers][capacity][cache_row bytes] (kernels/kv_format.h) */
     float *ws;                  /* device_workspace */
     device_workspace layout;
     gemv_scratch gemv;
@@ -111,7 +111,8 @@ struct cuda_backend {
                                                                GEMMs, their slots */
     device_assignment devices;
     long capacity;
-    size_t cache_row;
+    kv_cache_format cache_format;
+    size_t cache_row;           /* bytes of one position's row in one layer */
     cuda_comm *comm;
     cudaStream_t shared_stream; /* local: the one stream of every rank */
     size_t col_begin[MAX_RANKS + 1];    /* rank r's logits are vocab columns [col_begin[r], col_begin[r + 1]) */
@@ -211,10 +212,11 @@ static int devices_survey(const backend_options *opt, device_survey *s, kimi_err
     return 0;
 }
 
-static int plans_make(const model_weights *mw, int tp, int splits, device_rank_plan *plans, kimi_err *err)
+static int plans_make(const model_weights *mw, int tp, int splits, kv_cache_format cache_format,
+                      device_rank_plan *plans, kimi_err *err)
 {
     for (int r = 0; r < tp; r++)
-        if (device_rank_plan_make(mw, tp, r, splits, &plans[r], err))
+        if (device_rank_plan_make(mw, tp, r, splits, cache_format, &plans[r], err))
             return err->code;
     return 0;
 }
@@ -230,7 +232,7 @@ int cuda_backend_memory(const model_weights *mw, const backend_options *opt, siz
     device_survey s;
     device_rank_plan plans[MAX_RANKS];
     if (devices_survey(opt, &s, err) ||
-        plans_make(mw, opt->tp, device_attention_splits(0x7FFFFFFFL, s.sm_count), plans, err))
+        plans_make(mw, opt->tp, device_attention_splits(0x7FFFFFFFL, s.sm_count), opt->kv_cache, plans, err))
         return err->code;
     device_memory_plan plan;
     device_memory_plan_make(plans, &s.a, s.free_bytes, DEVICE_RESERVE_BYTES, &plan);
@@ -423,7 +425,7 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
     const model_config *c = be->cfg;
     const model_weights *mw = be->mw;
     device_rank_plan plan;
-    if (device_rank_plan_make(mw, be->tp, rd->rank, be->splits, &plan, err) ||
+    if (device_rank_plan_make(mw, be->tp, rd->rank, be->splits, be->cache_format, &plan, err) ||
         tp_shard_plan(mw, be->tp, rd->rank, &rd->shard, err))
         return err->code;
     rd->heads = rd->shard.heads.end - rd->shard.heads.begin;
@@ -445,12 +447,12 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
     if (rc)
         return rc;
 
-    size_t cache_elems = (size_t)c->layers * (size_t)be->capacity * be->cache_row;
-    cudaError_t status = cudaMalloc((void **)&rd->cache, cache_elems * sizeof(uint16_t));
+    size_t cache_bytes = (size_t)c->layers * (size_t)be->capacity * be->cache_row;
+    cudaError_t status = cudaMalloc((void **)&rd->cache, cache_bytes);
     if (status != cudaSuccess)
         return kimi_fail(err, KIMI_ERR_NOMEM, "CUDA: a KV cache of %ld positions (%zu MiB) does not fit: %s",
-                         be->capacity, cache_elems * 2 >> 20, cudaGetErrorString(status));
-    CUDA_TRY(cudaMemsetAsync(rd->cache, 0, cache_elems * sizeof(uint16_t), rd->stream), "cache clear");
+                         be->capacity, cache_bytes >> 20, cudaGetErrorString(status));
+    CUDA_TRY(cudaMemsetAsync(rd->cache, 0, cache_bytes, rd->stream), "cache clear");
     device_workspace_plan(c, &rd->shard, be->splits, &rd->layout);
     CUDA_TRY(cudaMalloc((void **)&rd->ws, rd->layout.total * sizeof(float)), "workspace");
     CUDA_TRY(cudaMemsetAsync(rd->ws, 0, rd->layout.total * sizeof(float), rd->stream), "workspace clear");
@@ -586,7 +588,7 @@ static int mlp_gemm(struct cuda_backend *be, rank_device *rd, const mlp_device *
     return 0;
 }
 
-static uint16_t *layer_cache(struct cuda_backend *be, rank_device *rd, int layer)
+static uint8_t *layer_cache(struct cuda_backend *be, rank_device *rd, int layer)
 {
     return rd->cache + (size_t)layer * (size_t)be->capacity * be->cache_row;
 }
@@ -608,17 +610,17 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     STEP_TRY(project(be, rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
     STEP_TRY(mla_kv_rope_cache_cuda(kv, c->kv_lora_rank, c->qk_rope_dim, ld->kv_a_norm, c->rms_norm_eps, q, rd->heads,
                                     c->qk_nope_dim, rd->inv_freq, be->cos_sin_scale, rd->pos,
-                                    layer_cache(be, rd, layer), (unsigned *)rd->numerics, T, s));
+                                    layer_cache(be, rd, layer), be->cache_format, (unsigned *)rd->numerics, T, s));
     STEP_TRY(mla_absorb_q_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, q, q_width, ws(rd, l->q_latent),
                                T, s));
     if (T == 1)
         STEP_TRY(mla_decode_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
-                                 be->softmax_scale, layer_cache(be, rd, layer), rd->pos,
+                                 be->softmax_scale, layer_cache(be, rd, layer), be->cache_format, rd->pos,
                                  device_attention_splits_for(be->splits, T), ws(rd, l->attn_partials),
                                  ws(rd, l->o_latent), T, s));
     else
         STEP_TRY(mla_prefill_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
-                                  be->softmax_scale, layer_cache(be, rd, layer), rd->pos,
+                                  be->softmax_scale, layer_cache(be, rd, layer), be->cache_format, rd->pos,
                                   device_prefill_attention_parts(be->splits, T, rd->heads), ws(rd, l->attn_partials),
                                   ws(rd, l->o_latent), T, s));
     /* W_UV per head: rows [nope, nope + v) of each head's kv_b rows */
@@ -1167,7 +1169,7 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
 
     /* Does the asked context fit next to every rank's weights and workspace? */
     device_rank_plan plans[MAX_RANKS];
-    if (plans_make(be->mw, be->tp, be->splits, plans, err))
+    if (plans_make(be->mw, be->tp, be->splits, be->cache_format, plans, err))
         return err->code;
     device_memory_plan plan;
     device_memory_plan_make(plans, &be->devices, s.free_bytes, DEVICE_RESERVE_BYTES, &plan);
@@ -1275,7 +1277,8 @@ int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend
     be->capacity = opt->max_context;
     be->on_layer = opt->on_layer;
     be->on_layer_user = opt->on_layer_user;
-    be->cache_row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
+    be->cache_format = opt->kv_cache;
+    be->cache_row = kv_row_bytes(opt->kv_cache, c->kv_lora_rank, c->qk_rope_dim);
     size_t bytes_total = 0;
     int rc = backend_setup(be, opt, &bytes_total, err);
     if (!rc)
@@ -1380,9 +1383,21 @@ int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *
     if (n_pos < 0 || n_pos > be->capacity)
         return kimi_fail(err, KIMI_ERR_STATE, "read_kv: %ld positions, the cache holds %ld", n_pos, be->capacity);
     CUDA_TRY(cudaSetDevice(be->ranks[0].device), "cudaSetDevice");
-    for (int layer = 0; layer < c->layers; layer++)
-        CUDA_TRY(cudaMemcpy(out + (size_t)layer * (size_t)n_pos * be->cache_row, layer_cache(be, &be->ranks[0], layer),
-                            (size_t)n_pos * be->cache_row * sizeof(uint16_t), cudaMemcpyDeviceToHost),
-                 "cache read");
+    size_t row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
+    uint8_t *rows = malloc(n_pos > 0 ? (size_t)n_pos * be->cache_row : 1);
+    if (!rows)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "read_kv: out of memory for %ld cache rows", n_pos);
+    for (int layer = 0; layer < c->layers; layer++) {
+        cudaError_t status = cudaMemcpy(rows, layer_cache(be, &be->ranks[0], layer), (size_t)n_pos * be->cache_row,
+                                        cudaMemcpyDeviceToHost);
+        if (status != cudaSuccess) {
+            free(rows);
+            return cuda_fail(err, status, "cache read");
+        }
+        for (long p = 0; p < n_pos; p++)
+            kv_row_to_half(be->cache_format, rows + (size_t)p * be->cache_row, c->kv_lora_rank, c->qk_rope_dim,
+                           out + ((size_t)layer * (size_t)n_pos + (size_t)p) * row);
+    }
+    free(rows);
     return 0;
 }

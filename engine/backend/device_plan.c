@@ -337,8 +337,8 @@ static int add_packed(void *ctx, const device_weight *w)
     return 0;
 }
 
-int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_splits, device_rank_plan *out,
-                          kimi_err *err)
+int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_splits, kv_cache_format cache_format,
+                          device_rank_plan *out, kimi_err *err)
 {
     kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
     if (!err)
@@ -361,7 +361,7 @@ int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_sp
     device_workspace ws;
     device_workspace_plan(c, &shard, attn_splits, &ws);
     out->workspace_bytes = ws.total * sizeof(float);
-    out->cache_bytes_per_position = kv_bytes_per_token(c);
+    out->cache_bytes_per_position = kv_bytes_per_token(c, cache_format);
     return 0;
 }
 

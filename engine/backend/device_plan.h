@@ -171,8 +171,8 @@ typedef struct {
     size_t cache_bytes_per_position;
 } device_rank_plan;
 
-int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_splits, device_rank_plan *out,
-                          kimi_err *err);
+int device_rank_plan_make(const model_weights *mw, int tp, int rank, int attn_splits, kv_cache_format cache_format,
+                          device_rank_plan *out, kimi_err *err);
 
 /* Positions that fit when `ranks` plans share free_bytes less reserve_bytes (0 if none). */
 long device_max_context(const device_rank_plan *plans, int ranks, size_t free_bytes, size_t reserve_bytes);

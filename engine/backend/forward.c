@@ -72,9 +72,9 @@ struct rank_model {
     int dcp, dcp_member;        /* the cache is sharded over dcp ranks; this rank is member dcp_member
                                    (engine/backend/kv_shard.h) */
     long slots;                 /* positions this rank stores: kv_shard_slots(capacity, dcp) */
-    size_t cache_row;           /* kv_lora + rope halves per position */
-    uint16_t *cache;            /* [layers][slots][kv_lora | rope] fp16 */
-    uint16_t *foreign_row;      /* [cache_row]: where the entry of a position another member stores is
+    size_t cache_row;           /* bytes of one position's row: kv_row_bytes(mla.cache_format, ...) */
+    uint8_t *cache;             /* [layers][slots][cache_row] (kernels/kv_format.h) */
+    uint8_t *foreign_row;       /* [cache_row]: where the entry of a position another member stores is
                                    converted (the saturation count covers every position on every rank) */
     rope_table rope;
     mla_shape mla;
@@ -82,7 +82,7 @@ struct rank_model {
     worker_pool *pool;
     tp_comm *comm;
     int nonfinite_layer;        /* rank 0: the first layer with a non-finite output (RANK_ALL_FINITE) */
-    long cache_clamps;          /* cache values saturated to +-65504 */
+    long cache_clamps;          /* fp16 cache values saturated to +-65504 */
 
     /* Activations of one chunk, T = max_tokens. */
     float *h;                   /* [T][hidden] residual stream */
@@ -169,13 +169,13 @@ static void add_rows(float *h, const float *delta, size_t count)
         h[i] += delta[i];
 }
 
-static uint16_t *layer_cache(const rank_model *m, int layer)
+static uint8_t *layer_cache(const rank_model *m, int layer)
 {
     return m->cache + (size_t)layer * (size_t)m->slots * m->cache_row;
 }
 
 /* Where position pos of a layer is stored on this rank; NULL when another member stores it. */
-static uint16_t *cache_entry(const rank_model *m, int layer, long pos)
+static uint8_t *cache_entry(const rank_model *m, int layer, long pos)
 {
     if (kv_shard_owner(pos, m->dcp) != m->dcp_member)
         return NULL;
@@ -201,7 +201,7 @@ static void attention_worker(void *arg, int worker, int n_workers)
         return;
     float *scratch = m->attn_scratch + (size_t)worker * m->attn_scratch_floats;
     const weight_matrix *kv_b = &m->layers[job->layer].kv_b;
-    const uint16_t *cache = layer_cache(m, job->layer);
+    const uint8_t *cache = layer_cache(m, job->layer);
     if (job->n == 1 || job->per_token_decode) {
         int q_width = m->cfg->qk_nope_dim + m->cfg->qk_rope_dim, v = m->cfg->v_head_dim;
         for (int t = 0; t < job->n; t++)
@@ -233,7 +233,7 @@ static void sharded_partial_worker(void *arg, int worker, int n_workers)
     size_t part_floats = ATTENTION_PART_FLOATS(m->mla.kv_lora);
     worker_share(m->dcp * m->heads, worker, n_workers, &g0, &g1);
     float *scratch = m->attn_scratch + (size_t)worker * m->attn_scratch_floats;
-    const uint16_t *cache = layer_cache(m, job->layer);
+    const uint8_t *cache = layer_cache(m, job->layer);
     for (int t = 0; t < job->n; t++) {
         long rows = kv_shard_local_count(job->start_pos + t + 1, m->dcp, m->dcp_member);
         /* group head g = head g % heads of member g / heads; one call per member's run of heads */
@@ -294,19 +294,24 @@ static void attention_block(rank_model *m, int layer, int n, long start_pos, int
     rmsnorm_rows(m->q_a, m->q_a, n, c->q_lora_rank, &lw->q_a_norm, c->rms_norm_eps);
     run_linears(m, (linear_task[]){{&ls->q_b, m->q_a, c->q_lora_rank, n, m->q, (size_t)m->heads * q_width}}, 1);
 
-    /* c = rmsnorm(latent), k_pe = rope(k_pe) -> fp16 cache; q_pe = rope(q_pe) */
+    /* c = rmsnorm(latent), k_pe = rope(k_pe) -> the cache (fp16 or fp8); q_pe = rope(q_pe) */
     for (int t = 0; t < n; t++) {
         const float *cos_t = m->cos_sin + (size_t)t * rope, *sin_t = cos_t + rope / 2;
         float *kv_t = m->kv + (size_t)t * kv_width;
         rmsnorm(kv_t, kv_t, &lw->kv_a_norm, c->rms_norm_eps);
         rope_apply(kv_t + c->kv_lora_rank, cos_t, sin_t, rope);
-        uint16_t *entry = cache_entry(m, layer, start_pos + t);
-        m->cache_clamps += (long)float_row_to_f16_saturate(kv_t, (size_t)kv_width, entry ? entry : m->foreign_row);
+        uint8_t *entry = cache_entry(m, layer, start_pos + t);
+        if (!entry)
+            entry = m->foreign_row;
+        if (m->mla.cache_format == KV_CACHE_FP8)
+            m->cache_clamps += kv_fp8_encode_row(kv_t, c->kv_lora_rank, rope, entry);
+        else
+            m->cache_clamps += (long)float_row_to_f16_saturate(kv_t, (size_t)kv_width, (uint16_t *)entry);
         for (int hd = 0; hd < m->heads; hd++)
             rope_apply(m->q + ((size_t)t * m->heads + hd) * q_width + c->qk_nope_dim, cos_t, sin_t, rope);
     }
 
-    /* causal attention over the fp16 cache [0, start_pos + t] */
+    /* causal attention over the cache [0, start_pos + t] */
     attention_job job = {m, layer, n, start_pos, per_token_decode};
     if (m->dcp > 1)
         sharded_attention(&job);
@@ -512,7 +517,7 @@ long rank_model_take_clamps(rank_model *m)
     return clamps;
 }
 
-const uint16_t *rank_model_cache(const rank_model *m, int layer)
+const uint8_t *rank_model_cache(const rank_model *m, int layer)
 {
     return layer_cache(m, layer);
 }
@@ -543,8 +548,12 @@ static void *alloc_array(size_t count, size_t size)
     return calloc(count ? count : 1, size);
 }
 
-static int config_supported(const model_config *c, kimi_err *err)
+static int config_supported(const model_config *c, kv_cache_format cache_format, kimi_err *err)
 {
+    /* the fp8 row keeps its fp16 k_pe 2-byte aligned only after an even number of latent bytes */
+    if (cache_format == KV_CACHE_FP8 && c->kv_lora_rank % 2)
+        return kimi_fail(err, KIMI_ERR_MODEL, "config.json: kv_lora_rank %d is odd: --kv-cache fp8 needs it even",
+                         c->kv_lora_rank);
     int groups = c->n_group > 1 ? c->n_group : 1;
     if (c->experts > 0 && (c->experts % groups || c->topk_group * (c->experts / groups) < c->experts_per_token))
         return kimi_fail(err, KIMI_ERR_MODEL,
@@ -621,7 +630,7 @@ static int buffers_open(rank_model *m, int n_workers, kimi_err *err)
     m->x = alloc_array(T * hidden, sizeof(float));
     m->q_a = alloc_array(T * (size_t)c->q_lora_rank, sizeof(float));
     m->q = alloc_array(T * (size_t)m->heads * (size_t)(c->qk_nope_dim + c->qk_rope_dim), sizeof(float));
-    m->kv = alloc_array(T * m->cache_row, sizeof(float));
+    m->kv = alloc_array(T * ((size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim), sizeof(float));
     m->attn = alloc_array(T * (size_t)m->heads * (size_t)c->v_head_dim, sizeof(float));
     m->partial = alloc_array(T * hidden, sizeof(float));
     m->cos_sin = alloc_array(T * (size_t)c->qk_rope_dim, sizeof(float));
@@ -642,7 +651,7 @@ static int buffers_open(rank_model *m, int n_workers, kimi_err *err)
     m->logits_part = alloc_array(T * vocab_part, sizeof(float));
     if (!m->cache || !m->foreign_row)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for a KV cache of %ld positions (%zu B each)",
-                         m->slots, m->cache_row * 2 * (size_t)c->layers);
+                         m->slots, m->cache_row * (size_t)c->layers);
     if (!m->h || !m->x || !m->q_a || !m->q || !m->kv || !m->attn || !m->partial || !m->cos_sin ||
         !m->attn_scratch || !m->router_logits || !m->chosen || !m->chosen_weight || !m->routing_scratch ||
         !m->jobs || !m->job_tokens || !m->job_weights || !m->expert_count || !m->job_x || !m->job_y ||
@@ -655,7 +664,7 @@ int rank_model_open(rank_model **out, const rank_setup *setup, kimi_err *err)
 {
     *out = NULL;
     const model_config *c = &setup->mw->cfg;
-    int status = config_supported(c, err);
+    int status = config_supported(c, setup->cache_format, err);
     if (status)
         return status;
     rank_model *m = calloc(1, sizeof *m);
@@ -673,11 +682,11 @@ int rank_model_open(rank_model **out, const rank_setup *setup, kimi_err *err)
     m->max_tokens = setup->max_tokens;
     m->pool = setup->pool;
     m->comm = setup->comm;
-    m->cache_row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
+    m->cache_row = kv_row_bytes(setup->cache_format, c->kv_lora_rank, c->qk_rope_dim);
     rope_config rc = {c->qk_rope_dim, c->rope_theta, c->rope_yarn, c->rope_factor, c->rope_original_max,
                       c->rope_beta_fast, c->rope_beta_slow, c->rope_mscale, c->rope_mscale_all_dim};
     m->mla = (mla_shape){c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim, c->v_head_dim,
-                         rope_softmax_scale(&rc, c->qk_nope_dim + c->qk_rope_dim)};
+                         rope_softmax_scale(&rc, c->qk_nope_dim + c->qk_rope_dim), setup->cache_format};
     m->routing = (moe_routing_config){c->experts, c->experts_per_token, c->n_group, c->topk_group,
                                       c->norm_topk_prob, c->routed_scaling_factor};
     if (rope_table_init(&m->rope, &rc)) {

@@ -1,6 +1,6 @@
 /* forward: one tensor-parallel rank of the CPU backend: views of its shard of every weight (in
- * place in the mmap'ed checkpoint), its part of the fp16 latent cache (a replica, or 1/dcp of the
- * positions under decode context parallelism), and the forward pass over a chunk of tokens,
+ * place in the mmap'ed checkpoint), its part of the latent cache (fp16 or fp8; a replica, or 1/dcp
+ * of the positions under decode context parallelism), and the forward pass over a chunk of tokens,
  * written to read like the math of docs/MODEL_FORMAT.md. */
 #ifndef KIMI_FORWARD_H
 #define KIMI_FORWARD_H
@@ -11,6 +11,7 @@
 #include "engine/backend/tp_comm.h"
 #include "engine/model/weights.h"
 #include "engine/backend/worker_pool.h"
+#include "kernels/kv_format.h"
 
 typedef struct rank_model rank_model;
 
@@ -18,6 +19,7 @@ typedef struct {
     const model_weights *mw;
     int tp, rank;
     long capacity;              /* positions of the context */
+    kv_cache_format cache_format; /* of the latent cache's rows (kernels/kv_format.h) */
     int dcp;                    /* ranks the cache is sharded over (engine/backend/kv_shard.h; 0 or 1:
                                    replicated); divides tp */
     int max_tokens;             /* most tokens of one rank_forward call */
@@ -50,9 +52,9 @@ void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, i
 int rank_model_take_nonfinite(rank_model *m);
 long rank_model_take_clamps(rank_model *m);
 
-/* This rank's cache of one layer: [kv_shard_slots(capacity, dcp)][kv_lora_rank | qk_rope_dim] fp16,
+/* This rank's cache of one layer: [kv_shard_slots(capacity, dcp)][kv_row_bytes(setup's cache_format, ...)],
  * slot i holding position i * dcp + (rank % dcp). */
-const uint16_t *rank_model_cache(const rank_model *m, int layer);
+const uint8_t *rank_model_cache(const rank_model *m, int layer);
 
 /* Bytes of this rank's cache, all layers. */
 size_t rank_model_cache_bytes(const rank_model *m);

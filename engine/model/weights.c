@@ -704,14 +704,15 @@ int tp_shard_plan(const model_weights *mw, int tp, int rank, tp_shard *out, kimi
     return 0;
 }
 
-size_t kv_bytes_per_token(const model_config *cfg)
+size_t kv_bytes_per_token(const model_config *cfg, kv_cache_format format)
 {
-    return (size_t)(cfg->kv_lora_rank + cfg->qk_rope_dim) * sizeof(uint16_t) * (size_t)cfg->layers;
+    return kv_row_bytes(format, cfg->kv_lora_rank, cfg->qk_rope_dim) * (size_t)cfg->layers;
 }
 
-long max_context_for_budget(const model_config *cfg, size_t rank_weight_bytes, size_t budget_bytes)
+long max_context_for_budget(const model_config *cfg, kv_cache_format format, size_t rank_weight_bytes,
+                            size_t budget_bytes)
 {
-    size_t per_token = kv_bytes_per_token(cfg);
+    size_t per_token = kv_bytes_per_token(cfg, format);
     if (budget_bytes <= rank_weight_bytes || per_token == 0)
         return 0;
     size_t positions = (budget_bytes - rank_weight_bytes) / per_token;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "engine/model/config.h"
+#include "kernels/kv_format.h"
 #include "engine/base/error.h"
 #include "kernels/tensor.h"
 
@@ -111,9 +112,11 @@ weight_matrix weight_rows(const weight_matrix *w, index_range r);
 weight_matrix weight_cols(const weight_matrix *w, index_range k);
 
 /* ---- memory plan ---- */
-/* fp16 latent + k_pe for all layers: (kv_lora_rank + qk_rope_dim) * 2 B * layers. */
-size_t kv_bytes_per_token(const model_config *cfg);
+/* One position's cache row in every layer: kv_row_bytes(format, kv_lora_rank, qk_rope_dim) *
+ * layers (fp16: (kv_lora_rank + qk_rope_dim) * 2 B; fp8: kernels/kv_format.h). */
+size_t kv_bytes_per_token(const model_config *cfg, kv_cache_format format);
 /* Positions that fit in budget_bytes per rank after that rank's weights (0 if none). */
-long max_context_for_budget(const model_config *cfg, size_t rank_weight_bytes, size_t budget_bytes);
+long max_context_for_budget(const model_config *cfg, kv_cache_format format, size_t rank_weight_bytes,
+                            size_t budget_bytes);
 
 #endif

@@ -633,16 +633,21 @@ static void write_summary(engine_info *info, const char *threads_note, const kv_
                  plan->summary);
 }
 
-/* The checkpoint's KV-cache request (hf_quant_config.json), which the engine does not follow:
- * its latent cache is always fp16. */
+/* The checkpoint's KV-cache request (hf_quant_config.json) when it differs from the format in
+ * use: the engine follows what it was opened with (engine_options.kv_cache), so the user learns
+ * that the other format exists and what it would hold. */
 static void write_kv_cache_note(engine_info *info, const model_config *cfg)
 {
     const char *algo = cfg->kv_cache_quant_algo;
     info->kv_cache_note[0] = 0;
-    if (algo[0] && strcasecmp(algo, "fp16"))
-        snprintf(info->kv_cache_note, sizeof info->kv_cache_note,
-                 "the checkpoint asks for an %s KV cache (kv_cache_quant_algo %s); kimi-chat keeps the MLA latent "
-                 "cache in fp16", algo, algo);
+    if (!algo[0] || !strcasecmp(algo, kv_cache_format_name(info->kv_cache)))
+        return;
+    int n = snprintf(info->kv_cache_note, sizeof info->kv_cache_note,
+                     "the checkpoint asks for an %s KV cache (kv_cache_quant_algo %s); kimi-chat keeps the MLA latent "
+                     "cache in %s", algo, algo, kv_cache_format_name(info->kv_cache));
+    if (!strcasecmp(algo, "fp8") && info->max_fit_fp8 > 0 && n > 0 && (size_t)n < sizeof info->kv_cache_note)
+        snprintf(info->kv_cache_note + n, sizeof info->kv_cache_note - (size_t)n,
+                 " (--kv-cache fp8 would hold %ld positions)", info->max_fit_fp8);
 }
 
 /* Threads that read the weights in when the caller leaves it to the engine: reads wait on the
@@ -682,6 +687,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
                          opt->event_capacity, INT_MAX - SHUTDOWN_RESERVE);
     if (!opt->model_dir || !*opt->model_dir)
         return kimi_fail(err, KIMI_ERR_USAGE, "no model directory given (--model DIR)");
+    if (opt->kv_cache != KV_CACHE_FP16 && opt->kv_cache != KV_CACHE_FP8)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--kv-cache %d: must be fp16 or fp8", (int)opt->kv_cache);
 
     if ((rc = weights_load(&e->weights, opt->model_dir, err)))
         return rc;
@@ -689,6 +696,11 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     const model_config *cfg = &e->weights.cfg;
     if ((rc = config_check_tp(cfg, opt->tp, err)))
         return rc;
+    /* said before the weights are read in: the fp8 row's fp16 k_pe needs an even latent width
+     * (kernels/kv_format.h), which both backends check again when they open */
+    if (opt->kv_cache == KV_CACHE_FP8 && cfg->kv_lora_rank % 2)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--kv-cache fp8: kv_lora_rank %d of config.json is odd (it must be even)",
+                         cfg->kv_lora_rank);
 
     engine_info *info = &e->info;
     info->backend = opt->backend;
@@ -731,9 +743,12 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
             budget_source = "free device memory";
     }
     kv_cache_plan plan;
-    if ((rc = kv_cache_plan_context(cfg, rank_weights, rank_budget, opt->tp, dcp, opt->max_context, budget_source, &plan,
-                                    err)))
+    if ((rc = kv_cache_plan_context(cfg, opt->kv_cache, rank_weights, rank_budget, opt->tp, dcp, opt->max_context,
+                                    budget_source, &plan, err)))
         return rc;
+    info->kv_cache = plan.format;
+    info->max_fit_fp16 = plan.max_fit_fp16;
+    info->max_fit_fp8 = plan.max_fit_fp8;
     info->max_context = plan.max_context;
     info->max_fit = plan.max_fit;
     info->rank_budget_bytes = plan.rank_budget_bytes;
@@ -757,7 +772,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     }
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,
-                          .max_context = plan.max_context, .dcp = dcp, .on_layer = on_layer, .on_layer_user = e,
+                          .max_context = plan.max_context, .kv_cache = opt->kv_cache, .dcp = dcp,
+                          .on_layer = on_layer, .on_layer_user = e,
                           .devices = opt->devices, .n_devices = opt->n_devices, .on_load = report_load,
                           .on_load_user = &lr};
     rc = backend_open(&e->be, &e->weights, &bo, err);

@@ -68,6 +68,9 @@ typedef struct {
     int load_threads;               /* CPU: threads reading the weights in; 0 = 2 per online
                                        core, 4 to 16 (disk reads wait more than they compute) */
     long max_context;               /* KV cache positions; 0 = as many as the memory budget holds */
+    kv_cache_format kv_cache;       /* the latent cache's element format (kernels/kv_format.h):
+                                       KV_CACHE_FP16 (0) or KV_CACHE_FP8; the app chooses (its
+                                       default is fp16 whatever the checkpoint asks for) */
     size_t memory_budget_bytes;     /* CPU: the machine's memory for the weights and every
                                        rank's cache replica (0 = 75% of what is available at
                                        open); CUDA: one rank's device memory for its shard and
@@ -110,16 +113,18 @@ struct engine_info {
     long max_fit;                   /* most positions the memory budget holds; -1 = unknown */
     size_t rank_budget_bytes;       /* a rank's share of the memory budget; 0 = none known */
     size_t weight_bytes;            /* language-model weights */
-    size_t kv_bytes_per_token;      /* per position a rank stores */
+    size_t kv_bytes_per_token;      /* per position a rank stores, in the cache's format */
+    kv_cache_format kv_cache;       /* the cache's format */
+    long max_fit_fp16, max_fit_fp8; /* max_fit with each cache format (at this dcp); -1 = unknown */
     int dcp;                        /* ranks the cache is sharded over (1: replicated) */
     size_t cache_bytes_per_rank;    /* the latent cache one rank holds (backend_cache_bytes_per_rank) */
     int vocab;                      /* logits per row */
     double load_seconds;            /* weights (opened and read into memory) + backend, wall clock */
     int speculate;                  /* what requests run with (SPECULATE_OFF when unavailable) */
-    char summary[640];
+    char summary[768];
     /* "" or one line for the app to print once: the checkpoint asks for a KV cache format
-       (hf_quant_config.json kv_cache_quant_algo, e.g. FP8) that the engine does not use */
-    char kv_cache_note[200];
+       (hf_quant_config.json kv_cache_quant_algo, e.g. FP8) other than the one in use */
+    char kv_cache_note[256];
 };
 
 typedef struct {

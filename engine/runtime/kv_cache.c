@@ -58,8 +58,19 @@ static double gib(size_t bytes)
     return (double)bytes / (1024.0 * 1024.0 * 1024.0);
 }
 
-int kv_cache_plan_context(const model_config *cfg, size_t rank_weight_bytes, size_t rank_budget_bytes, int tp,
-                          int dcp, long requested, const char *budget_source, kv_cache_plan *out, kimi_err *err)
+static long fit_with(const model_config *cfg, kv_cache_format format, size_t rank_weight_bytes,
+                     size_t rank_budget_bytes, int dcp)
+{
+    if (rank_budget_bytes == 0)
+        return -1;
+    long model_max = cfg->max_position > 0 ? cfg->max_position : 0;
+    long fit = kv_shard_context(max_context_for_budget(cfg, format, rank_weight_bytes, rank_budget_bytes), dcp);
+    return model_max > 0 && fit > model_max ? model_max : fit;
+}
+
+int kv_cache_plan_context(const model_config *cfg, kv_cache_format format, size_t rank_weight_bytes,
+                          size_t rank_budget_bytes, int tp, int dcp, long requested, const char *budget_source,
+                          kv_cache_plan *out, kimi_err *err)
 {
     memset(out, 0, sizeof *out);
     if (tp < 1)
@@ -74,23 +85,25 @@ int kv_cache_plan_context(const model_config *cfg, size_t rank_weight_bytes, siz
     out->dcp = dcp;
     out->rank_weight_bytes = rank_weight_bytes;
     out->rank_budget_bytes = rank_budget_bytes;
-    out->kv_bytes_per_token = kv_bytes_per_token(cfg);
+    out->format = format;
+    out->kv_bytes_per_token = kv_bytes_per_token(cfg, format);
     long model_max = cfg->max_position > 0 ? cfg->max_position : 0;
 
-    out->max_fit = -1;
-    if (rank_budget_bytes > 0) {
-        long fit = kv_shard_context(max_context_for_budget(cfg, rank_weight_bytes, rank_budget_bytes), dcp);
-        out->max_fit = model_max > 0 && fit > model_max ? model_max : fit;
-    }
-    char budget_text[300] = "", sharding[120] = "";
+    out->max_fit_fp16 = fit_with(cfg, KV_CACHE_FP16, rank_weight_bytes, rank_budget_bytes, dcp);
+    out->max_fit_fp8 = fit_with(cfg, KV_CACHE_FP8, rank_weight_bytes, rank_budget_bytes, dcp);
+    out->max_fit = format == KV_CACHE_FP8 ? out->max_fit_fp8 : out->max_fit_fp16;
+    char budget_text[400] = "", sharding[120] = "";
     if (dcp > 1)
         snprintf(sharding, sizeof sharding, ", the cache sharded over %d ranks (dcp %d): %zu B per position per rank",
                  dcp, dcp, out->kv_bytes_per_token / (size_t)dcp);
     if (rank_budget_bytes > 0)
         snprintf(budget_text, sizeof budget_text,
-                 "%s: %.2f GiB per rank x %d, after %.2f GiB of weights per rank, at %zu B per position%s",
+                 "%s: %.2f GiB per rank x %d, after %.2f GiB of weights per rank, at %zu B per position in the %s "
+                 "cache%s; an %s cache would hold %ld",
                  budget_source, gib(rank_budget_bytes), tp, gib(rank_weight_bytes), out->kv_bytes_per_token,
-                 sharding);
+                 kv_cache_format_name(format), sharding,
+                 kv_cache_format_name(format == KV_CACHE_FP8 ? KV_CACHE_FP16 : KV_CACHE_FP8),
+                 format == KV_CACHE_FP8 ? out->max_fit_fp16 : out->max_fit_fp8);
 
     if (requested > 0) {
         if (model_max > 0 && requested > model_max)
@@ -105,8 +118,8 @@ int kv_cache_plan_context(const model_config *cfg, size_t rank_weight_bytes, siz
             snprintf(out->summary, sizeof out->summary, "context %ld positions (as asked; up to %ld fit, %s)",
                      requested, out->max_fit, budget_text);
         else
-            snprintf(out->summary, sizeof out->summary, "context %ld positions (as asked%s)", requested,
-                     sharding);
+            snprintf(out->summary, sizeof out->summary, "context %ld positions (as asked%s) in the %s cache", requested,
+                     sharding, kv_cache_format_name(format));
         return 0;
     }
 

@@ -1,6 +1,6 @@
 /* kv_cache: the engine's record of which token ids the backend's latent KV cache holds (for
  * prefix reuse) and the plan of how many positions the cache gets for a memory budget. The
- * fp16 cache itself lives in the backend. */
+ * cache itself (fp16 or fp8, kernels/kv_format.h) lives in the backend. */
 #ifndef KIMI_KV_CACHE_H
 #define KIMI_KV_CACHE_H
 
@@ -9,6 +9,7 @@
 
 #include "engine/model/config.h"
 #include "engine/base/error.h"
+#include "kernels/kv_format.h"
 
 typedef struct {
     int32_t *tokens;            /* [capacity]: the id whose cache entries sit at each position */
@@ -41,15 +42,19 @@ typedef struct {
     long max_fit;               /* most positions the budget holds (capped at max_position); -1 = no budget known */
     size_t rank_budget_bytes;   /* 0 = none known */
     size_t rank_weight_bytes;
-    size_t kv_bytes_per_token;  /* per position a rank stores (every position when dcp is 1) */
+    size_t kv_bytes_per_token;  /* per position a rank stores (every position when dcp is 1), in the chosen format */
+    kv_cache_format format;     /* the chosen format */
+    long max_fit_fp16, max_fit_fp8; /* max_fit with each format at this dcp (-1 = no budget known) */
     int tp, dcp;
-    char summary[400];          /* one line saying what was chosen and why, for the user */
+    char summary[600];          /* one line saying what was chosen and why, for the user */
 } kv_cache_plan;
 
-/* requested > 0: that many positions, an error naming the largest that fits when it does not.
+/* format: the cache's element format; the summary says it and what fits with each format.
+ * requested > 0: that many positions, an error naming the largest that fits when it does not.
  * requested == 0: as many as fit (a budget must be known). budget_source says where the budget
  * came from ("75% of available memory", "--mem-gib"), for the summary and errors. */
-int kv_cache_plan_context(const model_config *cfg, size_t rank_weight_bytes, size_t rank_budget_bytes, int tp,
-                          int dcp, long requested, const char *budget_source, kv_cache_plan *out, kimi_err *err);
+int kv_cache_plan_context(const model_config *cfg, kv_cache_format format, size_t rank_weight_bytes,
+                          size_t rank_budget_bytes, int tp, int dcp, long requested, const char *budget_source,
+                          kv_cache_plan *out, kimi_err *err);
 
 #endif

@@ -327,7 +327,7 @@ static int candidate_fits(const model_weights *mw, const backend_options *bo, lo
     int rc = backend_memory(mw, bo, &rank_budget, &rank_fixed, err);
     if (rc)
         return kimi_err_prefix(err, rc, "verify: candidate %s", what);
-    if (max_context_for_budget(&mw->cfg, rank_fixed, rank_budget) < rows)
+    if (max_context_for_budget(&mw->cfg, bo->kv_cache, rank_fixed, rank_budget) < rows)
         return kimi_fail(err, KIMI_ERR_NOMEM,
                          "verify: candidate %s: a rank needs %.2f GiB for its weights and workspace and %ld positions "
                          "of cache, the device has %.2f GiB free per rank",

@@ -1,5 +1,5 @@
 /* mla_attention: both kernels walk the cache in chunks of CHUNK positions, converting each
- * chunk from fp16 once, and keep a running (online) softmax per query: running max m, sum of
+ * chunk from the cache's format (fp16 or fp8, kernels/kv_format.h) once, and keep a running (online) softmax per query: running max m, sum of
  * exponentials l and the weighted sum, rescaled by e^(m_old - m_new) when the max grows. */
 #include "kernels/cpu/mla_attention.h"
 
@@ -48,14 +48,25 @@ static void online_softmax_update(softmax_state *state, float *acc, int width, f
 }
 
 /* Cache rows [first, first + n) -> latent [n][kv_lora] and k_pe [n][rope] as float. */
-static void chunk_to_float(const mla_shape *s, const uint16_t *cache, long first, int n,
+static void chunk_to_float(const mla_shape *s, const void *cache, long first, int n,
                            float *latent, float *k_pe)
 {
-    size_t row = (size_t)s->kv_lora + s->rope;
+    size_t row_bytes = kv_row_bytes(s->cache_format, s->kv_lora, s->rope);
     for (int j = 0; j < n; j++) {
-        const uint16_t *entry = cache + (size_t)(first + j) * row;
-        f16_row_to_float(entry, s->kv_lora, latent + (size_t)j * s->kv_lora);
-        f16_row_to_float(entry + s->kv_lora, s->rope, k_pe + (size_t)j * s->rope);
+        const uint8_t *entry = (const uint8_t *)cache + (size_t)(first + j) * row_bytes;
+        float *latent_j = latent + (size_t)j * s->kv_lora;
+        if (s->cache_format == KV_CACHE_FP8) {
+            for (int b = 0; b < kv_fp8_blocks(s->kv_lora); b++) {
+                float scale = kv_fp8_row_scale(entry, s->kv_lora, b);
+                int end = (b + 1) * KV_FP8_BLOCK < s->kv_lora ? (b + 1) * KV_FP8_BLOCK : s->kv_lora;
+                for (int i = b * KV_FP8_BLOCK; i < end; i++)
+                    latent_j[i] = kv_fp8_decode(entry[i], scale);
+            }
+            f16_row_to_float((const uint16_t *)kv_fp8_row_rope(entry, s->kv_lora), s->rope, k_pe + (size_t)j * s->rope);
+        } else {
+            f16_row_to_float((const uint16_t *)entry, s->kv_lora, latent_j);
+            f16_row_to_float((const uint16_t *)entry + s->kv_lora, s->rope, k_pe + (size_t)j * s->rope);
+        }
     }
 }
 
@@ -79,7 +90,7 @@ size_t mla_partial_scratch_floats(const mla_shape *s)
     return (size_t)CHUNK * (s->kv_lora + s->rope + 1);
 }
 
-void mla_decode_partial(const mla_shape *s, const float *q_abs, int head_count, const uint16_t *cache, long n_rows,
+void mla_decode_partial(const mla_shape *s, const float *q_abs, int head_count, const void *cache, long n_rows,
                         float *scratch, float *parts)
 {
     int abs_width = s->kv_lora + s->rope;
@@ -133,7 +144,7 @@ size_t mla_decode_scratch_floats(const mla_shape *s, int head_count)
 }
 
 void mla_decode(const mla_shape *s, const weight_matrix *kv_b, int head_begin, int head_end,
-                const float *q, const uint16_t *cache, long n_pos, float *scratch, float *out)
+                const float *q, const void *cache, long n_pos, float *scratch, float *out)
 {
     int head_count = head_end - head_begin;
     size_t part_floats = ATTENTION_PART_FLOATS(s->kv_lora);
@@ -157,7 +168,7 @@ size_t mla_prefill_scratch_floats(const mla_shape *s, int n_tokens)
 }
 
 void mla_prefill(const mla_shape *s, const weight_matrix *kv_b, int head_begin, int head_end,
-                 const float *q, int n_tokens, long start_pos, const uint16_t *cache,
+                 const float *q, int n_tokens, long start_pos, const void *cache,
                  float *scratch, float *out)
 {
     int kv_b_rows = s->nope + s->v, n_heads = kv_b->rows / kv_b_rows;

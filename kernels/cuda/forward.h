@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kv_format.h"
 #include "kernels/moe_routing_math.h"
 #include "kernels/tensor.h"
 
@@ -67,20 +68,23 @@ typedef struct {
 int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, void *stream);
 
 /* The tail of the MLA projections of token t < tokens at position p = *pos + t:
- *   kv[t] [kv_lora | rope]: latent = rmsnorm(latent, kv_norm); k_pe = rope(k_pe) -> fp16 into
- *   cache + p * (kv_lora + rope), saturated to +-65504 as on the CPU (kernels/half_math.h
- *   half_from_float_saturate), each saturation added to *clamps (device; NULL: not counted);
+ *   kv[t] [kv_lora | rope]: latent = rmsnorm(latent, kv_norm); k_pe = rope(k_pe) -> the cache
+ *   row p in cache_format (kernels/kv_format.h: fp16, or e4m3 latent with block scales and fp16
+ *   k_pe, the same bytes as the CPU's kv_fp8_encode_row), fp16 values saturated to +-65504 as
+ *   on the CPU (kernels/half_math.h half_from_float_saturate), each saturation added to *clamps
+ *   (device; NULL: not counted);
  *   and q_pe = rope(q_pe) for every head of q[t] [heads][nope + rope]. cos/sin of pair i:
  *   (float)(cos(p * inv_freq[i]) * scale). */
 int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q, int heads,
                            int nope, const double *inv_freq, double cos_sin_scale, const int *pos,
-                           uint16_t *cache, unsigned *clamps, int tokens, void *stream);
+                           void *cache, kv_cache_format cache_format, unsigned *clamps, int tokens, void *stream);
 
 /* *flag (device) = max(*flag, code) when any of values[0..n) (device) is NaN or infinite: the
  * first layer whose output is non-finite, with codes falling as the layers rise. */
 int nonfinite_flag_cuda(const float *values, size_t n, int code, int *flag, void *stream);
 
-/* Flash-decoding attention over the fp16 latent cache [positions][kv_lora | rope] for the
+/* Flash-decoding attention over the latent cache [positions][one row in cache_format] (fp8 rows
+ * are decoded to kernels/kv_format.h's fp16 values as they are staged) for the
  * queries of tokens t < tokens at positions *pos + t (causal: keys 0..*pos + t):
  * q_latent [tokens][heads][kv_lora] (W_UK absorbed), q [tokens][heads][nope | rope] (q_pe
  * roped); o_latent [tokens][heads][kv_lora] = the softmax-weighted sum of the latents. Each
@@ -89,8 +93,8 @@ int nonfinite_flag_cuda(const float *values, size_t n, int code, int *flag, void
  * [tokens][splits][heads][kv_lora + 2] and are merged by a second kernel. */
 size_t mla_decode_partial_floats(int splits, int heads, int kv_lora);   /* per token */
 int mla_decode_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
-                    float softmax_scale, const uint16_t *cache, const int *pos, int splits, float *partials,
-                    float *o_latent, int tokens, void *stream);
+                    float softmax_scale, const void *cache, kv_cache_format cache_format, const int *pos, int splits,
+                    float *partials, float *o_latent, int tokens, void *stream);
 
 /* Prefill attention over the same cache, absorbed, for a step of `tokens` causal queries at
  * positions *pos + t (the cache holds the step's own rows): the same inputs and output as
@@ -109,8 +113,8 @@ size_t mla_prefill_partial_floats(int parts, int tokens, int heads, int kv_lora)
  * is smaller cannot run them. */
 size_t mla_attention_shared_bytes(int kv_lora, int rope);
 int mla_prefill_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
-                     float softmax_scale, const uint16_t *cache, const int *pos, int parts, float *partials,
-                     float *o_latent, int tokens, void *stream);
+                     float softmax_scale, const void *cache, kv_cache_format cache_format, const int *pos, int parts,
+                     float *partials, float *o_latent, int tokens, void *stream);
 
 /* Routing on the device, per token: logits [tokens][experts] -> chosen [tokens][top_k],
  * weights [tokens][top_k], exactly moe_route's selection (kernels/cpu/moe_routing.h).

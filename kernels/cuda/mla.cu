@@ -1,4 +1,5 @@
-/* mla (CUDA): absorbed MLA attention over the fp16 latent cache, flash-decoding style, for the
+/* mla (CUDA): absorbed MLA attention over the latent cache (fp16, or fp8 decoded to the same
+ * fp16 values as on the CPU while a chunk is staged: kernels/kv_format.h), flash-decoding style, for the
  * one query of a decode step or the causal queries of a prefill step (each over its own
  * prefix). The cache is shared by every head, so a block takes one query, a group of up to 8
  * heads and one part of the sequence: it stages CHUNK positions at a time in shared memory (one contiguous read
@@ -13,6 +14,7 @@
 #include "kernels/attention_merge_math.h"
 #include "kernels/cuda/forward.h"
 #include "kernels/half_math.h"
+#include "kernels/kv_format.h"
 
 namespace {
 
@@ -21,12 +23,22 @@ constexpr int kChunk = 16;
 constexpr int kHeadsPerBlock = 8;
 constexpr int kMaxLatentPerThread = 4; /* kv_lora <= 1024 */
 
+/* Element c of cache row j of an fp8 cache as the fp16 the CPU decodes it to (kernels/kv_format.h),
+ * so the kernels stage fp8 rows in shared memory exactly as they stage fp16 ones. */
+__device__ __forceinline__ uint16_t fp8_row_half(const uint8_t *cache, size_t row_bytes, long j, int c, int kv_lora)
+{
+    const uint8_t *at = cache + (size_t)j * row_bytes;
+    if (c < kv_lora)
+        return kv_fp8_decode_half(at[c], kv_fp8_row_scale(at, kv_lora, c / KV_FP8_BLOCK));
+    return reinterpret_cast<const uint16_t *>(kv_fp8_row_rope(at, kv_lora))[c - kv_lora];
+}
+
 /* One block per multiprocessor pass is enough here, and lets ptxas keep the 32 accumulators in
  * registers (with the default target it spills). */
 __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q_latent, const float *q, int heads,
                                                                int kv_lora, int rope, int nope, float softmax_scale,
-                                                               const uint16_t *cache, const int *pos, int splits,
-                                                               float *partials)
+                                                               const uint8_t *cache, int fp8, const int *pos,
+                                                               int splits, float *partials)
 {
     extern __shared__ uint4 mla_shared[];
     int row = kv_lora + rope, q_width = nope + rope;
@@ -73,8 +85,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
         long first = ch * kChunk;
         int n = n_pos - first < kChunk ? (int)(n_pos - first) : kChunk;
         __syncthreads(); /* the previous chunk is no longer read */
-        const uint16_t *source = cache + (size_t)first * row;
-        if (row % 8 == 0) { /* rows of whole 16-byte words: cache and chunk are 16-byte aligned */
+        const uint16_t *source = reinterpret_cast<const uint16_t *>(cache) + (size_t)first * row;
+        if (fp8) {
+            size_t row_bytes = kv_row_bytes(KV_CACHE_FP8, kv_lora, rope);
+            for (int i = threadIdx.x; i < n * row; i += kThreads)
+                chunk[i] = fp8_row_half(cache, row_bytes, first + i / row, i % row, kv_lora);
+        } else if (row % 8 == 0) { /* rows of whole 16-byte words: cache and chunk are 16-byte aligned */
             const uint4 *from = reinterpret_cast<const uint4 *>(source);
             uint4 *to = reinterpret_cast<uint4 *>(chunk);
             for (int i = threadIdx.x; i < n * row / 8; i += kThreads)
@@ -265,7 +281,7 @@ __device__ __forceinline__ float softmax_fold(float score, bool visible, float *
 template <int kCols>
 __global__ void __launch_bounds__(kThreads, kCols == 2 ? 2 : 1)
     mla_prefill_kernel(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
-                       float softmax_scale, const uint16_t *cache, const int *pos, int tokens, int parts,
+                       float softmax_scale, const uint8_t *cache, int fp8, const int *pos, int tokens, int parts,
                        float *partials, float *o_latent)
 {
     extern __shared__ uint4 prefill_shared[];
@@ -321,8 +337,12 @@ __global__ void __launch_bounds__(kThreads, kCols == 2 ? 2 : 1)
         const long first = ch * kPrefillKeys;
         const int n = n_keys - first < kPrefillKeys ? (int)(n_keys - first) : kPrefillKeys;
         __syncthreads(); /* the previous chunk's keys and probabilities are no longer read */
-        const uint16_t *source = cache + (size_t)first * row;
-        if (row % 8 == 0) { /* rows of whole 16-byte units: the cache and the staged rows are 16-byte aligned */
+        const uint16_t *source = reinterpret_cast<const uint16_t *>(cache) + (size_t)first * row;
+        if (fp8) {
+            size_t row_bytes = kv_row_bytes(KV_CACHE_FP8, kv_lora, rope);
+            for (int i = threadIdx.x; i < n * row; i += kThreads)
+                keys[(i / row) * k_stride + i % row] = fp8_row_half(cache, row_bytes, first + i / row, i % row, kv_lora);
+        } else if (row % 8 == 0) { /* rows of whole 16-byte units: the cache and the staged rows are 16-byte aligned */
             const int units = row / 8;
             const uint4 *from = reinterpret_cast<const uint4 *>(source);
             for (int i = threadIdx.x; i < n * units; i += kThreads)
@@ -429,8 +449,8 @@ __global__ void __launch_bounds__(kThreads, kCols == 2 ? 2 : 1)
 
 template <int kCols>
 int prefill_launch(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
-                   float softmax_scale, const uint16_t *cache, const int *pos, int tokens, int parts, float *partials,
-                   float *o_latent, cudaStream_t stream)
+                   float softmax_scale, const uint8_t *cache, int fp8, const int *pos, int tokens, int parts,
+                   float *partials, float *o_latent, cudaStream_t stream)
 {
     size_t shared = prefill_shared_bytes(kv_lora + rope);
     if (shared > 48 * 1024) {
@@ -442,8 +462,8 @@ int prefill_launch(const float *q_latent, const float *q, int heads, int kv_lora
     long blocks = ((long)tokens * heads + kPrefillRows - 1) / kPrefillRows;
     dim3 grid((unsigned)blocks, (unsigned)parts);
     mla_prefill_kernel<kCols><<<grid, kThreads, shared, stream>>>(q_latent, q, heads, kv_lora, rope, nope,
-                                                                 softmax_scale, cache, pos, tokens, parts, partials,
-                                                                 o_latent);
+                                                                 softmax_scale, cache, fp8, pos, tokens, parts,
+                                                                 partials, o_latent);
     return (int)cudaGetLastError();
 }
 
@@ -462,12 +482,13 @@ extern "C" size_t mla_decode_partial_floats(int splits, int heads, int kv_lora)
 }
 
 extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
-                               float softmax_scale, const uint16_t *cache, const int *pos, int splits,
-                               float *partials, float *o_latent, int tokens, void *stream)
+                               float softmax_scale, const void *cache, kv_cache_format cache_format,
+                               const int *pos, int splits, float *partials, float *o_latent, int tokens, void *stream)
 {
     if (tokens <= 0)
         return 0;
-    if (heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > 65535 || tokens > 65535)
+    if (heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > 65535 || tokens > 65535 ||
+        (cache_format == KV_CACHE_FP8 && kv_lora % 2))
         return (int)cudaErrorInvalidValue;
     size_t shared = partial_shared_bytes(kv_lora, rope);
     if (shared > 48 * 1024) {
@@ -478,7 +499,9 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
     }
     dim3 grid((unsigned)tokens, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)splits);
     mla_partial_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(q_latent, q, heads, kv_lora, rope, nope,
-                                                                         softmax_scale, cache, pos, splits, partials);
+                                                                         softmax_scale, static_cast<const uint8_t *>(cache),
+                                                                         cache_format == KV_CACHE_FP8, pos, splits,
+                                                                         partials);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess)
         return (int)status;
@@ -499,20 +522,23 @@ extern "C" size_t mla_prefill_partial_floats(int parts, int tokens, int heads, i
 }
 
 extern "C" int mla_prefill_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
-                                float softmax_scale, const uint16_t *cache, const int *pos, int parts,
-                                float *partials, float *o_latent, int tokens, void *stream)
+                                float softmax_scale, const void *cache, kv_cache_format cache_format,
+                                const int *pos, int parts, float *partials, float *o_latent, int tokens, void *stream)
 {
     if (tokens <= 0)
         return 0;
     if (heads <= 0 || parts <= 0 || parts > 65535 || tokens > 65535 || kv_lora <= 0 || rope < 0 ||
-        kv_lora > kThreads * 4 || (long)tokens * heads > 0x7FFFFFFFL - kPrefillRows)
+        kv_lora > kThreads * 4 || (long)tokens * heads > 0x7FFFFFFFL - kPrefillRows ||
+        (cache_format == KV_CACHE_FP8 && kv_lora % 2))
         return (int)cudaErrorInvalidValue;
     cudaStream_t s = (cudaStream_t)stream;
+    const uint8_t *bytes = static_cast<const uint8_t *>(cache);
+    int fp8 = cache_format == KV_CACHE_FP8;
     int status = kv_lora <= kThreads * 2
-                     ? prefill_launch<2>(q_latent, q, heads, kv_lora, rope, nope, softmax_scale, cache, pos, tokens,
-                                         parts, partials, o_latent, s)
-                     : prefill_launch<4>(q_latent, q, heads, kv_lora, rope, nope, softmax_scale, cache, pos, tokens,
-                                         parts, partials, o_latent, s);
+                     ? prefill_launch<2>(q_latent, q, heads, kv_lora, rope, nope, softmax_scale, bytes, fp8, pos,
+                                         tokens, parts, partials, o_latent, s)
+                     : prefill_launch<4>(q_latent, q, heads, kv_lora, rope, nope, softmax_scale, bytes, fp8, pos,
+                                         tokens, parts, partials, o_latent, s);
     if (status || parts == 1)
         return status;
     dim3 merge_grid((unsigned)heads, (unsigned)tokens);

@@ -10,6 +10,7 @@
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemv_core.cuh"
 #include "kernels/forward_math.h"
+#include "kernels/kv_format.h"
 
 namespace {
 
@@ -104,14 +105,18 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
                                                                  const float *kv_norm, float eps, float *q, int heads,
                                                                  int nope, const double *inv_freq,
                                                                  double cos_sin_scale, const int *pos,
-                                                                 uint16_t *cache, unsigned *clamps)
+                                                                 uint8_t *cache, int fp8, unsigned *clamps)
 {
     __shared__ double partial[kThreads / 32];
     __shared__ float cos_table[128], sin_table[128];
     long position = (long)*pos + blockIdx.x;
     kv += (size_t)blockIdx.x * (kv_lora + rope);
     q += (size_t)blockIdx.x * heads * (nope + rope);
-    uint16_t *entry = cache + (size_t)position * (size_t)(kv_lora + rope);
+    kv_cache_format format = fp8 ? KV_CACHE_FP8 : KV_CACHE_FP16;
+    uint8_t *row = cache + (size_t)position * kv_row_bytes(format, kv_lora, rope);
+    uint16_t *entry = reinterpret_cast<uint16_t *>(row); /* fp16: [kv_lora | rope] */
+    uint16_t *k_pe_out = fp8 ? reinterpret_cast<uint16_t *>(row + kv_lora + 4 * (size_t)kv_fp8_blocks(kv_lora))
+                             : entry + kv_lora;
     for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
         double angle = (double)position * inv_freq[i];
         cos_table[i] = (float)(cos(angle) * cos_sin_scale);
@@ -124,14 +129,28 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
     for (int i = threadIdx.x; i < kv_lora; i += kThreads) {
         float value = rmsnorm_element(kv[i], inverse_rms, kv_norm[i]);
         kv[i] = value;
-        entry[i] = cache_half(value, clamps);
+        if (!fp8)
+            entry[i] = cache_half(value, clamps);
     }
-    __syncthreads(); /* cos/sin tables */
+    __syncthreads(); /* cos/sin tables, and the normalised latent for the fp8 block scales */
+    if (fp8) {
+        /* one thread per block of KV_FP8_BLOCK values finds its scale (the CPU's arithmetic:
+         * kv_fp8_block_scale), then every thread encodes its values */
+        __shared__ float block_scale[1024 / KV_FP8_BLOCK];
+        for (int b = threadIdx.x; b < kv_fp8_blocks(kv_lora); b += kThreads) {
+            int first = b * KV_FP8_BLOCK, n = kv_lora - first < KV_FP8_BLOCK ? kv_lora - first : KV_FP8_BLOCK;
+            block_scale[b] = kv_fp8_block_scale(kv + first, n);
+            memcpy(row + kv_lora + 4 * (size_t)b, &block_scale[b], sizeof(float));
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < kv_lora; i += kThreads)
+            row[i] = kv_e4m3_from_float(kv[i] / block_scale[i / KV_FP8_BLOCK]);
+    }
     float *k_pe = kv + kv_lora;
     for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
         rope_rotate_pair(&k_pe[2 * i], &k_pe[2 * i + 1], cos_table[i], sin_table[i]);
-        entry[kv_lora + 2 * i] = cache_half(k_pe[2 * i], clamps);
-        entry[kv_lora + 2 * i + 1] = cache_half(k_pe[2 * i + 1], clamps);
+        k_pe_out[2 * i] = cache_half(k_pe[2 * i], clamps);
+        k_pe_out[2 * i + 1] = cache_half(k_pe[2 * i + 1], clamps);
     }
     int q_width = nope + rope;
     for (int i = threadIdx.x; i < heads * (rope / 2); i += kThreads) {
@@ -461,14 +480,16 @@ extern "C" int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, 
 
 extern "C" int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q,
                                       int heads, int nope, const double *inv_freq, double cos_sin_scale,
-                                      const int *pos, uint16_t *cache, unsigned *clamps, int tokens, void *stream)
+                                      const int *pos, void *cache, kv_cache_format cache_format, unsigned *clamps,
+                                      int tokens, void *stream)
 {
-    if (rope % 2 || rope > 256)
+    if (rope % 2 || rope > 256 || (cache_format == KV_CACHE_FP8 && (kv_lora % 2 || kv_lora > 1024)))
         return (int)cudaErrorInvalidValue;
     if (tokens <= 0)
         return 0;
     kv_rope_cache_kernel<<<(unsigned)tokens, kThreads, 0, (cudaStream_t)stream>>>(
-        kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos, cache, clamps);
+        kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos, static_cast<uint8_t *>(cache),
+        cache_format == KV_CACHE_FP8, clamps);
     return (int)cudaGetLastError();
 }
 

@@ -257,8 +257,8 @@ typedef struct {
 static int run_attention(void *arg)
 {
     attn_ctx *a = arg;
-    return mla_decode_cuda(a->q_latent, a->q, 8, 512, 64, 128, 0.1447f, a->cache, a->pos, a->splits, a->partials,
-                           a->out, 1, a->stream);
+    return mla_decode_cuda(a->q_latent, a->q, 8, 512, 64, 128, 0.1447f, a->cache, KV_CACHE_FP16, a->pos, a->splits,
+                           a->partials, a->out, 1, a->stream);
 }
 
 static void bench_attention(long positions, int sm)
@@ -296,8 +296,8 @@ typedef struct {
 static int run_prefill_attention(void *arg)
 {
     prefill_attn_ctx *a = arg;
-    return mla_prefill_cuda(a->q_latent, a->q, 8, 512, 64, 128, 0.1447f, a->cache, a->pos, a->parts, a->partials,
-                            a->out, a->tokens, a->stream);
+    return mla_prefill_cuda(a->q_latent, a->q, 8, 512, 64, 128, 0.1447f, a->cache, KV_CACHE_FP16, a->pos, a->parts,
+                            a->partials, a->out, a->tokens, a->stream);
 }
 
 /* The prefill attention of one rank (8 heads) for a step of `tokens` queries after `context`

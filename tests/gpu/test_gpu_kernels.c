@@ -305,12 +305,16 @@ static void check_rmsnorm_add_allreduce(void)
     free(got);
 }
 
-/* The latent norm, rope of k_pe and q_pe, and the fp16 cache rows of `tokens` tokens at
- * positions position + t; norm_scale 1e5 pushes latents past the fp16 range, which both
- * backends saturate to +-65504 and count alike. */
-static void check_kv_rope_cache(long position, int tokens, float norm_scale)
+/* The latent norm, rope of k_pe and q_pe, and the cache rows (fp16, or fp8: kernels/kv_format.h)
+ * of `tokens` tokens at positions position + t; norm_scale 1e5 pushes latents past the fp16
+ * range, which both backends saturate to +-65504 and count alike (fp8: its block scale follows
+ * the range; k_pe saturates as in fp16). Cache values are compared as the fp16 they decode to:
+ * within one fp16 ulp (fp8: one e4m3 step of the block, as a latent one ulp away in float may
+ * round to the neighbouring code). */
+static void check_kv_rope_cache(long position, int tokens, float norm_scale, kv_cache_format format)
 {
     int kv_lora = 512, rope = 64, heads = 8, nope = 128, q_width = nope + rope, row = kv_lora + rope;
+    size_t row_bytes = kv_row_bytes(format, kv_lora, rope);
     size_t qn = (size_t)heads * q_width;
     rope_config rc = {rope, 50000.0, 1, 64.0, 4096, 32.0, 1.0, 1.0, 1.0};
     rope_table table;
@@ -326,6 +330,7 @@ static void check_kv_rope_cache(long position, int tokens, float norm_scale)
     memcpy(want_q, q, (size_t)tokens * qn * 4);
     weight_vector nv = {DTYPE_F32, kv_lora, norm};
     uint16_t *want_cache = malloc((size_t)tokens * row * 2), *got_cache = malloc((size_t)tokens * row * 2);
+    uint8_t *want_rows = malloc((size_t)tokens * row_bytes), *got_rows = malloc((size_t)tokens * row_bytes);
     for (int t = 0; t < tokens; t++) {
         float *kv_t = want_kv + (size_t)t * row;
         rmsnorm(kv_t, kv_t, &nv, 1e-6f);
@@ -333,7 +338,11 @@ static void check_kv_rope_cache(long position, int tokens, float norm_scale)
         rope_apply(kv_t + kv_lora, cos_t, sin_t, rope);
         for (int h = 0; h < heads; h++)
             rope_apply(want_q + (size_t)t * qn + (size_t)h * q_width + nope, cos_t, sin_t, rope);
-        want_clamps += float_row_to_f16_saturate(kv_t, (size_t)row, want_cache + (size_t)t * row);
+        if (format == KV_CACHE_FP8)
+            want_clamps += (size_t)kv_fp8_encode_row(kv_t, kv_lora, rope, want_rows + (size_t)t * row_bytes);
+        else
+            want_clamps += float_row_to_f16_saturate(kv_t, (size_t)row, (uint16_t *)(want_rows + (size_t)t * row_bytes));
+        kv_row_to_half(format, want_rows + (size_t)t * row_bytes, kv_lora, rope, want_cache + (size_t)t * row);
     }
 
     float *dkv = gpu_test_upload(kv, (size_t)tokens * row * 4), *dq = gpu_test_upload(q, (size_t)tokens * qn * 4);
@@ -341,30 +350,37 @@ static void check_kv_rope_cache(long position, int tokens, float norm_scale)
     double *dfreq = gpu_test_upload(table.inv_freq, (size_t)(rope / 2) * sizeof(double));
     int pos = (int)position;
     int *dpos = gpu_test_upload(&pos, sizeof pos);
-    uint16_t *dcache = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&dcache, ((size_t)position + tokens) * row * 2));
+    uint8_t *dcache = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dcache, ((size_t)position + tokens) * row_bytes));
     unsigned zero = 0, got_clamps = 0;
     unsigned *dclamps = gpu_test_upload(&zero, sizeof zero);
     CHECK_INT(mla_kv_rope_cache_cuda(dkv, kv_lora, rope, dnorm, 1e-6f, dq, heads, nope, dfreq, table.cos_sin_scale,
-                                     dpos, dcache, dclamps, tokens, NULL), 0);
+                                     dpos, dcache, format, dclamps, tokens, NULL), 0);
     gpu_test_download(&got_clamps, dclamps, sizeof got_clamps);
     CHECK_INT(got_clamps, want_clamps);
-    CHECK(norm_scale < 1e4f || want_clamps > 0);
+    CHECK(format == KV_CACHE_FP8 || norm_scale < 1e4f || want_clamps > 0); /* fp8: the block scale follows */
     cudaFree(dclamps);
     float *got_kv = malloc((size_t)tokens * row * 4), *got_q = malloc((size_t)tokens * qn * 4);
     gpu_test_download(got_kv, dkv, (size_t)tokens * row * 4);
     gpu_test_download(got_q, dq, (size_t)tokens * qn * 4);
-    gpu_test_download(got_cache, dcache + (size_t)position * row, (size_t)tokens * row * 2);
+    gpu_test_download(got_rows, dcache + (size_t)position * row_bytes, (size_t)tokens * row_bytes);
+    for (int t = 0; t < tokens; t++)
+        kv_row_to_half(format, got_rows + (size_t)t * row_bytes, kv_lora, rope, got_cache + (size_t)t * row);
     int bad = 0, far = 0;
     for (size_t i = 0; i < (size_t)tokens * row; i++) {
         bad += !close_to(got_kv[i], want_kv[i], 1.0f + fabsf(want_kv[i]), 2e-6f);
-        far += abs((int)got_cache[i] - (int)want_cache[i]) > 1;
+        size_t t = i / (size_t)row, c = i % (size_t)row;
+        if (format == KV_CACHE_FP8 && c < (size_t)kv_lora) {
+            float step = 32.0f * kv_fp8_row_scale(want_rows + t * row_bytes, kv_lora, (int)c / KV_FP8_BLOCK);
+            far += fabsf(half_to_float(got_cache[i]) - half_to_float(want_cache[i])) > 1.01f * step;
+        } else
+            far += abs((int)got_cache[i] - (int)want_cache[i]) > 1;
     }
     for (size_t i = 0; i < (size_t)tokens * qn; i++)
         bad += !close_to(got_q[i], want_q[i], 1.0f + fabsf(want_q[i]), 2e-6f);
     CHECK_MSG(bad == 0, "kv/rope at position %ld (%d tokens): %d values out of tolerance", position, tokens, bad);
-    CHECK_MSG(far == 0, "cache rows at position %ld (%d tokens): %d fp16 values more than one ulp away", position,
-              tokens, far);
+    CHECK_MSG(far == 0, "%s cache rows at position %ld (%d tokens): %d values more than one step away",
+              kv_cache_format_name(format), position, tokens, far);
     cudaFree(dkv);
     cudaFree(dq);
     cudaFree(dnorm);
@@ -380,6 +396,8 @@ static void check_kv_rope_cache(long position, int tokens, float norm_scale)
     free(got_q);
     free(want_cache);
     free(got_cache);
+    free(want_rows);
+    free(got_rows);
 }
 
 /* poison: token t's logits are made non-finite by pattern t % 4 (none; all NaN; NaN at every
@@ -549,14 +567,36 @@ static void check_moe(int experts, int top_k, int hidden, int inter, int with_sh
     free(got);
 }
 
+/* n_pos cache rows of random latents (with an outlier channel) in format (kernels/kv_format.h). */
+static uint8_t *random_cache(kv_cache_format format, int kv_lora, int rope, long n_pos)
+{
+    size_t row_bytes = kv_row_bytes(format, kv_lora, rope), row = (size_t)kv_lora + (size_t)rope;
+    uint8_t *cache = malloc((size_t)n_pos * row_bytes);
+    float *values = malloc(row * sizeof *values);
+    for (long p = 0; p < n_pos; p++) {
+        uint8_t *at = cache + (size_t)p * row_bytes;
+        for (size_t i = 0; i < row; i++)
+            values[i] = gpu_test_uniform() * (format == KV_CACHE_FP8 && i == 3 ? 20.0f : 2.0f);
+        if (format == KV_CACHE_FP8)
+            kv_fp8_encode_row(values, kv_lora, rope, at);
+        else
+            for (size_t i = 0; i < row; i++) {
+                uint16_t h = float_to_f16(values[i]);
+                memcpy(at + 2 * i, &h, 2);
+            }
+    }
+    free(values);
+    return cache;
+}
+
 /* Flash-decoding attention (absorbed) for `tokens` causal queries at positions
  * n_pos - tokens + t, against the CPU's mla_decode of each query over its own prefix. The
  * W_UV product is checked above, so kv_b's W_UV is the identity (F32): the CPU's output is
  * then the attention's latent itself. */
-static void check_attention(long n_pos, int splits, int heads, int tokens)
+static void check_attention(long n_pos, int splits, int heads, int tokens, kv_cache_format format)
 {
-    int kv_lora = 512, rope = 64, nope = 128, row = kv_lora + rope, q_width = nope + rope;
-    mla_shape shape = {kv_lora, rope, nope, kv_lora, 0.1447f};
+    int kv_lora = 512, rope = 64, nope = 128, q_width = nope + rope;
+    mla_shape shape = {kv_lora, rope, nope, kv_lora, 0.1447f, format};
     size_t per_head = (size_t)(nope + kv_lora) * kv_lora, qn = (size_t)heads * q_width, on = (size_t)heads * kv_lora;
     float *kv_b = calloc((size_t)heads * per_head, 4);
     for (int h = 0; h < heads; h++) {
@@ -568,9 +608,8 @@ static void check_attention(long n_pos, int splits, int heads, int tokens)
     }
     weight_matrix kv_b_host = {WEIGHT_F32, heads * (nope + kv_lora), kv_lora, (const uint8_t *)kv_b,
                                (size_t)kv_lora * 4, NULL, 0, 1.0f};
-    uint16_t *cache = malloc((size_t)n_pos * row * 2);
-    for (size_t i = 0; i < (size_t)n_pos * row; i++)
-        cache[i] = float_to_f16(gpu_test_uniform() * 2.0f);
+    uint8_t *cache = random_cache(format, kv_lora, rope, n_pos);
+    size_t row_bytes = kv_row_bytes(format, kv_lora, rope);
     float *q = random_floats((size_t)tokens * qn, 1.0f);
     float *scratch = malloc(mla_decode_scratch_floats(&shape, heads) * 4);
     float *want = malloc((size_t)tokens * on * 4), *got = malloc((size_t)tokens * on * 4);
@@ -587,14 +626,14 @@ static void check_attention(long n_pos, int splits, int heads, int tokens)
         }
     }
     float *dql = gpu_test_upload(q_latent, (size_t)tokens * on * 4), *dq = gpu_test_upload(q, (size_t)tokens * qn * 4);
-    uint16_t *dcache = gpu_test_upload(cache, (size_t)n_pos * row * 2);
+    uint8_t *dcache = gpu_test_upload(cache, (size_t)n_pos * row_bytes);
     int pos = (int)first;
     int *dpos = gpu_test_upload(&pos, sizeof pos);
     float *dparts = NULL, *dout = NULL;
     CUDA_CHECK(cudaMalloc((void **)&dparts, (size_t)tokens * mla_decode_partial_floats(splits, heads, kv_lora) * 4));
     CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)tokens * on * 4));
-    CHECK_INT(mla_decode_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, dpos, splits, dparts,
-                              dout, tokens, NULL), 0);
+    CHECK_INT(mla_decode_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, format, dpos, splits,
+                              dparts, dout, tokens, NULL), 0);
     gpu_test_download(got, dout, (size_t)tokens * on * 4);
     int bad = 0;
     for (int t = 0; t < tokens; t++) {
@@ -604,8 +643,8 @@ static void check_attention(long n_pos, int splits, int heads, int tokens)
         for (size_t i = 0; i < on; i++)
             bad += !close_to(got[(size_t)t * on + i], want[(size_t)t * on + i], (float)scale, 2e-5f);
     }
-    CHECK_MSG(bad == 0, "attention over %ld positions, %d queries, %d parts, %d heads: %d values out of tolerance",
-              n_pos, tokens, splits, heads, bad);
+    CHECK_MSG(bad == 0, "%s attention over %ld positions, %d queries, %d parts, %d heads: %d values out of tolerance",
+              kv_cache_format_name(format), n_pos, tokens, splits, heads, bad);
     cudaFree(dql);
     cudaFree(dq);
     cudaFree(dcache);
@@ -627,11 +666,12 @@ static void check_attention(long n_pos, int splits, int heads, int tokens)
  * latent the kernel writes. Tolerance as for the decode kernel: 2e-5 of each query's largest
  * value. Shapes cover K2.5 (512 + 64: 16-byte staging, two columns per thread), kv_lora above
  * 512 (four columns per thread) and rows that are not whole 16-byte units. */
-static void check_prefill_attention(int kv_lora, int rope, long context, int tokens, int heads, int parts)
+static void check_prefill_attention_in(int kv_lora, int rope, long context, int tokens, int heads, int parts,
+                                       kv_cache_format format)
 {
-    int nope = 32, q_width = nope + rope, row = kv_lora + rope;
+    int nope = 32, q_width = nope + rope;
     long n_pos = context + tokens;
-    mla_shape shape = {kv_lora, rope, nope, kv_lora, 0.1447f};
+    mla_shape shape = {kv_lora, rope, nope, kv_lora, 0.1447f, format};
     size_t per_head = (size_t)(nope + kv_lora) * kv_lora, qn = (size_t)heads * q_width, on = (size_t)heads * kv_lora;
     float *kv_b = calloc((size_t)heads * per_head, 4);
     for (int h = 0; h < heads; h++) {
@@ -643,9 +683,8 @@ static void check_prefill_attention(int kv_lora, int rope, long context, int tok
     }
     weight_matrix kv_b_host = {WEIGHT_F32, heads * (nope + kv_lora), kv_lora, (const uint8_t *)kv_b,
                                (size_t)kv_lora * 4, NULL, 0, 1.0f};
-    uint16_t *cache = malloc((size_t)n_pos * row * 2);
-    for (size_t i = 0; i < (size_t)n_pos * row; i++)
-        cache[i] = float_to_f16(gpu_test_uniform() * 2.0f);
+    uint8_t *cache = random_cache(format, kv_lora, rope, n_pos);
+    size_t row_bytes = kv_row_bytes(format, kv_lora, rope);
     float *q = random_floats((size_t)tokens * qn, 1.0f);
     float *scratch = malloc(mla_decode_scratch_floats(&shape, heads) * 4);
     float *want = malloc((size_t)tokens * on * 4), *got = malloc((size_t)tokens * on * 4);
@@ -660,7 +699,7 @@ static void check_prefill_attention(int kv_lora, int rope, long context, int tok
         }
     }
     float *dql = gpu_test_upload(q_latent, (size_t)tokens * on * 4), *dq = gpu_test_upload(q, (size_t)tokens * qn * 4);
-    uint16_t *dcache = gpu_test_upload(cache, (size_t)n_pos * row * 2);
+    uint8_t *dcache = gpu_test_upload(cache, (size_t)n_pos * row_bytes);
     int pos = (int)context;
     int *dpos = gpu_test_upload(&pos, sizeof pos);
     float *dparts = NULL, *dout = NULL;
@@ -669,7 +708,7 @@ static void check_prefill_attention(int kv_lora, int rope, long context, int tok
     CUDA_CHECK(cudaMalloc((void **)&dparts, (partial_floats ? partial_floats : 1) * 4));
     CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)tokens * on * 4));
     CUDA_CHECK(cudaMemset(dout, 0xFF, (size_t)tokens * on * 4)); /* NaN: every value must be written */
-    CHECK_INT(mla_prefill_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, dpos, parts,
+    CHECK_INT(mla_prefill_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, format, dpos, parts,
                                parts > 1 ? dparts : NULL, dout, tokens, NULL), 0);
     gpu_test_download(got, dout, (size_t)tokens * on * 4);
     int bad = 0;
@@ -684,8 +723,8 @@ static void check_prefill_attention(int kv_lora, int rope, long context, int tok
         }
     }
     CHECK_MSG(bad == 0,
-              "prefill attention kv_lora %d rope %d, %ld cached + %d queries, %d heads, %d parts: %d values out of "
-              "tolerance", kv_lora, rope, context, tokens, heads, parts, bad);
+              "%s prefill attention kv_lora %d rope %d, %ld cached + %d queries, %d heads, %d parts: %d values out of "
+              "tolerance", kv_cache_format_name(format), kv_lora, rope, context, tokens, heads, parts, bad);
     cudaFree(dql);
     cudaFree(dq);
     cudaFree(dcache);
@@ -699,6 +738,11 @@ static void check_prefill_attention(int kv_lora, int rope, long context, int tok
     free(want);
     free(got);
     free(q_latent);
+}
+
+static void check_prefill_attention(int kv_lora, int rope, long context, int tokens, int heads, int parts)
+{
+    check_prefill_attention_in(kv_lora, rope, context, tokens, heads, parts, KV_CACHE_FP16);
 }
 
 /* Shared memory against the device's per-block limit: Kimi-K2.5's rows (512 + 64) fit every
@@ -716,7 +760,7 @@ static void check_attention_shared_limit(void)
         return;
     }
     int pos = 0, *dpos = gpu_test_upload(&pos, sizeof pos);
-    CHECK(mla_prefill_cuda(NULL, NULL, 2, 1024, 256, 32, 0.1f, NULL, dpos, 1, NULL, NULL, 4, NULL) != 0);
+    CHECK(mla_prefill_cuda(NULL, NULL, 2, 1024, 256, 32, 0.1f, NULL, KV_CACHE_FP16, dpos, 1, NULL, NULL, 4, NULL) != 0);
     cudaGetLastError();     /* the refused attribute is this thread's last error: not the next launch's */
     cudaFree(dpos);
 }
@@ -724,14 +768,14 @@ static void check_attention_shared_limit(void)
 /* Decode and prefill attention, every shape above, then the shared memory limit. */
 static void check_attention_all(void)
 {
-    check_attention(1, 1, 8, 1);
-    check_attention(17, 4, 8, 1);
-    check_attention(300, 7, 8, 1);
-    check_attention(5000, 64, 8, 1);
-    check_attention(2000, 16, 11, 1); /* two head groups, the second partial */
-    check_attention(8, 3, 8, 8);      /* a prefill step from position 0 */
-    check_attention(1000, 16, 8, 6);  /* a prefill step after 994 cached positions */
-    check_attention(700, 4, 8, 64);   /* a full prefill step */
+    check_attention(1, 1, 8, 1, KV_CACHE_FP16);
+    check_attention(17, 4, 8, 1, KV_CACHE_FP16);
+    check_attention(300, 7, 8, 1, KV_CACHE_FP16);
+    check_attention(5000, 64, 8, 1, KV_CACHE_FP16);
+    check_attention(2000, 16, 11, 1, KV_CACHE_FP16); /* two head groups, the second partial */
+    check_attention(8, 3, 8, 8, KV_CACHE_FP16);      /* a prefill step from position 0 */
+    check_attention(1000, 16, 8, 6, KV_CACHE_FP16);  /* a prefill step after 994 cached positions */
+    check_attention(700, 4, 8, 64, KV_CACHE_FP16);   /* a full prefill step */
     /* the prefill kernel: one, seven and 64 queries, empty to ~3000 positions of context, parts as
      * the backend plans them for 264 splits (device_prefill_attention_parts) and one part */
     int sizes[3] = {1, 7, 64};
@@ -754,6 +798,17 @@ static void check_attention_all(void)
     check_prefill_attention(512, 64, 100, 16, 64, device_prefill_attention_parts(264, 16, 64));
     check_prefill_attention(512, 64, 2047, 3, 64, device_prefill_attention_parts(264, 3, 64));
     check_prefill_attention(512, 64, 33, 64, 64, 1);
+    /* the fp8 cache (issue 22): the write quantises as the CPU does, decode and prefill read it
+     * as the CPU does (one scale block for tiny-k25, four for K2.5, three with a partial one) */
+    check_kv_rope_cache(0, 1, 1.0f, KV_CACHE_FP8);
+    check_kv_rope_cache(100, 8, 1.0f, KV_CACHE_FP8);
+    check_kv_rope_cache(100, 8, 1e5f, KV_CACHE_FP8);
+    check_attention(300, 7, 8, 1, KV_CACHE_FP8);
+    check_attention(1000, 16, 8, 6, KV_CACHE_FP8);
+    check_prefill_attention_in(512, 64, 1000, 7, 8, device_prefill_attention_parts(264, 7, 8), KV_CACHE_FP8);
+    check_prefill_attention_in(512, 64, 31, 64, 8, 1, KV_CACHE_FP8);
+    check_prefill_attention_in(320, 64, 90, 40, 4, 2, KV_CACHE_FP8);
+    check_prefill_attention_in(64, 16, 0, 150, 8, 1, KV_CACHE_FP8);
     check_attention_shared_limit();
 }
 
@@ -762,10 +817,12 @@ static void check_attention_all(void)
  * device's opt-in shared memory (the sm_120 run of the CPU emulation of CUDA: 99 KiB). */
 static void check_attention_real_shapes(void)
 {
-    check_attention(300, 7, 8, 1);
-    check_attention(1000, 16, 8, 6);
+    check_attention(300, 7, 8, 1, KV_CACHE_FP16);
+    check_attention(1000, 16, 8, 6, KV_CACHE_FP16);
     check_prefill_attention(512, 64, 1000, 64, 8, device_prefill_attention_parts(264, 64, 8));
     check_prefill_attention(512, 64, 100, 16, 64, device_prefill_attention_parts(264, 16, 64));
+    check_attention(1000, 16, 8, 6, KV_CACHE_FP8);
+    check_prefill_attention_in(512, 64, 1000, 64, 8, device_prefill_attention_parts(264, 64, 8), KV_CACHE_FP8);
     check_attention_shared_limit();
 }
 
@@ -806,11 +863,11 @@ int main(int argc, char **argv)
     check_attention_projections(WEIGHT_BF16, 8, 128, 128, 512);
     check_attention_projections(WEIGHT_NVFP4, 3, 32, 16, 64);
     check_rmsnorm_add_allreduce();
-    check_kv_rope_cache(0, 1, 1.0f);
-    check_kv_rope_cache(4097, 1, 1.0f);
-    check_kv_rope_cache(131071, 1, 1.0f);
-    check_kv_rope_cache(100, 8, 1.0f);
-    check_kv_rope_cache(100, 8, 1e5f);
+    check_kv_rope_cache(0, 1, 1.0f, KV_CACHE_FP16);
+    check_kv_rope_cache(4097, 1, 1.0f, KV_CACHE_FP16);
+    check_kv_rope_cache(131071, 1, 1.0f, KV_CACHE_FP16);
+    check_kv_rope_cache(100, 8, 1.0f, KV_CACHE_FP16);
+    check_kv_rope_cache(100, 8, 1e5f, KV_CACHE_FP16);
     check_route(384, 8, 1, 1, 1, 1, 0);
     check_route(16, 4, 4, 2, 1, 1, 0);
     check_route(64, 6, 8, 3, 0, 1, 0);

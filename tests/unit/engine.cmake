@@ -16,7 +16,13 @@ endforeach()
 kimi_unit_test(test_verify SOURCES test_verify.c DEPS kimi_verify kimi_kernels_cpu m)
 kimi_unit_test(test_speculate SOURCES test_speculate.c DEPS kimi_speculate kimi_sampler m)
 kimi_unit_test(test_engine_speculate SOURCES test_engine_speculate.c DEPS kimi_engine kimi_tokenizer m)
+# the same on the fp8 latent cache (issue 22): prefix reuse, cancel and speculation rollback
+add_test(NAME test_engine_speculate_fp8 COMMAND test_engine_speculate fp8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_engine_speculate_fp8 PROPERTIES LABELS unit)
 # The same with the KV cache sharded over every rank (--dcp = tp): rollback of rejected drafts,
 # prefix reuse and cancel across the shards.
 add_test(NAME test_engine_speculate_dcp COMMAND test_engine_speculate dcp WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_engine_speculate_dcp PROPERTIES LABELS unit)
+# Both: the fp8 latent cache sharded over every rank.
+add_test(NAME test_engine_speculate_dcp_fp8 COMMAND test_engine_speculate dcp fp8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_engine_speculate_dcp_fp8 PROPERTIES LABELS unit)

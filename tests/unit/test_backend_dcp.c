@@ -82,13 +82,16 @@ static void check_group_exchange(void)
 
 /* ---- the backend ---- */
 
+static kv_cache_format cache_format = KV_CACHE_FP16; /* of every backend opened */
+
 static backend *open_backend(int dcp, long capacity)
 {
     kimi_err err = {0};
     backend *be = NULL;
-    backend_options opt = {.kind = BACKEND_CPU, .tp = TP, .dcp = dcp, .threads_per_rank = 1, .max_context = capacity};
+    backend_options opt = {.kind = BACKEND_CPU, .tp = TP, .dcp = dcp, .threads_per_rank = 1, .max_context = capacity,
+                           .kv_cache = cache_format};
     int rc = backend_open(&be, &mw, &opt, &err);
-    CHECK_MSG(rc == 0, "backend_open tp %d dcp %d: %s", TP, dcp, err.msg);
+    CHECK_MSG(rc == 0, "backend_open tp %d dcp %d %s: %s", TP, dcp, kv_cache_format_name(cache_format), err.msg);
     return be;
 }
 
@@ -167,16 +170,17 @@ static void check_cache_bytes(void)
         size_t bytes = backend_cache_bytes_per_rank(be);
         if (dcp == 1) {
             replicated = bytes;
-            CHECK_INT(bytes, 64 * kv_bytes_per_token(&mw.cfg));
+            CHECK_INT(bytes, 64 * kv_bytes_per_token(&mw.cfg, cache_format));
         }
         CHECK_MSG(bytes * (size_t)dcp == replicated, "dcp %d: %zu B per rank, replicated %zu", dcp, bytes, replicated);
-        printf("dcp %d: %zu cache bytes per rank for 64 positions (replicated %zu)\n", dcp, bytes, replicated);
+        printf("dcp %d, %s cache: %zu cache bytes per rank for 64 positions (replicated %zu)\n", dcp,
+               kv_cache_format_name(cache_format), bytes, replicated);
         backend_close(be);
     }
     /* 65 positions over 8 ranks: the first member holds 9 of them, and so is the largest share */
     backend *be = open_backend(8, 65);
     if (be)
-        CHECK_INT(backend_cache_bytes_per_rank(be), 9 * kv_bytes_per_token(&mw.cfg));
+        CHECK_INT(backend_cache_bytes_per_rank(be), 9 * kv_bytes_per_token(&mw.cfg, cache_format));
     backend_close(be);
 }
 
@@ -298,6 +302,12 @@ int main(void)
     check_steps_and_rewrite(8, 30, 13);
     check_census();
     check_bad_dcp();
+    /* The fp8 cache sharded (both levers of issue 22): 1/dcp of the fp8 bytes per rank, and a
+     * sharded prefill of the fp8 cache equal to its decode steps and rewrites bit for bit. */
+    cache_format = KV_CACHE_FP8;
+    check_cache_bytes();
+    check_steps_and_rewrite(2, 17, 23);
+    check_steps_and_rewrite(8, 30, 13);
     weights_free(&mw);
     return check_finish();
 }

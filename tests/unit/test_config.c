@@ -86,7 +86,7 @@ static void test_tiny_directory(void)
     CHECK_INT(config_special_id(&cfg, "<|not a token|>"), -1);
     CHECK(!config_layer_is_moe(&cfg, 0));
     CHECK(config_layer_is_moe(&cfg, 1) && config_layer_is_moe(&cfg, 3));
-    CHECK_INT(kv_bytes_per_token(&cfg), (64 + 16) * 2 * 4);
+    CHECK_INT(kv_bytes_per_token(&cfg, KV_CACHE_FP16), (64 + 16) * 2 * 4);
     for (int tp = 1; tp <= 8; tp *= 2)
         CHECK_MSG(config_check_tp(&cfg, tp, &err) == 0, "tp %d: %s", tp, err.msg);
     CHECK_INT(config_check_tp(&cfg, 3, &err), KIMI_ERR_USAGE);
@@ -107,7 +107,7 @@ static void test_real_kimi_k25(void)
     CHECK_MSG(parse(&cfg, "config.json", wrapped, &err) == 0, "%s", err.msg);
     CHECK_MSG(config_validate(&cfg, &err) == 0, "%s", err.msg);
     /* docs/ARCHITECTURE.md: 576 x 2 B x 61 layers = 70,272 B per token */
-    CHECK_INT(kv_bytes_per_token(&cfg), 70272);
+    CHECK_INT(kv_bytes_per_token(&cfg, KV_CACHE_FP16), 70272);
     CHECK_INT(cfg.layers, 61);
     CHECK_INT(cfg.experts, 384);
     CHECK_STR(cfg.model_type, "kimi_k2");
@@ -121,7 +121,7 @@ static void test_real_kimi_k25(void)
     char plain[4096];
     snprintf(plain, sizeof plain, "{\"model_type\":\"deepseek_v3\",%s,\"bos_token_id\":1}", k25 + strlen(type_kimi));
     CHECK_MSG(parse(&cfg, "config.json", plain, &err) == 0, "%s", err.msg);
-    CHECK_INT(kv_bytes_per_token(&cfg), 70272);
+    CHECK_INT(kv_bytes_per_token(&cfg, KV_CACHE_FP16), 70272);
     CHECK_INT(cfg.bos_id, 1);
     CHECK_STR(cfg.model_type, "deepseek_v3");
     config_free(&cfg);

@@ -149,9 +149,9 @@ static void check_model(const char *dir, int tp)
         CHECK_MSG(pc.bad_layout == 0, "%s tp %d rank %d: %d layout faults", dir, tp, rank, pc.bad_layout);
 
         device_rank_plan plan;
-        CHECK_INT(device_rank_plan_make(&mw, tp, rank, 8, &plan, &err), 0);
+        CHECK_INT(device_rank_plan_make(&mw, tp, rank, 8, KV_CACHE_FP16, &plan, &err), 0);
         CHECK(plan.weight_bytes >= pc.bytes + device_vector_floats(c) * sizeof(float));
-        CHECK_INT(plan.cache_bytes_per_position, kv_bytes_per_token(c));
+        CHECK_INT(plan.cache_bytes_per_position, kv_bytes_per_token(c, KV_CACHE_FP16));
 
         device_workspace ws;
         device_workspace_plan(c, &shard, 8, &ws);

@@ -89,7 +89,7 @@ static void check_variant(const char *mkmodel, const variant *v)
         /* attention 5 per layer, one router per MoE layer, lm_head, and BF16 MLPs */
         CHECK_INT(mw.n_dense_linears, 5 * v->layers + moe_layers + 1 + 3 * mlps_bf16);
         CHECK_INT(mw.weight_bytes, expected_bytes(v, (size_t)vocab));
-        CHECK_INT(kv_bytes_per_token(&mw.cfg), (size_t)(v->kv_lora + v->rope) * 2 * v->layers);
+        CHECK_INT(kv_bytes_per_token(&mw.cfg, KV_CACHE_FP16), (size_t)(v->kv_lora + v->rope) * 2 * v->layers);
         for (int l = 0; l < v->layers; l++) {
             const layer_weights *lw = &mw.layers[l];
             CHECK_INT(lw->is_moe, l >= v->dense_layers);

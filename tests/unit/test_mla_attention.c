@@ -1,7 +1,9 @@
 /* test_mla_attention: absorbed decode and expanded prefill attention over an fp16 latent cache
  * against a float64 evaluation of the unabsorbed definition (k_nope and v expanded per head
  * from the fp16 latent, causal softmax), for BF16 and NVFP4 kv_b, over several cache chunks,
- * with a prefix already cached; and the two kernels against each other. */
+ * with a prefix already cached; and the two kernels against each other. Over an fp8 cache
+ * (kernels/kv_format.h, one block of latent and several, the last partial) both kernels give
+ * bit for bit what they give over the fp16 values the fp8 rows decode to. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +70,7 @@ static void reference(const weight_matrix *kv_b, const uint16_t *cache, const fl
 
 static void check_kv_b(const char *what, const weight_matrix *kv_b, const uint16_t *cache)
 {
-    mla_shape s = {KV_LORA, ROPE, NOPE, V, 0.3f};
+    mla_shape s = {KV_LORA, ROPE, NOPE, V, 0.3f, KV_CACHE_FP16};
     float q[PREFILL][HEADS][Q_WIDTH], out[PREFILL][HEADS][V], decoded[HEADS][V];
     for (int t = 0; t < PREFILL; t++)
         for (int h = 0; h < HEADS; h++)
@@ -120,8 +122,56 @@ static void check_kv_b(const char *what, const weight_matrix *kv_b, const uint16
     free(scratch);
 }
 
+/* Attention over fp8 rows of kv_lora latent values (positions [n_pos]) equals, bit for bit,
+ * attention over the fp16 rows they decode to: decode of the last position, and a causal
+ * prefill of the last `prefill` positions. */
+static void check_fp8(int kv_lora, long n_pos, int prefill)
+{
+    enum { HEADS_8 = 2 };
+    int rows = HEADS_8 * (NOPE + V), q_width = NOPE + ROPE;
+    size_t fp8_row = kv_row_bytes(KV_CACHE_FP8, kv_lora, ROPE), half_row = (size_t)kv_lora + ROPE;
+    uint8_t *fp8 = malloc((size_t)n_pos * fp8_row);
+    uint16_t *halves = malloc((size_t)n_pos * half_row * sizeof *halves), *kv_b16 = malloc((size_t)rows * kv_lora * 2);
+    float *values = malloc(half_row * sizeof *values), *q = malloc((size_t)prefill * HEADS_8 * q_width * sizeof *q);
+    float *out8 = malloc((size_t)prefill * HEADS_8 * V * sizeof *out8), *out16 = malloc((size_t)prefill * HEADS_8 * V * 4);
+    for (long p = 0; p < n_pos; p++) {
+        for (size_t i = 0; i < half_row; i++)
+            values[i] = uniform() * (i == 7 ? 30.0f : 2.0f); /* an outlier channel in block 0 */
+        kv_fp8_encode_row(values, kv_lora, ROPE, fp8 + (size_t)p * fp8_row);
+        kv_row_to_half(KV_CACHE_FP8, fp8 + (size_t)p * fp8_row, kv_lora, ROPE, halves + (size_t)p * half_row);
+    }
+    for (int i = 0; i < rows * kv_lora; i++) {
+        float v = uniform() * 0.3f;
+        uint32_t bits;
+        memcpy(&bits, &v, 4);
+        kv_b16[i] = (uint16_t)(bits >> 16);
+    }
+    weight_matrix kv_b = {WEIGHT_BF16, rows, kv_lora, (const uint8_t *)kv_b16, (size_t)kv_lora * 2, NULL, 0, 1.0f};
+    for (int i = 0; i < prefill * HEADS_8 * q_width; i++)
+        q[i] = uniform();
+    mla_shape s16 = {kv_lora, ROPE, NOPE, V, 0.2f, KV_CACHE_FP16}, s8 = s16;
+    s8.cache_format = KV_CACHE_FP8;
+    size_t scratch_floats = mla_prefill_scratch_floats(&s16, prefill), d = mla_decode_scratch_floats(&s16, HEADS_8);
+    float *scratch = malloc((scratch_floats > d ? scratch_floats : d) * sizeof *scratch);
+    mla_prefill(&s8, &kv_b, 0, HEADS_8, q, prefill, n_pos - prefill, fp8, scratch, out8);
+    mla_prefill(&s16, &kv_b, 0, HEADS_8, q, prefill, n_pos - prefill, halves, scratch, out16);
+    CHECK_MSG(!memcmp(out8, out16, (size_t)prefill * HEADS_8 * V * sizeof *out8), "kv_lora %d: fp8 prefill differs",
+              kv_lora);
+    const float *q_last = q + (size_t)(prefill - 1) * HEADS_8 * q_width;
+    mla_decode(&s8, &kv_b, 0, HEADS_8, q_last, fp8, n_pos, scratch, out8);
+    mla_decode(&s16, &kv_b, 0, HEADS_8, q_last, halves, n_pos, scratch, out16);
+    CHECK_MSG(!memcmp(out8, out16, HEADS_8 * V * sizeof *out8), "kv_lora %d: fp8 decode differs", kv_lora);
+    int finite = 1;
+    for (int i = 0; i < HEADS_8 * V; i++)
+        finite &= isfinite(out8[i]) && out8[i] != 0.0f;
+    CHECK(finite);
+    free(fp8), free(halves), free(kv_b16), free(values), free(q), free(out8), free(out16), free(scratch);
+}
+
 int main(void)
 {
+    check_fp8(KV_LORA, POSITIONS, 20);
+    check_fp8(320, 100, 70);
     static uint16_t cache[POSITIONS * ROW];
     for (int i = 0; i < POSITIONS * ROW; i++)
         cache[i] = float_to_f16(uniform() * 2.0f);

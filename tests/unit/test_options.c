@@ -18,6 +18,7 @@
 #include "engine/backend/backend.h"
 #include "engine/base/file_io.h"
 #include "engine/runtime/speculate.h"
+#include "kernels/kv_format.h"
 #include "tests/unit/check.h"
 
 static char tmp[PATH_MAX], home[PATH_MAX + 16];
@@ -92,6 +93,7 @@ static void test_defaults(void)
     CHECK_INT(o.threads, 0);
     CHECK(o.devices == NULL);
     CHECK_INT(o.speculate, SPECULATE_AUTO);
+    CHECK_INT(o.kv_cache, KV_CACHE_FP16);
     CHECK_INT(o.mode, APP_MODE_PLAIN);
     CHECK(o.script_path == NULL && o.prompt_text == NULL && !o.keep_going);
     CHECK(!o.resume && o.load_path == NULL && o.system_prompt == NULL && !o.no_save);
@@ -274,6 +276,9 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--speculate 17: must be off, auto or a draft length 1..16", "--speculate", "17");
     EXPECT_ERROR("--speculate on: must be off, auto or a draft length 1..16", "--speculate", "on");
     EXPECT_ERROR("--speculate '': must be off, auto or a draft length 1..16", "--speculate", "");
+    EXPECT_ERROR("--kv-cache fp4: must be fp16 or fp8", "--kv-cache", "fp4");
+    EXPECT_ERROR("--kv-cache FP8: must be fp16 or fp8", "--kv-cache", "FP8");
+    EXPECT_ERROR("--kv-cache '': must be fp16 or fp8", "--kv-cache", "");
     EXPECT_ERROR("--think maybe: must be on or off", "--think", "maybe");
     EXPECT_ERROR("--think true: must be on or off", "--think", "true");
     EXPECT_ERROR("--temperature 150: must be a number in [0, 100]", "--temperature", "150");
@@ -413,6 +418,15 @@ static void test_config(void)
     write_config("speculate = 3\n");
     PARSE_OK(o, NULL);
     CHECK_INT(o.speculate, 3);
+    options_free(&o);
+
+    /* kv_cache = fp16|fp8, and the flag over it */
+    write_config("kv_cache = fp8\n");
+    PARSE_OK(o, NULL);
+    CHECK_INT(o.kv_cache, KV_CACHE_FP8);
+    options_free(&o);
+    PARSE_OK(o, "--kv-cache", "fp16");
+    CHECK_INT(o.kv_cache, KV_CACHE_FP16);
     options_free(&o);
 
     /* XDG_CONFIG_HOME moves the default file. */
@@ -686,7 +700,7 @@ static void test_help_matches_man_page(void)
     }
     CHECK(width_ok);
     static const char *const brief[] = {
-        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--dcp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--verify", "--plain", "--script",
+        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--dcp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--kv-cache", "--verify", "--plain", "--script",
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",

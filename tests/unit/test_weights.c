@@ -177,11 +177,11 @@ static void test_memory_plan(const model_weights *mw)
 {
     const model_config *c = &mw->cfg;
     size_t gib = (size_t)1 << 30;
-    CHECK_INT(kv_bytes_per_token(c), 640);
-    CHECK_INT(max_context_for_budget(c, mw->weight_bytes, gib), (long)((gib - mw->weight_bytes) / 640));
-    CHECK_INT(max_context_for_budget(c, 1000, 1000 + 640 * 5 + 639), 5);
-    CHECK_INT(max_context_for_budget(c, gib, gib), 0);
-    CHECK_INT(max_context_for_budget(c, gib + 1, gib), 0);
+    CHECK_INT(kv_bytes_per_token(c, KV_CACHE_FP16), 640);
+    CHECK_INT(max_context_for_budget(c, KV_CACHE_FP16, mw->weight_bytes, gib), (long)((gib - mw->weight_bytes) / 640));
+    CHECK_INT(max_context_for_budget(c, KV_CACHE_FP16, 1000, 1000 + 640 * 5 + 639), 5);
+    CHECK_INT(max_context_for_budget(c, KV_CACHE_FP16, gib, gib), 0);
+    CHECK_INT(max_context_for_budget(c, KV_CACHE_FP16, gib + 1, gib), 0);
 }
 
 /* ---- reading the weights in ---- */
