@@ -102,7 +102,8 @@ int tui_status_text(tui *t, char *buf, size_t cap, int room)
     if (tps > 0)
         snprintf(speed, sizeof speed, tps < 100 ? " · %.1f tok/s" : " · %.0f tok/s", tps);
     /* the full line, then shorter ones until it fits: "thinking" as "think", then without the
-       backend, then without the temperature, then without thinking and the save state, then
+       backend, then without the temperature, the session's name and the F1 hint, then
+       without thinking and the save state, then
        without the speed, the model, the context's limit, the context: a narrow terminal loses
        whole fields, never the end of one */
     /* the session's name: its file in the sessions folder, without ".json" */
@@ -137,10 +138,11 @@ int tui_status_text(tui *t, char *buf, size_t cap, int room)
             append(buf, cap, " · T %g", (double)s->settings.temperature);
         if (t->save_state[0] && level < 4)
             append(buf, cap, " · %s", t->save_state);
-        if (name[0] && level < 2)
+        if (name[0] && level < 3)
             append(buf, cap, " · %s", name);
-        /* where to start, while nothing is typed (it goes with the temperature) */
-        if (input_is_empty(t->in) && level < 3)
+        /* where to start, while nothing is typed in a conversation not yet begun (then the
+           session's name takes its place) */
+        if (input_is_empty(t->in) && used == 0 && level < 3)
             append(buf, cap, " · F1 keys · /help commands");
         if (text_width(buf, strlen(buf)) <= room)
             return 1;
@@ -211,7 +213,14 @@ void tui_separator_text(tui *t, char *buf, size_t cap, int *element)
         /* scrolled up and idle: how far the end is (while an answer streams, "↓ new" says so) */
         long below = render_model_rows_below(t->rm);
         if (below > 0) {
-            snprintf(buf, cap, " ↑ %ld line%s above the end · Ctrl-End returns ", below, below == 1 ? "" : "s");
+            /* the whole sentence, then without the key, then the arrow and the count alone: a
+               narrow window drops whole parts */
+            const char *lines = below == 1 ? "line" : "lines";
+            snprintf(buf, cap, " ↑ %ld %s above the end · Ctrl-End returns ", below, lines);
+            if (text_width(buf, strlen(buf)) > t->cols - 2)
+                snprintf(buf, cap, " ↑ %ld %s above the end ", below, lines);
+            if (text_width(buf, strlen(buf)) > t->cols - 2)
+                snprintf(buf, cap, " ↑ %ld ", below);
             *element = THEME_NOTE;
         }
     }

@@ -30,7 +30,7 @@ wait_for '^> /load garden-notes$'
 # the status bar names the session loaded
 tm send-keys -t "$PANE" Enter
 wait_for 'loaded .*garden-notes\.json'
-wait_for '^ ready │ .* · garden-notes$'
+wait_for '^ ready │ .* · garden-notes( · F1 keys · \/help commands)?$'
 tm send-keys -t "$PANE" C-u '/export json tests/tu' Tab
 wait_for '^> /export json tests/tui/$'
 tm send-keys -t "$PANE" C-u '/zz' Tab

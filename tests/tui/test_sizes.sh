@@ -12,7 +12,7 @@ tools = json.load(open(sys.argv[1]))
 tools[0]['exec']['argv'] = ['seq', '1', '12']
 json.dump(tools, open(sys.argv[2], 'w'))
 PY
-status_re='^ (ready|waiting|thinking…|answering…|approve\? y/a/n|running a tool)( │ demo model( · cpu TP=1)?)?( [│·] ctx [0-9.k]+(/[0-9.k]+( · [0-9.]+ tok/s)?)?)?( · think(ing)? (on|off))?( · T [0-9.]+)?( · (saved|not saved|save failed))?( · F1 keys · /help commands)?( +↓ new)?$'
+status_re='^ (ready|waiting|thinking…|answering…|approve\? y/a/n|running a tool)( │ demo model( · cpu TP=1)?)?( [│·] ctx [0-9.k]+(/[0-9.k]+( · [0-9.]+ tok/s)?)?)?( · think(ing)? (on|off))?( · T [0-9.]+)?( · (saved|not saved|save failed))?( · [A-Za-z0-9._-]+)?( · F1 keys · /help commands)?( +↓ new)?$'
 header_re='^(▌)? *(kimi )?▸ thought( for [0-9.]+ s( · [0-9]+ tokens)?)?$'
 
 check_status() {
@@ -59,7 +59,7 @@ for size in 80x24 40x12 20x10 200x60; do
   tm send-keys -t "$PANE" F1
   wait_for 'kimi-chat keys'
   : > "$TMP/pages.txt"
-  for _ in $(seq 1 30); do
+  for _ in $(seq 1 80); do
     screen >> "$TMP/pages.txt"
     echo '=====' >> "$TMP/pages.txt"
     screen | grep -q '↓─┘' || break
@@ -70,6 +70,10 @@ for size in 80x24 40x12 20x10 200x60; do
 import sys
 pages = open(sys.argv[1]).read().split('=====\n')
 lines = []
+def add_page(rows):
+    # the last PgDn stops at the end of the help: its page repeats rows of the one before
+    overlap = max((k for k in range(1, min(len(lines), len(rows)) + 1) if lines[-k:] == rows[:k]), default=0)
+    lines.extend(rows[overlap:])
 for page in pages:
     rows = page.split('\n')
     # the help's top border: the row above "kimi-chat keys", or (scrolled) the one with ↑
@@ -82,10 +86,12 @@ for page in pages:
     else:
         left = rows[top + 1].rindex('│', 0, rows[top + 1].index('kimi-chat keys'))
     right = rows[top].index('┐', left)
+    page_rows = []
     for r in rows[top + 1:]:
         if len(r) <= right or r[left] != '│' or r[right] != '│':
             break
-        lines.append(''.join(r[left + 1:right].split()))
+        page_rows.append(''.join(r[left + 1:right].split()))
+    add_page(page_rows)
 print('\n'.join(line for line in lines if line))
 PY
   [ -s "$TMP/help.$size" ] || fail "${size}: no help box found"
