@@ -23,10 +23,11 @@ static const struct {
 int sampling_parse(sampling_setting s, const char *text, const char *what, int code, double *number,
                    uint64_t *integer, kimi_err *err)
 {
-    char *end;
+    char *end = (char *)text;
     errno = 0;
     if (ranges[s].is_number) {
-        /* decimal only: strtod would also take hex ("0x10" = 16, "0x1p3" = 8) */
+        /* decimal only: strtod would also take hex ("0x10" = 16, "0x1p3" = 8); the rest is
+         * refused below (end stays at the first character, v is NaN) */
         int decimal = !isspace((unsigned char)text[0]) && !strpbrk(text, "xX");
         double v = decimal ? strtod(text, &end) : NAN;
         if (!*text || *end || !isfinite(v) || v < ranges[s].lo || v > ranges[s].hi ||
