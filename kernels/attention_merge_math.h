@@ -5,7 +5,10 @@
  *
  * A part is one head's attention over some of the positions, ATTENTION_PART_FLOATS(width)
  * floats: [max score m | sum of e^(score - m) l | acc[width] = sum of e^(score - m) * value].
- * An empty part has l == 0 (and m == -inf, acc all 0). The merge of parts s is
+ * An empty part has l == 0 exactly (and m == -inf, acc all 0); a part with positions has l >= 1,
+ * or NaN when a score was not finite (a NaN or infinity in the cache): such a part is merged, not
+ * skipped, so that the output is NaN as the attention over all positions at once would be and the
+ * backend's non-finite check sees it. The merge of parts s is
  *   out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,   M = max_s m_s. */
 #ifndef KIMI_KERNELS_ATTENTION_MERGE_MATH_H
 #define KIMI_KERNELS_ATTENTION_MERGE_MATH_H
@@ -29,7 +32,7 @@ static inline KIMI_HOST_DEVICE float attention_parts_max(const float *parts, int
 /* e^(m_s - M) for a part that holds positions, 0 for an empty one. */
 static inline KIMI_HOST_DEVICE float attention_part_weight(const float *part, float global_max)
 {
-    return part[1] > 0.0f ? expf(part[0] - global_max) : 0.0f;
+    return part[1] != 0.0f ? expf(part[0] - global_max) : 0.0f;
 }
 
 /* 1 / sum_s e^(m_s - M) l_s, summed in part order. */
@@ -39,7 +42,7 @@ static inline KIMI_HOST_DEVICE float attention_parts_inverse_total(const float *
     float total = 0.0f;
     for (int s = 0; s < n_parts; s++) {
         const float *part = parts + (size_t)s * part_stride;
-        if (part[1] > 0.0f)
+        if (part[1] != 0.0f)
             total += part[1] * attention_part_weight(part, global_max);
     }
     return 1.0f / total;
@@ -52,7 +55,7 @@ static inline KIMI_HOST_DEVICE float attention_parts_merge_element(const float *
     float sum = 0.0f;
     for (int s = 0; s < n_parts; s++) {
         const float *part = parts + (size_t)s * part_stride;
-        if (part[1] > 0.0f)
+        if (part[1] != 0.0f)
             sum += part[2 + c] * attention_part_weight(part, global_max);
     }
     return sum * inverse_total;

@@ -3,11 +3,14 @@
  * from the fp16 latent, causal softmax), for BF16 and NVFP4 kv_b, over several cache chunks,
  * with a prefix already cached; and the two kernels against each other. Over an fp8 cache
  * (kernels/kv_format.h, one block of latent and several, the last partial) both kernels give
- * bit for bit what they give over the fp16 values the fp8 rows decode to. */
+ * bit for bit what they give over the fp16 values the fp8 rows decode to. Partial attentions
+ * over parts of the cache merged (decode context parallelism) carry a non-finite cache value
+ * into the output as the whole decode does. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention_merge_math.h"
 #include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/check.h"
@@ -168,6 +171,39 @@ static void check_fp8(int kv_lora, long n_pos, int prefill)
     free(fp8), free(halves), free(kv_b16), free(values), free(q), free(out8), free(out16), free(scratch);
 }
 
+/* A NaN in one part's positions makes the merged output NaN, as in the decode over the whole
+ * cache: a part whose softmax sum is NaN is no empty part, and dropping it would hide a
+ * non-finite activation from the backend's check behind a finite attention output. */
+static void check_merge_nonfinite(const weight_matrix *kv_b, const uint16_t *finite_cache)
+{
+    enum { SPLIT = 75 };
+    static uint16_t cache[POSITIONS * ROW];
+    memcpy(cache, finite_cache, sizeof cache);
+    cache[100 * ROW + 3] = 0x7E00; /* fp16 NaN in position 100's latent, in the second part */
+    mla_shape s = {KV_LORA, ROPE, NOPE, V, 0.3f, KV_CACHE_FP16};
+    float q[HEADS][Q_WIDTH], q_abs[HEADS][KV_LORA + ROPE], whole[HEADS][V], merged[HEADS][V];
+    for (int h = 0; h < HEADS; h++)
+        for (int d = 0; d < Q_WIDTH; d++)
+            q[h][d] = uniform();
+    float *scratch = malloc(mla_decode_scratch_floats(&s, HEADS) * sizeof *scratch);
+    mla_decode(&s, kv_b, 0, HEADS, &q[0][0], cache, POSITIONS, scratch, &whole[0][0]);
+    size_t part = ATTENTION_PART_FLOATS(KV_LORA);
+    float *parts = malloc(2 * HEADS * part * sizeof *parts), o_latent[KV_LORA];
+    mla_absorb_query(&s, kv_b, 0, HEADS, &q[0][0], &q_abs[0][0]);
+    mla_decode_partial(&s, &q_abs[0][0], HEADS, cache, SPLIT, scratch, parts);
+    mla_decode_partial(&s, &q_abs[0][0], HEADS, cache + SPLIT * ROW, POSITIONS - SPLIT, scratch, parts + HEADS * part);
+    for (int h = 0; h < HEADS; h++) {
+        mla_merge_parts(&s, parts + h * part, 2, HEADS * part, o_latent);
+        mla_apply_uv(&s, kv_b, h, o_latent, merged[h]);
+    }
+    for (int h = 0; h < HEADS; h++) {
+        CHECK_MSG(isnan(whole[h][0]), "head %d: the whole decode is %g over a NaN", h, whole[h][0]);
+        CHECK_MSG(isnan(merged[h][0]), "head %d: the merged parts are %g over a NaN", h, merged[h][0]);
+    }
+    free(scratch);
+    free(parts);
+}
+
 int main(void)
 {
     check_fp8(KV_LORA, POSITIONS, 20);
@@ -185,6 +221,7 @@ int main(void)
     }
     weight_matrix w = {WEIGHT_BF16, KV_B_ROWS, KV_LORA, (const uint8_t *)bf16, KV_LORA * 2, NULL, 0, 1.0f};
     check_kv_b("bf16", &w, cache);
+    check_merge_nonfinite(&w, cache);
 
     static uint8_t packed[KV_B_ROWS * KV_LORA / 2], scales[KV_B_ROWS * KV_LORA / 16];
     for (int i = 0; i < KV_B_ROWS * KV_LORA / 2; i++)
