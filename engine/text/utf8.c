@@ -84,8 +84,9 @@ void utf8_one_line(const char *s, size_t len, char *out, size_t cap)
             piece = UTF8_REPLACEMENT;
             i += n;
             n = UTF8_REPLACEMENT_LEN;
-        } else if (n == 1 && (u[0] <= ' ' || u[0] == 0x7f)) {
-            i++;
+        } else if ((n == 1 && (u[0] <= ' ' || u[0] == 0x7f)) || (n == 2 && u[0] == 0xC2 && u[1] < 0xA0)) {
+            /* C0, DEL and C1 (U+0080..U+009F: CSI, OSC, NEL to a terminal reading UTF-8) */
+            i += n;
             space = o > 0;
             continue;
         } else {

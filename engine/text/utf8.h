@@ -27,9 +27,9 @@ int utf8_is_valid(const uint8_t *s, size_t n);
 size_t utf8_replace_ill_formed(const uint8_t *s, size_t n, uint8_t *out);
 
 /* s[0..len) in one line into out[cap] (cap >= 4), for messages that quote text from a file,
- * a server or the model: control characters and runs of white space become one space (none
- * leading), ill-formed UTF-8 becomes U+FFFD, and a text too long is cut at a character with
- * "…". The one sanitizer of one-line text. */
+ * a server or the model: control characters (C0, DEL and C1) and runs of white space become
+ * one space (none leading), ill-formed UTF-8 becomes U+FFFD, and a text too long is cut at a
+ * character with "…". The one sanitizer of one-line text. */
 void utf8_one_line(const char *s, size_t len, char *out, size_t cap);
 
 /* Code point at s[p] of valid UTF-8; *next is the byte after it. Inline: the pre-tokenizer

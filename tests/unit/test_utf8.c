@@ -124,7 +124,7 @@ static void test_random_replacement(void)
 }
 
 /* utf8_one_line, the one sanitizer of one-line text (errors quoting a server, a tools file,
- * the model): controls and white space runs as one space, U+FFFD for ill-formed bytes, a cut
+ * the model): controls (C0, DEL and C1) and white space runs as one space, U+FFFD for ill-formed bytes, a cut
  * at a character with an ellipsis that still fits. */
 static void test_one_line(void)
 {
@@ -140,6 +140,11 @@ static void test_one_line(void)
     CHECK_STR(line, "a [31mb");
     utf8_one_line("", 0, tiny, sizeof tiny);
     CHECK_STR(tiny, "");
+    /* C1 controls are controls too: U+009B is CSI and U+009D OSC to a terminal that reads UTF-8
+       (a server's error reply quoted in kimi-chat's last line on stderr) */
+    const char *c1 = "a\xC2\x9B" "2Jb\xC2\x9D" "0;t\xC2\x9C\xC2\x85" "c\xC2\xA0";
+    utf8_one_line(c1, strlen(c1), line, sizeof line);
+    CHECK_STR(line, "a 2Jb 0;t c\xC2\xA0");
     /* a cut never splits a character and the result is always valid and NUL-terminated */
     char out[16];
     const char *text = "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80";
