@@ -17,14 +17,25 @@
 #include "app/script_run.h"
 #include "engine/backend/device_plan.h"
 #include "engine/base/file_io.h"
+#include "engine/text/utf8.h"
 #include "ui/plain.h"
 #include "ui/tui.h"
 
 enum { EXIT_OK = 0, EXIT_SCRIPT = 1, EXIT_VERIFY_FAILED = 1, EXIT_USAGE = 2, EXIT_ENGINE = 3, EXIT_INTERRUPTED = 130 };
 
+/* The last line on stderr, made one line without controls (utf8_one_line): a message may quote
+ * a file (a session's JSON error "near '...'") or a server's reply, and stderr is often the
+ * terminal, where views' own cleaning no longer runs. */
+static void say_error(const char *message)
+{
+    char line[2048];
+    utf8_one_line(message, strlen(message), line, sizeof line);
+    fprintf(stderr, "kimi-chat: %s\n", line);
+}
+
 static int fail(int code, const char *message)
 {
-    fprintf(stderr, "kimi-chat: %s\n", message);
+    say_error(message);
     return code;
 }
 
@@ -281,10 +292,10 @@ int main(int argc, char **argv)
         }
         /* a turn cut by a signal or a quit is wound down first: the session saved is whole */
         if (app_wind_down(a, 3.0, &err))
-            fprintf(stderr, "kimi-chat: %s\n", err.msg);
+            say_error(err.msg);
         err = (kimi_err){0};
         if (app_save(a, &err))
-            fprintf(stderr, "kimi-chat: %s\n", err.msg);
+            say_error(err.msg);
         /* an answer that did not reach stdout (a full disk, a closed descriptor) is not a
            success; a reader that left early (`| head`) is its own choice */
         int out_errno = ui ? plain_ui_stdout_errno(ui) : 0;

@@ -91,6 +91,12 @@ expect 2 "newer.json: session format version 99 is newer" -- --load "$tmp/newer.
 # A file with no messages is an error naming it (before the model loads), not a silent new chat.
 echo '[]' > "$tmp/empty.json"
 expect 2 "^kimi-chat: $tmp/empty.json: no messages to load \(an empty conversation\)$" -- --load "$tmp/empty.json" --model "$tmp/broken" --prompt hi
+# An error quoting a file (the JSON parser's "near '...'") reaches the terminal without its
+# control sequences: C1 CSI (U+009B) and C0 controls become spaces in the last line on stderr.
+printf '[{"role": "user", "content": "a\xc2\x9b2J\x1b[31mX\x01"}]' > "$tmp/controls.json"
+expect 2 "controls.json:1:.*invalid JSON: control character 0x1b near '\"a 2J'$" -- --load "$tmp/controls.json" --prompt hi
+LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]\|\xc2[\x80-\x9f]' "$tmp/err" &&
+    { echo "FAIL: a control character from the file reached stderr"; od -c "$tmp/err"; failed=$((failed + 1)); }
 
 # A call the script did not allow is denied (nobody to ask), and the model is told what would allow it.
 printf '/set temperature 0\nWhat time is it?\n/export json %s\n' "$tmp/denied.json" > "$tmp/deny.kc"
