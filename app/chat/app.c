@@ -1254,7 +1254,7 @@ static int start_compaction(app *a, const char *instructions, kimi_err *err)
             /* Moonshot's non-thinking temperature, or the session's when lower (0: greedy) */
             .conv = &view, .thinking = 0, .temperature = s->temperature < 0.6f ? s->temperature : 0.6f,
             .top_p = s->top_p, .top_k = s->top_k,
-            .max_tokens = APP_COMPACT_MAX_TOKENS, .seed = s->seed,
+            .max_tokens = APP_COMPACT_MAX_TOKENS, .max_tokens_fit = 1, .seed = s->seed,
         };
         rc = a->gen->ops->start(a->gen, &req, err);
         model_view_free(a, &view);
@@ -1309,9 +1309,11 @@ static void compaction_finished(app *a)
         snprintf(why, sizeof why, "%s", res->error);
     else if (a->stop_requested || a->stop_reason == PARSE_STOP_CANCELLED)
         stopped = snprintf(why, sizeof why, "stopped");
-    else if (a->stop_reason == PARSE_STOP_MAX_TOKENS || a->stop_reason == PARSE_STOP_MAX_TOKENS_WHILE_THINKING)
+    else if ((a->stop_reason == PARSE_STOP_MAX_TOKENS || a->stop_reason == PARSE_STOP_MAX_TOKENS_WHILE_THINKING) &&
+             (a->gen->context_limit <= 0 || (long)res->prompt_tokens + res->generated_tokens < a->gen->context_limit))
         snprintf(why, sizeof why, "the summary itself was too long (over %d tokens)", APP_COMPACT_MAX_TOKENS);
-    else if (a->stop_reason == PARSE_STOP_CONTEXT_FULL)
+    else if (a->stop_reason == PARSE_STOP_CONTEXT_FULL || a->stop_reason == PARSE_STOP_MAX_TOKENS ||
+             a->stop_reason == PARSE_STOP_MAX_TOKENS_WHILE_THINKING) /* its cap shrunk to the room left */
         snprintf(why, sizeof why, "the context filled up while the model wrote the summary");
     else if (a->content.failed || a->reasoning.failed)
         snprintf(why, sizeof why, "out of memory for the summary");

@@ -20,7 +20,8 @@
 
 /* /compact [INSTRUCTIONS]: the model, reasoning off and without tools, is shown the
  * conversation it sees up to the user's last message followed by this request (and "Also:
- * INSTRUCTIONS"); its answer, at most APP_COMPACT_MAX_TOKENS, goes into the session as a user
+ * INSTRUCTIONS"); its answer, at most APP_COMPACT_MAX_TOKENS (fewer when the context has less
+ * room left after that prompt: the cap shrinks, the request is not refused), goes into the session as a user
  * message marked summary (session_context_start) before that last message. A failure (the model
  * or the server, a stop, a summary that runs past the cap, an empty one) leaves the
  * conversation as it was and ends the "turn" with a one-line message. */

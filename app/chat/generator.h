@@ -23,6 +23,10 @@ typedef struct {
     float top_p;                    /* (0, 1] */
     int top_k;                      /* 0 = off */
     int max_tokens;                 /* 0 = until the context is full */
+    int max_tokens_fit;             /* 1: max_tokens is a cap that shrinks to the room the prompt
+                                       leaves in the context (a /compact summary), where the
+                                       generator knows both (local); 0: a max_tokens that does not
+                                       fit is refused */
     uint64_t seed;
 } generator_request;
 

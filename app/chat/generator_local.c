@@ -81,6 +81,9 @@ static int local_start(generator *base, const generator_request *req, kimi_err *
         chat_rendering_free(&r);
         return rc;
     }
+    long room = g->base.context_limit - (long)r.n_ids + 1;     /* >= 1 after the check above */
+    if (req->max_tokens_fit && er.max_new_tokens > room)
+        er.max_new_tokens = (int)room;
     parse_free(g->parser);
     g->parser = NULL;
     int rc = parse_create(&g->parser, g->tok, req->thinking ? PARSE_START_REASONING : PARSE_START_CONTENT,

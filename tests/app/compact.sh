@@ -102,4 +102,12 @@ assert msgs[marked[0] + 1]['content'] == 'What can you do?', msgs
 md = open(sys.argv[2]).read()
 assert '### Summary (/compact)' in md and 'Hello!' in md, md[:400]
 PY
+# A context with room for a short summary but not for the cap of 1024 tokens after the prompt:
+# the cap shrinks to the room (it was refused as "context full: prompt + max_new_tokens 1024").
+rm -rf "$tmp/data"
+head -n 5 "$tmp/demo.kc" > "$tmp/small.kc"
+"$kimi_chat" --no-tools --max-context 400 --script "$tmp/small.kc" > "$tmp/out" 2> "$tmp/err" || {
+    echo "compact: /compact in a 400-token context failed"; cat "$tmp/out" "$tmp/err"; exit 1; }
+grep -q "compacted: the model now sees a summary of" "$tmp/out" "$tmp/err" || {
+    echo "compact: no summary in a 400-token context"; cat "$tmp/out" "$tmp/err"; exit 1; }
 echo "compact: ok"
