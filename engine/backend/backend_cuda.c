@@ -1081,12 +1081,14 @@ static int rank_settle(struct cuda_backend *be, rank_device *rd, int status)
 static int rank_warm_up_enqueue(struct cuda_backend *be, rank_device *rd)
 {
     const device_workspace *l = &rd->layout;
-    for (int T = 1; T <= DEVICE_MAX_TOKENS; T++)
+    for (int T = 1; T <= DEVICE_MAX_TOKENS; T++) {
         if (cuda_comm_allreduce_sum(be->comm, rd->rank, ws(rd, l->partial), (size_t)T * (size_t)be->cfg->hidden,
-                                    rd->stream, &rd->err) ||
-            cuda_comm_gather(be->comm, rd->rank, ws(rd, l->logits_part), T, be->col_begin, be->ranks[0].logits,
+                                    rd->stream, &rd->err))
+            return rd->err.code;
+        if (cuda_comm_gather(be->comm, rd->rank, ws(rd, l->logits_part), T, be->col_begin, be->ranks[0].logits,
                              rd->stream, &rd->err))
             return rd->err.code;
+    }
     return 0;
 }
 

@@ -5,7 +5,8 @@
  * at each block start. Streams are queues, each run by its own thread in order; a capture
  * records the work by value into a graph that a launch replays. Device memory is host memory
  * (one address space). Architecture: KIMI_EMU_ARCH=90 (default), 100 or 120; devices:
- * KIMI_EMU_DEVICES (default 8). */
+ * KIMI_EMU_DEVICES (default 8), each of KIMI_EMU_MEMORY_MIB (default the architecture's);
+ * KIMI_EMU_LEGACY_STREAM=refuse fails all work for a legacy stream. */
 #include "emu.h"
 #include "fiber.h"
 
