@@ -514,6 +514,11 @@ int probe_bench(int argc, char **argv)
         json_object_set_new(o, "tp", json_integer(info->tp));
         json_object_set_new(o, "dcp", json_integer(info->dcp));
         json_object_set_new(o, "cache_bytes_per_rank", json_integer((json_int_t)info->cache_bytes_per_rank));
+        /* CUDA: device memory the open took beyond the plan (NCCL, cuBLASLt), measured; the cache
+         * was sized after it (null on the CPU) */
+        json_object_set_new(o, "runtime_overhead_bytes", opt.backend == BACKEND_CUDA
+                                                             ? json_integer((json_int_t)info->runtime_overhead_bytes)
+                                                             : json_null());
         json_object_set_new(o, "threads_per_rank", json_integer(info->threads_per_rank));
         json_object_set_new(o, "threads", json_integer(threads));
         json_object_set_new(o, "ctx", json_integer(info->max_context));

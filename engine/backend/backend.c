@@ -58,6 +58,13 @@ int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *
     return kimi_fail(err, KIMI_ERR_STATE, "%s", no_cuda);
 }
 
+long long cuda_backend_runtime_overhead(const cuda_backend *be, int *device)
+{
+    (void)be;
+    *device = -1;
+    return 0;
+}
+
 long cuda_backend_take_clamps(cuda_backend *be)
 {
     (void)be;
@@ -202,6 +209,14 @@ size_t backend_cache_bytes_per_rank(const backend *be)
     if (be->kind == BACKEND_CUDA)
         return (size_t)cuda_backend_capacity(be->cuda) * kv_bytes_per_token(be->cfg, be->cache_format);
     return cpu_backend_cache_bytes_per_rank(be->cpu);
+}
+
+long long backend_runtime_overhead(const backend *be, int *device)
+{
+    if (be->kind == BACKEND_CUDA)
+        return cuda_backend_runtime_overhead(be->cuda, device);
+    *device = -1;
+    return 0;
 }
 
 int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err)

@@ -21,6 +21,10 @@ typedef struct {
                                  * Waits spin briefly only when tp * threads + 1 (the calling thread)
                                  * fit in the usable CPUs; KIMI_CPU_SPIN=auto|on|off overrides it */
     long max_context;           /* KV cache positions to reserve */
+    int fit_context;            /* CUDA: 1 when max_context is the most a plan made before open fits (no
+                                 * context was asked): the backend lowers it to what the device memory
+                                 * it measures at open holds; 0: max_context was asked, and a device
+                                 * that cannot hold it after that measurement fails the open */
     kv_cache_format kv_cache;   /* the latent cache's element format (kernels/kv_format.h); 0: fp16 */
     int dcp;                    /* decode context parallelism: the latent cache is sharded by position over
                                  * groups of dcp ranks (engine/backend/kv_shard.h), each rank storing 1/dcp
@@ -110,6 +114,12 @@ int backend_take_comm_census(backend *be, int rank, tp_comm_census *out, kimi_er
 
 /* Bytes of latent cache one rank holds (the largest share; all layers; in the cache's format). */
 size_t backend_cache_bytes_per_rank(const backend *be);
+
+/* CUDA: the device memory the open took beyond its plan's weights and workspaces before the
+ * cache (NCCL's buffers, cuBLASLt, the runtime's own), measured with cudaMemGetInfo on each
+ * device; the largest, with its device in *device. The cache was sized after it. 0 on the CPU
+ * (*device -1). Negative when the plan counted more than was taken. */
+long long backend_runtime_overhead(const backend *be, int *device);
 
 /* Copy the cache of positions [0, n_pos) as fp16 [layer][position][kv_lora | rope] (rank 0, with
  * the positions of its DCP group's other members put back in place); an fp8 cache decodes to

@@ -144,6 +144,15 @@ struct cuda_backend {
     int (*on_layer)(void *user, double tokens_done);
     void *on_layer_user;
     atomic_int ranks_loaded;    /* ranks done with JOB_OPEN */
+
+    /* the cache sized at open from a measurement (rank_cache_open), by rank: of its device */
+    int fit_context;            /* backend_options.fit_context */
+    size_t survey_free[MAX_RANKS];      /* free memory when backend_setup planned */
+    size_t planned_fixed[MAX_RANKS];    /* the plan's weights + workspaces of every rank on the device */
+    size_t device_position_bytes[MAX_RANKS];    /* the cache of every rank on the device, per position */
+    size_t measured_free[MAX_RANKS];    /* free before the cache (set by the device's first rank) */
+    long long overhead_bytes;   /* the largest measured_overhead over the devices */
+    int overhead_device;
 };
 
 static int cuda_fail(kimi_err *err, cudaError_t status, const char *what)
@@ -443,16 +452,14 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
         rd->stream = be->shared_stream;
     else
         CUDA_TRY(cudaStreamCreateWithFlags(&rd->stream, cudaStreamNonBlocking), "stream");
+    /* kernel attributes once per device here, never in a step a graph captures */
+    int attention = mla_attention_setup_cuda(c->kv_lora_rank, c->qk_rope_dim);
+    if (attention)
+        return cuda_fail(err, (cudaError_t)attention, "attention shared memory limit");
     int rc = rank_upload(be, rd, &plan, err);
     if (rc)
         return rc;
 
-    size_t cache_bytes = (size_t)c->layers * (size_t)be->capacity * be->cache_row;
-    cudaError_t status = cudaMalloc((void **)&rd->cache, cache_bytes);
-    if (status != cudaSuccess)
-        return kimi_fail(err, KIMI_ERR_NOMEM, "CUDA: a KV cache of %ld positions (%zu MiB) does not fit: %s",
-                         be->capacity, cache_bytes >> 20, cudaGetErrorString(status));
-    CUDA_TRY(cudaMemsetAsync(rd->cache, 0, cache_bytes, rd->stream), "cache clear");
     device_workspace_plan(c, &rd->shard, be->splits, &rd->layout);
     CUDA_TRY(cudaMalloc((void **)&rd->ws, rd->layout.total * sizeof(float)), "workspace");
     CUDA_TRY(cudaMemsetAsync(rd->ws, 0, rd->layout.total * sizeof(float), rd->stream), "workspace clear");
@@ -474,7 +481,87 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
         if (gemm_status)
             return cuda_fail(err, (cudaError_t)gemm_status, "cuBLASLt handle");
     }
-    CUDA_TRY(cudaStreamSynchronize(rd->stream), "clearing the cache and workspace");
+    CUDA_TRY(cudaStreamSynchronize(rd->stream), "clearing the workspace");
+    return 0;
+}
+
+/* The first rank on rank r's device (the one that measures it). */
+static int device_first_rank(const struct cuda_backend *be, int r)
+{
+    int q = 0;
+    while (be->devices.device[q] != be->devices.device[r])
+        q++;
+    return q;
+}
+
+/* Positions the measured free memory holds next to DEVICE_RESERVE_BYTES (for the step graphs,
+ * instantiated later, the modules loaded at first launch and the driver), on the tightest
+ * device (*tightest, its first rank). */
+static long measured_fit(const struct cuda_backend *be, int *tightest)
+{
+    long fit = -1;
+    for (int r = 0; r < be->tp; r++) {
+        if (device_first_rank(be, r) != r)
+            continue;
+        size_t free_bytes = be->measured_free[r];
+        long here = free_bytes > DEVICE_RESERVE_BYTES
+                        ? (long)((free_bytes - DEVICE_RESERVE_BYTES) / be->device_position_bytes[r]) : 0;
+        if (fit < 0 || here < fit) {
+            fit = here;
+            *tightest = r;
+        }
+    }
+    return fit;
+}
+
+/* The memory rank r's device took beyond the plan before the cache: free at the survey, less free
+ * now, less the weights and workspaces the plan counted. */
+static long long measured_overhead(const struct cuda_backend *be, int r)
+{
+    return (long long)be->survey_free[r] - (long long)be->measured_free[r] - (long long)be->planned_fixed[r];
+}
+
+/* After rank_open and rank_connect on every rank (status: this rank's result, in rd->status):
+ * once every rank's weights, workspace, communicator buffers and cuBLASLt handle exist, each
+ * device's free memory is measured again and the cache sized from it, the same on every rank:
+ * the asked capacity, lowered to what fits when the context was the plan's fit
+ * (backend_options.fit_context), else an error naming the numbers. cuda_backend_open keeps
+ * the capacity. */
+static int rank_cache_open(struct cuda_backend *be, rank_device *rd, int status)
+{
+    kimi_err *err = &rd->err;
+    spin_barrier_wait(&be->ranks_meet);     /* every rank's allocations are made, its status written */
+    for (int r = 0; r < be->tp; r++)
+        if (be->ranks[r].status)
+            return status;
+    if (device_first_rank(be, rd->rank) == rd->rank) {
+        size_t free_bytes = 0, total = 0;
+        be->measured_free[rd->rank] = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess ? free_bytes : 0;
+    }
+    spin_barrier_wait(&be->ranks_meet);     /* every device is measured */
+    int tightest = 0;
+    long fit = measured_fit(be, &tightest), capacity = be->capacity;
+    if (fit < capacity && !be->fit_context)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "max context %ld does not fit on CUDA device %d once the runtime has "
+                         "its memory: %.1f MiB free before the cache (%.1f MiB taken beyond the plan's weights and "
+                         "workspaces: NCCL, cuBLASLt, the runtime), %zu MiB kept for graphs and the driver, %zu B of "
+                         "cache per position: at most %ld positions", capacity, be->devices.device[tightest],
+                         be->measured_free[tightest] / 1048576.0, measured_overhead(be, tightest) / 1048576.0,
+                         DEVICE_RESERVE_BYTES >> 20, be->device_position_bytes[tightest], fit);
+    if (fit < capacity)
+        capacity = fit;
+    if (capacity < 1)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "CUDA device %d holds no KV cache position once the runtime has its "
+                         "memory: %.1f MiB free before the cache, %zu MiB kept for graphs and the driver",
+                         be->devices.device[tightest], be->measured_free[tightest] / 1048576.0,
+                         DEVICE_RESERVE_BYTES >> 20);
+    size_t cache_bytes = (size_t)be->cfg->layers * (size_t)capacity * be->cache_row;
+    cudaError_t allocated = cudaMalloc((void **)&rd->cache, cache_bytes);
+    if (allocated != cudaSuccess)
+        return kimi_fail(err, KIMI_ERR_NOMEM, "CUDA: a KV cache of %ld positions (%zu MiB) does not fit: %s",
+                         capacity, cache_bytes >> 20, cudaGetErrorString(allocated));
+    CUDA_TRY(cudaMemsetAsync(rd->cache, 0, cache_bytes, rd->stream), "cache clear");
+    CUDA_TRY(cudaStreamSynchronize(rd->stream), "clearing the cache");
     return 0;
 }
 
@@ -964,6 +1051,64 @@ static int rank_wait(struct cuda_backend *be, rank_device *rd, int status)
     }
 }
 
+/* The end of a job that enqueued collectives (a step, the warm-up at open), on every rank: status
+ * is the rank's enqueue result (it has called rank_gives_up when not 0). Returns the rank's
+ * result once its stream is done or it stopped waiting for a failed peer. */
+static int rank_settle(struct cuda_backend *be, rank_device *rd, int status)
+{
+    /* Every rank has enqueued its step or given up. A rank that gave up leaves the others'
+     * NCCL collectives waiting on their devices: abort them before anyone waits. */
+    spin_barrier_wait(&be->ranks_meet);
+    if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->enqueue_failed))
+        ranks_abort(be, rd);
+    status = rank_wait(be, rd, status);
+    /* A rank that failed while the others waited: the same abort, for the collectives still
+     * queued on the healthy devices (every rank reads first_failed after the meeting). */
+    spin_barrier_wait(&be->ranks_meet);
+    if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->first_failed) >= 0 && !be->broken) {
+        ranks_abort(be, rd);
+        cudaStreamSynchronize(rd->stream);  /* what the abort released; the error is said already */
+    }
+    return status;
+}
+
+/* NCCL connects lazily, at the first use of what a call needs (the collectives' rings and
+ * trees, chosen by message size; a point-to-point connection per peer), and cannot do so inside
+ * a stream capture, where every step but the GEMM prefill runs. So every collective a captured
+ * step can make runs here once, uncaptured, on the rank's stream: for each step size T up to
+ * DEVICE_MAX_TOKENS the all-reduce of T x hidden floats and the logits gather of T rows (rank 0
+ * receiving from every peer). The workspace is clear: zeros are summed and gathered. */
+static int rank_warm_up_enqueue(struct cuda_backend *be, rank_device *rd)
+{
+    const device_workspace *l = &rd->layout;
+    for (int T = 1; T <= DEVICE_MAX_TOKENS; T++) {
+        if (cuda_comm_allreduce_sum(be->comm, rd->rank, ws(rd, l->partial), (size_t)T * (size_t)be->cfg->hidden,
+                                    rd->stream, &rd->err))
+            return rd->err.code;
+        if (cuda_comm_gather(be->comm, rd->rank, ws(rd, l->logits_part), T, be->col_begin, be->ranks[0].logits,
+                             rd->stream, &rd->err))
+            return rd->err.code;
+    }
+    return 0;
+}
+
+/* After rank_open on every rank (status: this rank's result, already in rd->status): NCCL ranks
+ * warm their communicators up once every rank has opened; a failed or stopped open anywhere
+ * leaves them alone, so no rank waits in a collective for a rank that will not come. */
+static int rank_connect(struct cuda_backend *be, rank_device *rd, int status)
+{
+    if (!cuda_comm_is_nccl(be->comm))
+        return status;
+    spin_barrier_wait(&be->ranks_meet);     /* every rank's open has ended: its status is written */
+    for (int r = 0; r < be->tp; r++)
+        if (be->ranks[r].status)
+            return status;
+    status = rank_warm_up_enqueue(be, rd);
+    if (status)
+        rank_gives_up(be, rd);
+    return rank_settle(be, rd, status);
+}
+
 static int rank_step(struct cuda_backend *be, rank_device *rd)
 {
     kimi_err *err = &rd->err;
@@ -1011,20 +1156,7 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
             rank_gives_up(be, rd);
         }
     }
-    /* Every rank has enqueued its step or given up. A rank that gave up leaves the others'
-     * NCCL collectives waiting on their devices: abort them before anyone waits. */
-    spin_barrier_wait(&be->ranks_meet);
-    if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->enqueue_failed))
-        ranks_abort(be, rd);
-    status = rank_wait(be, rd, status);
-    /* A rank that failed while the others waited: the same abort, for the collectives still
-     * queued on the healthy devices (every rank reads first_failed after the meeting). */
-    spin_barrier_wait(&be->ranks_meet);
-    if (cuda_comm_is_nccl(be->comm) && atomic_load(&be->first_failed) >= 0 && !be->broken) {
-        ranks_abort(be, rd);
-        cudaStreamSynchronize(rd->stream);  /* what the abort released; the error is said already */
-    }
-    return status;
+    return rank_settle(be, rd, status);
 }
 
 /* ---- the rank threads ---- */
@@ -1042,6 +1174,8 @@ static void *rank_main(void *arg)
         if (be->job == JOB_OPEN) {
             rd->status = on_device != cudaSuccess ? cuda_fail(&rd->err, on_device, "cudaSetDevice")
                                                   : rank_open(be, rd, &rd->err);
+            rd->status = rank_connect(be, rd, rd->status);
+            rd->status = rank_cache_open(be, rd, rd->status);
             if (rd->status)
                 atomic_store(&be->stop_load, 1);    /* the other ranks need not go on */
             atomic_fetch_add(&be->ranks_loaded, 1);
@@ -1098,7 +1232,10 @@ static int open_ranks(struct cuda_backend *be, const backend_options *opt, size_
         }
     }
     spin_barrier_wait(&be->job_done);
-    for (int r = 0; r < be->tp; r++) {
+    /* the rank whose warm-up failed first (rank_connect) before those that stopped waiting for it */
+    int first = atomic_load(&be->first_failed) >= 0 ? atomic_load(&be->first_failed) : 0;
+    for (int i = 0; i < be->tp; i++) {
+        int r = (first + i) % be->tp;
         rank_device *rd = &be->ranks[r];
         if (rd->status && rd->status != BACKEND_STOPPED) {
             if (err)
@@ -1143,6 +1280,22 @@ void cuda_backend_close(cuda_backend *be)
         backend_free(be);
 }
 
+/* What rank_cache_open measures against: each rank's device's free memory at the survey, the
+ * weights and workspaces the plan put on it, and its ranks' cache per position. */
+static void survey_keep(struct cuda_backend *be, const device_survey *s, const device_rank_plan *plans)
+{
+    for (int r = 0; r < be->tp; r++) {
+        int device = be->devices.device[r];
+        be->survey_free[r] = s->free_bytes[device];
+        be->planned_fixed[r] = be->device_position_bytes[r] = 0;
+        for (int q = 0; q < be->tp; q++)
+            if (be->devices.device[q] == device) {
+                be->planned_fixed[r] += plans[q].weight_bytes + plans[q].workspace_bytes;
+                be->device_position_bytes[r] += plans[q].cache_bytes_per_position;
+            }
+    }
+}
+
 /* Everything but the ranks: devices, the memory check, host buffers, the communicator. */
 static int backend_setup(struct cuda_backend *be, const backend_options *opt, size_t *bytes_total, kimi_err *err)
 {
@@ -1182,6 +1335,7 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
     *bytes_total = 0;
     for (int r = 0; r < be->tp; r++)
         *bytes_total += plans[r].packed_bytes;
+    survey_keep(be, &s, plans);
 
     const char *graphs = getenv("KIMI_CUDA_GRAPHS");
     be->use_graphs = !(graphs && !strcmp(graphs, "0"));
@@ -1254,6 +1408,22 @@ static int threads_start(struct cuda_backend *be, kimi_err *err)
     return 0;
 }
 
+/* After every rank sized its cache (rank_cache_open): the capacity they chose, and the largest
+ * overhead measured. */
+static void measured_keep(struct cuda_backend *be)
+{
+    int tightest = 0;
+    long fit = measured_fit(be, &tightest);
+    be->capacity = fit < be->capacity ? fit : be->capacity;
+    be->overhead_device = be->devices.device[0];
+    be->overhead_bytes = measured_overhead(be, 0);
+    for (int r = 1; r < be->tp; r++)
+        if (device_first_rank(be, r) == r && measured_overhead(be, r) > be->overhead_bytes) {
+            be->overhead_bytes = measured_overhead(be, r);
+            be->overhead_device = be->devices.device[r];
+        }
+}
+
 int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend_options *opt, kimi_err *err)
 {
     kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
@@ -1279,7 +1449,9 @@ int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend
     be->on_layer_user = opt->on_layer_user;
     be->cache_format = opt->kv_cache;
     be->cache_row = kv_row_bytes(opt->kv_cache, c->kv_lora_rank, c->qk_rope_dim);
+    be->fit_context = opt->fit_context;
     size_t bytes_total = 0;
+    atomic_store(&be->first_failed, -1);     /* the warm-up at open settles as a step does */
     int rc = backend_setup(be, opt, &bytes_total, err);
     if (!rc)
         rc = threads_start(be, err);
@@ -1289,8 +1461,15 @@ int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend
         backend_free(be);
         return rc;
     }
+    measured_keep(be);
     *out = be;
     return 0;
+}
+
+long long cuda_backend_runtime_overhead(const cuda_backend *be, int *device)
+{
+    *device = be->overhead_device;
+    return be->overhead_bytes;
 }
 
 long cuda_backend_capacity(const cuda_backend *be)
@@ -1374,6 +1553,16 @@ long cuda_backend_take_clamps(cuda_backend *be)
     return clamps;
 }
 
+/* Rank 0's cache rows [0, n_pos) of layer into rows, on rank 0's stream (ordered after its
+ * steps, whatever stream the legacy one would have waited for) and waited for. */
+static cudaError_t cache_layer_read(struct cuda_backend *be, int layer, long n_pos, uint8_t *rows)
+{
+    rank_device *rd = &be->ranks[0];
+    cudaError_t status = cudaMemcpyAsync(rows, layer_cache(be, rd, layer), (size_t)n_pos * be->cache_row,
+                                         cudaMemcpyDeviceToHost, rd->stream);
+    return status != cudaSuccess ? status : cudaStreamSynchronize(rd->stream);
+}
+
 int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *err)
 {
     kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
@@ -1388,8 +1577,7 @@ int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *
     if (!rows)
         return kimi_fail(err, KIMI_ERR_NOMEM, "read_kv: out of memory for %ld cache rows", n_pos);
     for (int layer = 0; layer < c->layers; layer++) {
-        cudaError_t status = cudaMemcpy(rows, layer_cache(be, &be->ranks[0], layer), (size_t)n_pos * be->cache_row,
-                                        cudaMemcpyDeviceToHost);
+        cudaError_t status = cache_layer_read(be, layer, n_pos, rows);
         if (status != cudaSuccess) {
             free(rows);
             return cuda_fail(err, status, "cache read");

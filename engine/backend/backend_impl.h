@@ -32,5 +32,6 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
                          int n_logit_rows, float *logits, kimi_err *err);
 int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *err);
 long cuda_backend_take_clamps(cuda_backend *be);
+long long cuda_backend_runtime_overhead(const cuda_backend *be, int *device);
 
 #endif

@@ -67,51 +67,6 @@ static const char *devices_text(const int *devices, int n, char *text, size_t ca
     return text;
 }
 
-#ifdef KIMI_HAVE_NCCL
-/* NCCL sets up a communicator's connections lazily, at its first collective, and cannot do so
- * inside a stream capture; the backend captures its steps as graphs, and a first step that is
- * captured (a short prompt, KIMI_CUDA_PREFILL=steps) would hold the first collective. One
- * all-reduce of one float per rank here, outside any capture, sets them up. Returns 0 or a
- * KIMI_ERR_* with err saying what failed. */
-static int nccl_warm_up(cuda_comm *c, kimi_err *err)
-{
-    float *one[MAX_RANKS] = {0};
-    int previous = 0;
-    cudaError_t cuda = cudaGetDevice(&previous);
-    for (int r = 0; r < c->ranks && cuda == cudaSuccess; r++) {
-        cuda = cudaSetDevice(c->devices[r]);
-        if (cuda == cudaSuccess)
-            cuda = cudaMalloc((void **)&one[r], sizeof(float));
-        if (cuda == cudaSuccess)
-            cuda = cudaMemset(one[r], 0, sizeof(float));
-    }
-    ncclResult_t status = ncclSuccess;
-    if (cuda == cudaSuccess) {
-        status = ncclGroupStart();
-        for (int r = 0; r < c->ranks && status == ncclSuccess; r++) {
-            cudaSetDevice(c->devices[r]);
-            status = ncclAllReduce(one[r], one[r], 1, ncclFloat, ncclSum, c->comms[r], NULL);
-        }
-        ncclResult_t ended = ncclGroupEnd();
-        if (status == ncclSuccess)
-            status = ended;
-    }
-    for (int r = 0; r < c->ranks; r++) {
-        cudaSetDevice(c->devices[r]);
-        cudaError_t done = cudaDeviceSynchronize();
-        if (cuda == cudaSuccess)
-            cuda = done;
-        cudaFree(one[r]);
-    }
-    cudaSetDevice(previous);
-    if (cuda != cudaSuccess)
-        return kimi_fail(err, KIMI_ERR_IO, "NCCL: warming up the communicator: %s", cudaGetErrorString(cuda));
-    if (status != ncclSuccess)
-        return kimi_fail(err, KIMI_ERR_IO, "NCCL: warming up the communicator: %s", ncclGetErrorString(status));
-    return 0;
-}
-#endif
-
 int cuda_comm_open_nccl(cuda_comm **out, int ranks, const int *devices, kimi_err *err)
 {
     kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
@@ -133,10 +88,6 @@ int cuda_comm_open_nccl(cuda_comm **out, int ranks, const int *devices, kimi_err
         cuda_comm_close(c);
         return kimi_fail(err, KIMI_ERR_IO, "NCCL: cannot make the communicator of devices %s (%d ranks): %s",
                          devices_text(devices, ranks, list, sizeof list), ranks, ncclGetErrorString(status));
-    }
-    if (nccl_warm_up(c, err)) {
-        cuda_comm_close(c);
-        return err->code;
     }
     *out = c;
     return 0;

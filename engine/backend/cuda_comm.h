@@ -21,7 +21,9 @@ typedef struct cuda_comm cuda_comm;
 /* ranks (1..8) threads on one device. */
 int cuda_comm_open_local(cuda_comm **out, int ranks, kimi_err *err);
 /* Rank r on devices[r] (distinct). A build without NCCL answers KIMI_ERR_USAGE saying so; a
- * failed initialisation names the devices. */
+ * failed initialisation names the devices. NCCL connects lazily: the caller runs each kind and
+ * size of collective once outside any stream capture before capturing one (backend_cuda.c
+ * rank_warm_up_enqueue). */
 int cuda_comm_open_nccl(cuda_comm **out, int ranks, const int *devices, kimi_err *err);
 void cuda_comm_close(cuda_comm *c);
 int cuda_comm_is_nccl(const cuda_comm *c);

@@ -633,6 +633,21 @@ static void write_summary(engine_info *info, const char *threads_note, const kv_
                  plan->summary);
 }
 
+/* CUDA: what the open measured (backend_runtime_overhead), added to the summary: the device
+ * memory the runtime took beyond the plan and, when the cache was lowered for it, from what. */
+static void append_measured_overhead(engine_info *info, long planned_context)
+{
+    if (info->backend != BACKEND_CUDA)
+        return;
+    size_t used = strlen(info->summary);
+    char lowered[96] = "";
+    if (info->max_context < planned_context)
+        snprintf(lowered, sizeof lowered, ": max context lowered from %ld to %ld", planned_context, info->max_context);
+    snprintf(info->summary + used, sizeof info->summary - used, "; measured at open: %.1f MiB of device %d taken beyond "
+             "the plan (NCCL, cuBLASLt, the runtime), the cache sized after it%s",
+             (double)info->runtime_overhead_bytes / 1048576.0, info->overhead_device, lowered);
+}
+
 /* The checkpoint's KV-cache request (hf_quant_config.json) when it differs from the format in
  * use: the engine follows what it was opened with (engine_options.kv_cache), so the user learns
  * that the other format exists and what it would hold. */
@@ -772,7 +787,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     }
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,
-                          .max_context = plan.max_context, .kv_cache = opt->kv_cache, .dcp = dcp,
+                          .max_context = plan.max_context, .fit_context = opt->max_context == 0,
+                          .kv_cache = opt->kv_cache, .dcp = dcp,
                           .on_layer = on_layer, .on_layer_user = e,
                           .devices = opt->devices, .n_devices = opt->n_devices, .on_load = report_load,
                           .on_load_user = &lr};
@@ -782,6 +798,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     if (rc)
         return rc;
     info->max_context = backend_capacity(e->be);
+    info->runtime_overhead_bytes = backend_runtime_overhead(e->be, &info->overhead_device);
+    append_measured_overhead(info, plan.max_context);
     info->cache_bytes_per_rank = backend_cache_bytes_per_rank(e->be);
     if ((rc = kv_cache_init(&e->cache, info->max_context, err)))
         return rc;

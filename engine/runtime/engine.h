@@ -118,6 +118,9 @@ struct engine_info {
     long max_fit_fp16, max_fit_fp8; /* max_fit with each cache format (at this dcp); -1 = unknown */
     int dcp;                        /* ranks the cache is sharded over (1: replicated) */
     size_t cache_bytes_per_rank;    /* the latent cache one rank holds (backend_cache_bytes_per_rank) */
+    long long runtime_overhead_bytes;   /* CUDA: device memory the open took beyond the plan, measured
+                                           (backend_runtime_overhead); 0 on the CPU */
+    int overhead_device;            /* its device; -1 on the CPU */
     int vocab;                      /* logits per row */
     double load_seconds;            /* weights (opened and read into memory) + backend, wall clock */
     int speculate;                  /* what requests run with (SPECULATE_OFF when unavailable) */

@@ -112,6 +112,11 @@ size_t mla_prefill_partial_floats(int parts, int tokens, int heads, int kv_lora)
  * (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KiB on sm_90 and sm_100, 99 KiB on sm_120)
  * is smaller cannot run them. */
 size_t mla_attention_shared_bytes(int kv_lora, int rope);
+/* Raises the decode and prefill kernels' dynamic shared memory limit on the current device to
+ * what rows of kv_lora + rope take (cudaFuncSetAttribute): once per device before the first
+ * launch, outside any stream capture (the launchers no longer set it, so a captured step holds
+ * kernels only). Returns 0 or the cudaError_t (a limit the device cannot give). */
+int mla_attention_setup_cuda(int kv_lora, int rope);
 int mla_prefill_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
                      float softmax_scale, const void *cache, kv_cache_format cache_format, const int *pos, int parts,
                      float *partials, float *o_latent, int tokens, void *stream);

@@ -452,13 +452,7 @@ int prefill_launch(const float *q_latent, const float *q, int heads, int kv_lora
                    float softmax_scale, const uint8_t *cache, int fp8, const int *pos, int tokens, int parts,
                    float *partials, float *o_latent, cudaStream_t stream)
 {
-    size_t shared = prefill_shared_bytes(kv_lora + rope);
-    if (shared > 48 * 1024) {
-        cudaError_t status = cudaFuncSetAttribute(mla_prefill_kernel<kCols>,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        if (status != cudaSuccess)
-            return (int)status;
-    }
+    size_t shared = prefill_shared_bytes(kv_lora + rope);   /* above 48 KiB: mla_attention_setup_cuda */
     long blocks = ((long)tokens * heads + kPrefillRows - 1) / kPrefillRows;
     dim3 grid((unsigned)blocks, (unsigned)parts);
     mla_prefill_kernel<kCols><<<grid, kThreads, shared, stream>>>(q_latent, q, heads, kv_lora, rope, nope,
@@ -490,13 +484,7 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
     if (heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > 65535 || tokens > 65535 ||
         (cache_format == KV_CACHE_FP8 && kv_lora % 2))
         return (int)cudaErrorInvalidValue;
-    size_t shared = partial_shared_bytes(kv_lora, rope);
-    if (shared > 48 * 1024) {
-        cudaError_t status = cudaFuncSetAttribute(mla_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  (int)shared);
-        if (status != cudaSuccess)
-            return (int)status;
-    }
+    size_t shared = partial_shared_bytes(kv_lora, rope);    /* above 48 KiB: mla_attention_setup_cuda */
     dim3 grid((unsigned)tokens, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)splits);
     mla_partial_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(q_latent, q, heads, kv_lora, rope, nope,
                                                                          softmax_scale, static_cast<const uint8_t *>(cache),
@@ -514,6 +502,21 @@ extern "C" size_t mla_attention_shared_bytes(int kv_lora, int rope)
 {
     size_t decode = partial_shared_bytes(kv_lora, rope), prefill = prefill_shared_bytes(kv_lora + rope);
     return decode > prefill ? decode : prefill;
+}
+
+extern "C" int mla_attention_setup_cuda(int kv_lora, int rope)
+{
+    /* never below the 48 KiB every kernel gets without asking: smaller rows lower no limit */
+    int floor = 48 * 1024, decode = (int)partial_shared_bytes(kv_lora, rope),
+        prefill = (int)prefill_shared_bytes(kv_lora + rope);
+    decode = decode > floor ? decode : floor;
+    prefill = prefill > floor ? prefill : floor;
+    cudaError_t status = cudaFuncSetAttribute(mla_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, decode);
+    if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(mla_prefill_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, prefill);
+    if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(mla_prefill_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, prefill);
+    return (int)status;
 }
 
 extern "C" size_t mla_prefill_partial_floats(int parts, int tokens, int heads, int kv_lora)

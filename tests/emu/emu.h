@@ -33,6 +33,11 @@ bool capturing(cudaStream_t stream);
  * deadlock). */
 [[noreturn]] void fatal(const char *format, ...) __attribute__((format(printf, 1, 2)));
 
+/* Device memory the runtime takes besides cudaMalloc (NCCL's buffers, instantiated graphs), in
+ * cudaMemGetInfo's count: bytes > 0 takes them (false, nothing taken, when the device has not
+ * that much free), bytes < 0 gives them back. */
+bool charge(int device, long long bytes);
+
 /* Runs w on the calling (stream) thread, counted in the census (include/cuemu.h) while it is on;
  * replayed: a node of a graph launch. */
 void execute(const work &w, int replayed);

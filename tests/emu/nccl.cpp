@@ -2,8 +2,14 @@
  * collectives run on its stream's thread, in order, and the k-th collective of every rank meet:
  * the last to arrive computes the result (sums in rank order) for all of them. Send/recv meet
  * per pair of ranks in order. Group calls are enqueued at ncclGroupEnd with the sends posted
- * before any receive waits. Lazy connection setup as recent NCCL does it: a communicator's first
- * collective must not be inside a stream capture (ncclInvalidUsage, said on stderr). Fault hook:
+ * before any receive waits. Lazy connection setup as recent NCCL does it: the connections a call
+ * needs are made at its first use, which must not be inside a stream capture (ncclInvalidUsage,
+ * said on stderr): the collectives' (all-reduce, all-gather) at a communicator's first
+ * collective, and a point-to-point connection per peer at the first send to or receive from it
+ * (an all-reduce connects no peer for ncclSend/ncclRecv). A connection holds device memory until
+ * the communicator is destroyed or aborted, as NCCL's buffers do, in cudaMemGetInfo's count: a
+ * model of NCCL_BUFFSIZE (4 MiB) per channel and direction over two channels, 16 MiB for the
+ * collectives and 8 MiB per peer. Fault hook:
  * KIMI_EMU_NCCL_FAIL=RANK:K fails rank RANK's K-th collective (1-based): its communicator
  * reports ncclSystemError asynchronously and the collective waits, as a lost peer leaves it,
  * until ncclCommAbort. */
@@ -21,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 namespace {
@@ -47,7 +54,9 @@ struct clique {
 struct ncclComm {
     std::shared_ptr<clique> group;
     int rank, device;
-    bool warmed = false;
+    bool collectives_connected = false;
+    std::set<int> peers_connected;                  /* point to point */
+    size_t connection_bytes = 0;                    /* device memory the connections hold */
     std::atomic<bool> aborted{false};
     std::atomic<int> async_error{ncclSuccess};
     unsigned long long executed = 0;                /* collectives run so far (the stream thread's) */
@@ -130,20 +139,34 @@ struct pending {
 thread_local int group_depth = 0;
 thread_local std::vector<pending> grouped;
 
-ncclResult_t submit(ncclComm *c, cudaStream_t stream, emu::work w, bool is_send)
+/* peer: the other rank of a send or receive, -1 for a collective. */
+ncclResult_t submit(ncclComm *c, cudaStream_t stream, emu::work w, bool is_send, int peer)
 {
     if (!c || c->aborted)
         return ncclInvalidArgument;
     stream = emu::stream_on(stream, c->device);
+    bool connected = peer < 0 ? c->collectives_connected : c->peers_connected.count(peer) > 0;
     if (emu::capturing(stream)) {
-        if (!c->warmed) {
-            fprintf(stderr, "cuemu: NCCL: rank %d's first collective (%s) is inside a stream capture: NCCL connects "
-                            "lazily and cannot do so while capturing; run one collective before capturing\n",
-                    c->rank, w.what.c_str());
+        if (!connected) {
+            if (peer < 0)
+                fprintf(stderr, "cuemu: NCCL: rank %d's first collective (%s) is inside a stream capture: NCCL "
+                                "connects lazily and cannot do so while capturing; run one collective before "
+                                "capturing\n", c->rank, w.what.c_str());
+            else
+                fprintf(stderr, "cuemu: NCCL: rank %d's first %s with rank %d is inside a stream capture: NCCL "
+                                "connects each peer lazily and cannot do so while capturing; exchange with every "
+                                "peer before capturing\n", c->rank, w.what.c_str(), peer);
             return ncclInvalidUsage;
         }
-    } else {
-        c->warmed = true;
+    } else if (!connected) {
+        size_t bytes = (size_t)(peer < 0 ? 16 : 8) << 20;
+        if (!emu::charge(c->device, (long long)bytes))
+            return ncclUnhandledCudaError;  /* NCCL's cudaMalloc of its buffers failed */
+        c->connection_bytes += bytes;
+        if (peer < 0)
+            c->collectives_connected = true;
+        else
+            c->peers_connected.insert(peer);
     }
     if (group_depth > 0) {
         grouped.push_back({c, stream, std::move(w), is_send});
@@ -267,6 +290,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     if (!comm)
         return ncclInvalidArgument;
+    emu::charge(comm->device, -(long long)comm->connection_bytes);
     delete comm;
     return ncclSuccess;
 }
@@ -280,6 +304,8 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
         comm->aborted = true;
         comm->group->changed.notify_all();
     }
+    emu::charge(comm->device, -(long long)comm->connection_bytes);
+    comm->connection_bytes = 0;
     /* the collectives it releases still hold the communicator until their stream runs them */
     return ncclSuccess;
 }
@@ -323,7 +349,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
                 reduce_into<int>(all, count, op);
         });
     };
-    return submit(comm, stream, std::move(w), false);
+    return submit(comm, stream, std::move(w), false, -1);
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
@@ -345,7 +371,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
                 memcpy(a.recv, out.data(), out.size());
         });
     };
-    return submit(comm, stream, std::move(w), false);
+    return submit(comm, stream, std::move(w), false, -1);
 }
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
@@ -375,7 +401,7 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
         /* the send completes once the receiver has copied it */
         g.changed.wait(hold, [&] { return g.sends_taken[key] >= mine || comm->aborted.load(); });
     };
-    return submit(comm, stream, std::move(w), true);
+    return submit(comm, stream, std::move(w), true, peer);
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
@@ -410,7 +436,7 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
         g.sends_taken[key] = index + 1;
         g.changed.notify_all();
     };
-    return submit(comm, stream, std::move(w), false);
+    return submit(comm, stream, std::move(w), false, peer);
 }
 
 ncclResult_t ncclGroupStart(void)

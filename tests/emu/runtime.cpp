@@ -5,7 +5,8 @@
  * at each block start. Streams are queues, each run by its own thread in order; a capture
  * records the work by value into a graph that a launch replays. Device memory is host memory
  * (one address space). Architecture: KIMI_EMU_ARCH=90 (default), 100 or 120; devices:
- * KIMI_EMU_DEVICES (default 8). */
+ * KIMI_EMU_DEVICES (default 8), each of KIMI_EMU_MEMORY_MIB (default the architecture's);
+ * KIMI_EMU_LEGACY_STREAM=refuse fails all work for a legacy stream. */
 #include "emu.h"
 #include "fiber.h"
 
@@ -14,6 +15,7 @@
 #include <cuemu.h>
 
 #include <signal.h>
+#include <string.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +91,9 @@ static const config &cfg()
         }
         if (const char *s = getenv("KIMI_EMU_SEED"))
             k.seed = strtoull(s, nullptr, 10);
+        size_t memory_mib = 0;
+        if (const char *m = getenv("KIMI_EMU_MEMORY_MIB"))
+            memory_mib = strtoull(m, nullptr, 10);
         if (const char *a = getenv("KIMI_EMU_ARCH")) {
             int arch = atoi(a);
             if (arch == 100)
@@ -98,6 +103,8 @@ static const config &cfg()
             else if (arch != 90)
                 fatal("KIMI_EMU_ARCH=%s: must be 90, 100 or 120", a);
         }
+        if (memory_mib)
+            k.arch.total_memory = memory_mib << 20;
         return k;
     }();
     return c;
@@ -577,6 +584,8 @@ struct graph_rec {
 struct CUgraph_st : emu::graph_rec {};
 struct CUgraphExec_st {
     std::vector<std::shared_ptr<emu::work>> nodes;
+    int device = 0;
+    size_t charged = 0;         /* device memory it holds (emu::charge) */
 };
 
 struct CUstream_st {
@@ -588,6 +597,7 @@ struct CUstream_st {
     unsigned long long enqueued = 0, finished = 0;
     std::thread runner;
     bool stopping = false;
+    bool legacy = false;        /* a device's legacy (NULL) stream */
     /* capture */
     CUgraph_st *capture = nullptr;
     cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeGlobal;
@@ -627,6 +637,9 @@ struct CUevent_st {
 namespace emu {
 
 static std::atomic<int> active_captures{0};     /* global or thread-local mode, any thread */
+/* captures of any mode by device: a kernel attribute set while one of the device's streams
+ * captures is refused (cudaFuncSetAttribute), as a setting that belongs at open, not in a step */
+static std::atomic<int> device_captures[64];
 
 static CUstream_st *legacy_stream(int device)
 {
@@ -635,6 +648,7 @@ static CUstream_st *legacy_stream(int device)
         for (int i = 0; i < cfg().devices; i++) {
             v.push_back(new CUstream_st);
             v.back()->device = i;
+            v.back()->legacy = true;
         }
         return v;
     }();
@@ -767,9 +781,28 @@ void execute(const work &w, int replayed)
     census_current = nullptr;
 }
 
+/* KIMI_EMU_LEGACY_STREAM=refuse: work for a legacy stream fails (cudaErrorNotPermitted, said on
+ * stderr), for code whose every copy must be ordered on its own streams (the backend's ranks:
+ * the legacy stream does not wait for their non-blocking streams). */
+static bool legacy_refused()
+{
+    static const bool refused = [] {
+        const char *v = getenv("KIMI_EMU_LEGACY_STREAM");
+        if (v && strcmp(v, "refuse"))
+            fatal("KIMI_EMU_LEGACY_STREAM=%s: must be refuse", v);
+        return v != nullptr;
+    }();
+    return refused;
+}
+
 cudaError_t enqueue(cudaStream_t stream, work w)
 {
     CUstream_st *s = resolve(stream);
+    if (s->legacy && legacy_refused()) {
+        fprintf(stderr, "cuemu: %s on the legacy stream of device %d (KIMI_EMU_LEGACY_STREAM=refuse)\n",
+                w.what.c_str(), s->device);
+        return cudaErrorNotPermitted;
+    }
     std::lock_guard<std::mutex> hold(s->lock);
     if (s->capture) {
         if (s->capture_invalid)
@@ -921,6 +954,11 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
 {
     if (!func)
         return result(cudaErrorInvalidValue);
+    if (device_captures[current_device].load() > 0) {
+        fprintf(stderr, "cuemu: cudaFuncSetAttribute while a stream of device %d captures: set kernel attributes "
+                        "once, before any capture\n", current_device);
+        return result(cudaErrorStreamCaptureUnsupported);
+    }
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
         if (value < 0 || (size_t)value > cfg().arch.optin_shared)
             return result(cudaErrorInvalidValue);
@@ -950,7 +988,7 @@ const char *cudaGetErrorName(cudaError_t error)
     NAME(cudaErrorInvalidConfiguration) NAME(cudaErrorInvalidMemcpyDirection) NAME(cudaErrorNoDevice)
     NAME(cudaErrorInvalidDevice) NAME(cudaErrorInvalidResourceHandle) NAME(cudaErrorIllegalState)
     NAME(cudaErrorNotReady) NAME(cudaErrorIllegalAddress) NAME(cudaErrorLaunchOutOfResources)
-    NAME(cudaErrorLaunchFailure) NAME(cudaErrorNotSupported) NAME(cudaErrorStreamCaptureUnsupported)
+    NAME(cudaErrorLaunchFailure) NAME(cudaErrorNotPermitted) NAME(cudaErrorNotSupported) NAME(cudaErrorStreamCaptureUnsupported)
     NAME(cudaErrorStreamCaptureInvalidated) NAME(cudaErrorStreamCaptureMerge) NAME(cudaErrorStreamCaptureUnmatched)
     NAME(cudaErrorStreamCaptureUnjoined) NAME(cudaErrorStreamCaptureIsolation) NAME(cudaErrorStreamCaptureImplicit)
     NAME(cudaErrorCapturedEvent) NAME(cudaErrorStreamCaptureWrongThread) NAME(cudaErrorUnknown)
@@ -971,6 +1009,7 @@ const char *cudaGetErrorString(cudaError_t error)
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorNotPermitted: return "operation not permitted";
     case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
@@ -1139,6 +1178,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
         std::lock_guard<std::mutex> hold(streams_lock);
         live_streams.erase(std::find(live_streams.begin(), live_streams.end(), stream));
     }  /* the queued work finishes first, as on the device */
+    if (stream->capture)
+        device_captures[stream->device]--;
     delete stream->capture;
     delete stream;
     return cudaSuccess;
@@ -1295,6 +1336,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
     stream->capture_thread = std::this_thread::get_id();
     if (mode != cudaStreamCaptureModeRelaxed)
         active_captures++;
+    device_captures[stream->device]++;
     return cudaSuccess;
 }
 
@@ -1311,6 +1353,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph)
     stream->capture = nullptr;
     if (stream->capture_mode != cudaStreamCaptureModeRelaxed)
         active_captures--;
+    device_captures[stream->device]--;
     if (stream->capture_invalid) {
         delete g;
         *graph = nullptr;
@@ -1333,8 +1376,15 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsig
 {
     if (!exec || !graph || flags)
         return result(cudaErrorInvalidValue);
+    /* a model of what an instantiated graph holds on the device, so that a memory plan that
+     * leaves no room for its graphs fails here as on a device: 64 KiB and 1 KiB per node */
+    size_t bytes = ((size_t)64 << 10) + graph->nodes.size() * ((size_t)1 << 10);
+    if (!charge(current_device, (long long)bytes))
+        return result(cudaErrorMemoryAllocation);
     *exec = new CUgraphExec_st;
     (*exec)->nodes = graph->nodes;
+    (*exec)->device = current_device;
+    (*exec)->charged = bytes;
     return cudaSuccess;
 }
 
@@ -1380,6 +1430,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
 {
     if (!exec)
         return result(cudaErrorInvalidValue);
+    charge(exec->device, -(long long)exec->charged);
     delete exec;
     return cudaSuccess;
 }
@@ -1439,3 +1490,16 @@ void cuemu_census_end(void)
 }
 
 } /* extern "C" */
+
+namespace emu {
+
+bool charge(int device, long long bytes)
+{
+    std::lock_guard<std::mutex> hold(memory_lock);
+    if (bytes > 0 && used_bytes[device] + (size_t)bytes > cfg().arch.total_memory)
+        return false;
+    used_bytes[device] += (size_t)bytes;    /* a release wraps back */
+    return true;
+}
+
+} // namespace emu

@@ -264,6 +264,7 @@ static int run_attention(void *arg)
 static void bench_attention(long positions, int sm)
 {
     attn_ctx a = {0};
+    CUDA_CHECK(mla_attention_setup_cuda(512, 64));
     size_t cache_elems = (size_t)positions * 576;
     CUDA_CHECK(cudaMalloc((void **)&a.cache, cache_elems * 2));
     CUDA_CHECK(cudaMemset(a.cache, 0x11, cache_elems * 2));
@@ -305,6 +306,7 @@ static int run_prefill_attention(void *arg)
 static void bench_prefill_attention(long context, int tokens, int sm)
 {
     prefill_attn_ctx a = {0};
+    CUDA_CHECK(mla_attention_setup_cuda(512, 64));
     long positions = context + tokens;
     size_t cache_elems = (size_t)positions * 576;
     CUDA_CHECK(cudaMalloc((void **)&a.cache, cache_elems * 2));

@@ -632,6 +632,7 @@ static void check_attention(long n_pos, int splits, int heads, int tokens, kv_ca
     float *dparts = NULL, *dout = NULL;
     CUDA_CHECK(cudaMalloc((void **)&dparts, (size_t)tokens * mla_decode_partial_floats(splits, heads, kv_lora) * 4));
     CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)tokens * on * 4));
+    CHECK_INT(mla_attention_setup_cuda(kv_lora, rope), 0);
     CHECK_INT(mla_decode_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, format, dpos, splits,
                               dparts, dout, tokens, NULL), 0);
     gpu_test_download(got, dout, (size_t)tokens * on * 4);
@@ -708,6 +709,7 @@ static void check_prefill_attention_in(int kv_lora, int rope, long context, int 
     CUDA_CHECK(cudaMalloc((void **)&dparts, (partial_floats ? partial_floats : 1) * 4));
     CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)tokens * on * 4));
     CUDA_CHECK(cudaMemset(dout, 0xFF, (size_t)tokens * on * 4)); /* NaN: every value must be written */
+    CHECK_INT(mla_attention_setup_cuda(kv_lora, rope), 0);
     CHECK_INT(mla_prefill_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, format, dpos, parts,
                                parts > 1 ? dparts : NULL, dout, tokens, NULL), 0);
     gpu_test_download(got, dout, (size_t)tokens * on * 4);
@@ -745,12 +747,52 @@ static void check_prefill_attention(int kv_lora, int rope, long context, int tok
     check_prefill_attention_in(kv_lora, rope, context, tokens, heads, parts, KV_CACHE_FP16);
 }
 
+/* The attention launchers inside a stream capture (as the backend's step graphs hold them) at
+ * K2.5's rows, whose shared memory is above the 48 KiB default: once mla_attention_setup_cuda
+ * has raised the limits, a launch sets no kernel attribute, which the CPU emulation of CUDA
+ * refuses while a stream of the device captures (a launcher that set it on every launch failed
+ * here). Nothing is run: the graph is dropped. */
+static void check_attention_captured(void)
+{
+    int kv_lora = 512, rope = 64, heads = 8, tokens = 4;
+    CHECK_INT(mla_attention_setup_cuda(kv_lora, rope), 0);
+    size_t rows = (size_t)tokens * heads;
+    float *dql = NULL, *dq = NULL, *dparts = NULL, *dout = NULL;
+    uint8_t *dcache = NULL;
+    int *dpos = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dql, rows * kv_lora * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dq, rows * (32 + rope) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dparts, (size_t)tokens * mla_decode_partial_floats(4, heads, kv_lora) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dout, rows * kv_lora * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dcache, 16 * kv_row_bytes(KV_CACHE_FP16, kv_lora, rope)));
+    CUDA_CHECK(cudaMalloc((void **)&dpos, sizeof(int)));
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    CHECK_INT(mla_decode_cuda(dql, dq, heads, kv_lora, rope, 32, 0.1f, dcache, KV_CACHE_FP16, dpos, 4, dparts, dout,
+                              tokens, stream), 0);
+    CHECK_INT(mla_prefill_cuda(dql, dq, heads, kv_lora, rope, 32, 0.1f, dcache, KV_CACHE_FP16, dpos, 4, dparts, dout,
+                               tokens, stream), 0);
+    cudaGraph_t graph = NULL;
+    CHECK_INT(cudaStreamEndCapture(stream, &graph), 0);
+    if (graph)
+        cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cudaFree(dql);
+    cudaFree(dq);
+    cudaFree(dparts);
+    cudaFree(dout);
+    cudaFree(dcache);
+    cudaFree(dpos);
+}
+
 /* Shared memory against the device's per-block limit: Kimi-K2.5's rows (512 + 64) fit every
  * target; the largest rows the backend accepts (1024 + 256) run where the limit holds them
- * (sm_90, sm_100) and are refused by the launcher where it does not (sm_120), which
- * backend_open checks before loading. */
+ * (sm_90, sm_100) and are refused by mla_attention_setup_cuda where it does not (sm_120), which
+ * backend_open checks before loading; a launch without the raised limit is refused too. */
 static void check_attention_shared_limit(void)
 {
+    check_attention_captured();
     int limit = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
     CHECK_MSG(mla_attention_shared_bytes(512, 64) <= (size_t)limit, "K2.5 attention: %zu bytes of shared memory, "
@@ -760,8 +802,10 @@ static void check_attention_shared_limit(void)
         return;
     }
     int pos = 0, *dpos = gpu_test_upload(&pos, sizeof pos);
-    CHECK(mla_prefill_cuda(NULL, NULL, 2, 1024, 256, 32, 0.1f, NULL, KV_CACHE_FP16, dpos, 1, NULL, NULL, 4, NULL) != 0);
+    CHECK(mla_attention_setup_cuda(1024, 256) != 0);
     cudaGetLastError();     /* the refused attribute is this thread's last error: not the next launch's */
+    CHECK(mla_prefill_cuda(NULL, NULL, 2, 1024, 256, 32, 0.1f, NULL, KV_CACHE_FP16, dpos, 1, NULL, NULL, 4, NULL) != 0);
+    cudaGetLastError();
     cudaFree(dpos);
 }
 
