@@ -10,6 +10,8 @@
 
 #include "engine/base/array.h"
 #include "ui/markdown.h"
+#include "ui/search.h"
+#include "ui/search_marks.h"
 #include "ui/styled_lines.h"
 #include "ui/text_width.h"
 #include "ui/theme.h"
@@ -92,6 +94,20 @@ struct render_model {
     int dirty;
     frame_store f;
     strbuf scratch;
+
+    /* search highlighting (render_model_set_search) */
+    strbuf hl_text;         /* the query as given; empty: off */
+    search_query hl_query;
+    int hl_current_text, hl_current_ordinal;
+    unsigned hl_gen;        /* bumped by every change of the above */
+    search_marks hl_marks;
+    struct {
+        unsigned gen;       /* the current match located for this generation, ... */
+        int block, width;   /* ... block and width ... */
+        uint32_t version;   /* ... and block version; gen 0: never */
+        int found;
+        uint32_t from, to;  /* bytes of its lines' text */
+    } hl_cur;
 };
 
 static const char gutter_marker[] = "▌";
@@ -108,6 +124,7 @@ render_model *render_model_new(void)
     rm->dirty = 1;
     rm->reasoning_epoch = rm->tools_epoch = 1;
     rm->f.last_block = -1;
+    rm->hl_current_text = -1;
     return rm;
 }
 
@@ -143,6 +160,9 @@ void render_model_free(render_model *rm)
     free(rm->f.start);
     free(rm->f.hash);
     free(rm->scratch.data);
+    free(rm->hl_text.data);
+    search_query_free(&rm->hl_query);
+    search_marks_free(&rm->hl_marks);
     free(rm);
 }
 
@@ -959,6 +979,66 @@ void render_model_repaint(render_model *rm)
     rm->dirty = 1;
 }
 
+/* ---- search highlighting ---- */
+
+int render_model_set_search(render_model *rm, const char *query, size_t len, int current_text,
+                            int current_ordinal, kimi_err *err)
+{
+    if (!len)
+        current_text = -1;
+    if (current_text < 0)
+        current_ordinal = 0;
+    int same_query = len == rm->hl_text.len && (!len || !memcmp(query, rm->hl_text.data, len));
+    if (same_query && current_text == rm->hl_current_text && current_ordinal == rm->hl_current_ordinal)
+        return 0;
+    if (!same_query) {
+        search_query q;
+        int rc = search_query_init(&q, query, len, err);
+        if (rc)
+            return rc;
+        rm->hl_text.len = 0;
+        rm->hl_text.failed = 0;
+        strbuf_add(&rm->hl_text, query, len);
+        if (rm->hl_text.failed) {
+            search_query_free(&q);
+            rm->hl_text.len = 0;
+            search_query_free(&rm->hl_query);
+            rm->dirty = 1;
+            return nomem(err);
+        }
+        search_query_free(&rm->hl_query);
+        rm->hl_query = q;
+    }
+    rm->hl_current_text = current_text;
+    rm->hl_current_ordinal = current_ordinal;
+    if (!++rm->hl_gen)
+        rm->hl_gen = 1;
+    rm->dirty = 1;
+    return 0;
+}
+
+/* The current match, when it is in `region` (0 the text, 1 a tool's result) of block b laid out
+ * as lines: *from, *to in lines' text. Located once per search change, block change and width. */
+static int current_match(render_model *rm, int b, int region, const styled_lines *lines,
+                         uint32_t *from, uint32_t *to)
+{
+    if (rm->hl_current_text != 2 * b + region)
+        return 0;
+    block *bl = rm->blocks[b];
+    if (rm->hl_cur.gen != rm->hl_gen || rm->hl_cur.block != b || rm->hl_cur.width != rm->width ||
+        rm->hl_cur.version != bl->version) {
+        rm->hl_cur.gen = rm->hl_gen;
+        rm->hl_cur.block = b;
+        rm->hl_cur.width = rm->width;
+        rm->hl_cur.version = bl->version;
+        rm->hl_cur.found = !search_marks_nth(&rm->hl_marks, lines, &rm->hl_query, rm->hl_current_ordinal,
+                                             &rm->hl_cur.from, &rm->hl_cur.to);
+    }
+    *from = rm->hl_cur.from;
+    *to = rm->hl_cur.to;
+    return rm->hl_cur.found;
+}
+
 /* ---- frames ---- */
 
 static int shows_assistant_label(render_model *rm, int b)
@@ -998,6 +1078,39 @@ static void span_text(render_model *rm, const char *s, int col, int element)
     span_add(rm, s, len, col, text_width(s, len), element, 0);
 }
 
+/* The spans of line i of block b's text (region 0) or tool result (1) from column x, with the
+ * search's matches on it as their own spans in THEME_SEARCH_MATCH / THEME_SEARCH_CURRENT (the
+ * run's markdown attributes kept). */
+static void line_spans_marked(render_model *rm, int b, int region, size_t i, int x)
+{
+    block *bl = rm->blocks[b];
+    const styled_lines *src = region ? &bl->res.lines : &bl->body.lines;
+    uint32_t cur_from = 0, cur_to = 0;
+    if (!current_match(rm, b, region, src, &cur_from, &cur_to))
+        cur_from = cur_to = 0;
+    search_marks *m = &rm->hl_marks;
+    search_marks_line(m, src, i, &rm->hl_query, cur_from, cur_to);
+    const styled_line *line = &src->lines[i];
+    int k = 0;
+    for (uint32_t ri = 0; ri < line->n_runs; ri++) {
+        const styled_run *run = &src->runs[line->first_run + ri];
+        uint32_t at = run->off, end = run->off + run->len;
+        int col = x + run->col;
+        while (at < end) {
+            while (k < m->n_marks && m->marks[k].to <= at)
+                k++;
+            int in = k < m->n_marks && m->marks[k].from <= at;
+            uint32_t upto = in ? (m->marks[k].to < end ? m->marks[k].to : end)
+                            : k < m->n_marks && m->marks[k].from < end ? m->marks[k].from : end;
+            int w = upto - at == run->len ? run->width : text_width(src->text + at, upto - at);
+            int element = !in ? run->element : m->marks[k].current ? THEME_SEARCH_CURRENT : THEME_SEARCH_MATCH;
+            span_add(rm, src->text + at, upto - at, col, w, element, run->attrs);
+            col += w;
+            at = upto;
+        }
+    }
+}
+
 /* The spans of row r of block b. */
 static void row_spans(render_model *rm, int b, int r)
 {
@@ -1034,10 +1147,15 @@ static void row_spans(render_model *rm, int b, int r)
             span_text(rm, "→", x, THEME_TOOL_BORDER);
         x += 2;
     }
-    for (uint32_t i = 0; i < line->n_runs; i++) {
-        const styled_run *run = &src->runs[line->first_run + i];
-        span_add(rm, src->text + run->off, run->len, x + run->col, run->width, run->element,
-                 run->attrs);
+    int region = src == &bl->body.lines ? 0 : src == &bl->res.lines ? 1 : -1;
+    if (rm->hl_text.len && region >= 0) {
+        line_spans_marked(rm, b, region, seg->from + (uint32_t)r, x);
+    } else {
+        for (uint32_t i = 0; i < line->n_runs; i++) {
+            const styled_run *run = &src->runs[line->first_run + i];
+            span_add(rm, src->text + run->off, run->len, x + run->col, run->width, run->element,
+                     run->attrs);
+        }
     }
     if (seg->boxed)
         span_text(rm, "│", rm->width - 1, THEME_TOOL_BORDER);
