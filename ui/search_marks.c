@@ -68,6 +68,8 @@ static int join_lines(search_marks *m, const styled_lines *l, size_t first, size
                 .len = (uint32_t)(run->len - skip),
                 .off = (uint32_t)(run->off + skip),
                 .line = (uint32_t)i,
+                .run_off = run->off,
+                .run_col = run->col,
             };
             strbuf_add(&m->joined, s + skip, run->len - skip);
         }
@@ -103,8 +105,7 @@ static void snap(const styled_lines *l, const search_piece *p, uint32_t *from, u
     *to = a;
 }
 
-int search_marks_line(search_marks *m, const styled_lines *l, size_t line, const search_query *q,
-                      uint32_t cur_from, uint32_t cur_to)
+int search_marks_line(search_marks *m, const styled_lines *l, size_t line, const search_query *q)
 {
     m->n_marks = 0;
     if (!q->n_points || line >= l->n_lines)
@@ -141,7 +142,10 @@ int search_marks_line(search_marks *m, const styled_lines *l, size_t line, const
                 continue;
             if (array_reserve(&m->marks, &m->cap_marks, (size_t)m->n_marks + 1, sizeof *m->marks))
                 return m->n_marks;
-            m->marks[m->n_marks++] = (search_mark){from, to, from < cur_to && to > cur_from};
+            const char *run = l->text + pc->run_off;
+            int col_from = pc->run_col + text_width(run, from - pc->run_off);
+            int col_to = col_from + text_width(l->text + from, to - from);
+            m->marks[m->n_marks++] = (search_mark){from, to, (uint16_t)col_from, (uint16_t)col_to};
         }
     }
     return m->n_marks;
@@ -150,29 +154,31 @@ int search_marks_line(search_marks *m, const styled_lines *l, size_t line, const
 /* Where joined offset a is in l->text: the start of a match (a piece's byte, or the start of the
  * piece after the joining spaces it falls in), or its end (!start: just after the byte before a,
  * or the end of the piece before). 0 when found. */
-static int text_offset(const search_marks *m, size_t a, int start, uint32_t *off)
+static int text_offset(const search_marks *m, size_t a, int start, uint32_t *off, size_t *line)
 {
     int found = -1;
     for (size_t i = 0; i < m->n_pieces; i++) {
         const search_piece *pc = &m->pieces[i];
         if (start && a < pc->at + pc->len) {
             *off = pc->off + (a > pc->at ? (uint32_t)(a - pc->at) : 0);
+            *line = pc->line;
             return 0;
         }
         if (!start && pc->at < a) {
             *off = pc->off + (a - pc->at < pc->len ? (uint32_t)(a - pc->at) : pc->len);
+            *line = pc->line;
             found = 0;
         }
     }
     return found;
 }
 
-int search_marks_nth(search_marks *m, const styled_lines *l, const search_query *q, int n,
-                     uint32_t *from, uint32_t *to)
+int search_marks_nth(search_marks *m, const styled_lines *l, const search_query *q, size_t first, int n,
+                     uint32_t *from, uint32_t *to, size_t *last_line)
 {
     if (!q->n_points || n < 0)
         return -1;
-    for (size_t first = 0; first < l->n_lines;) {
+    while (first < l->n_lines) {
         size_t last = first;
         while (last + 1 < l->n_lines && l->lines[last + 1].join)
             last++;
@@ -180,10 +186,30 @@ int search_marks_nth(search_marks *m, const styled_lines *l, const search_query 
             return -1;
         if (n < m->found.n) {
             const search_match *k = &m->found.matches[n];
-            return text_offset(m, k->offset, 1, from) || text_offset(m, k->offset + k->len, 0, to) ? -1 : 0;
+            size_t first_line;
+            return text_offset(m, k->offset, 1, from, &first_line) ||
+                           text_offset(m, k->offset + k->len, 0, to, last_line) ? -1 : 0;
         }
         n -= m->found.n;
         first = last + 1;
     }
     return -1;
+}
+
+int search_marks_count(search_marks *m, const styled_lines *l, const search_query *q, size_t first,
+                       size_t end)
+{
+    int count = 0;
+    if (!q->n_points)
+        return 0;
+    while (first < end && first < l->n_lines) {
+        size_t last = first;
+        while (last + 1 < end && last + 1 < l->n_lines && l->lines[last + 1].join)
+            last++;
+        if (join_lines(m, l, first, last) || find(m, q))
+            return -1;
+        count += m->found.n;
+        first = last + 1;
+    }
+    return count;
 }

@@ -18,15 +18,18 @@
 #include "ui/search.h"
 #include "ui/styled_lines.h"
 
+/* A mark lies inside one run of its line (a match over two runs is two marks). */
 typedef struct {
-    uint32_t from, to; /* bytes of the lines' text (styled_lines.text) */
-    int current;       /* inside the current match */
+    uint32_t from, to;         /* bytes of the lines' text (styled_lines.text) */
+    uint16_t col_from, col_to; /* the columns they start and end at (as styled_run.col) */
 } search_mark;
 
 typedef struct {
     uint32_t at, len;  /* joined[at .. at + len) ... */
     uint32_t off;      /* ... is the lines' text[off .. off + len) */
     uint32_t line;     /* on this line */
+    uint32_t run_off;  /* in the run that starts at this byte ... */
+    uint16_t run_col;  /* ... and column */
 } search_piece;
 
 /* Scratch reused from call to call; zero it to start, search_marks_free to end. */
@@ -43,15 +46,18 @@ typedef struct {
 void search_marks_free(search_marks *m);
 
 /* The matches of q on line `line` of l into m->marks, clipped to that line's text, in order and
- * not overlapping. A mark inside [cur_from, cur_to) (bytes of l->text; cur_from == cur_to: no
- * current match) is flagged current. Returns m->n_marks (0 also when out of memory). */
-int search_marks_line(search_marks *m, const styled_lines *l, size_t line, const search_query *q,
-                      uint32_t cur_from, uint32_t cur_to);
+ * not overlapping. Returns m->n_marks (0 also when out of memory). */
+int search_marks_line(search_marks *m, const styled_lines *l, size_t line, const search_query *q);
 
-/* The n-th (0-based) match of q over all of l's lines, as bytes [*from, *to) of l->text (its
- * first and last cluster, which may be on different lines). 0 when found, -1 when l has fewer
+/* The n-th (0-based) match of q in l's lines from line `first` on (a line that starts a line
+ * of its text: join 0), as bytes [*from, *to) of l->text (its first and last cluster, which may
+ * be on different lines; *last_line the line of its end). 0 when found, -1 when there are fewer
  * matches (or out of memory). */
-int search_marks_nth(search_marks *m, const styled_lines *l, const search_query *q, int n,
-                     uint32_t *from, uint32_t *to);
+int search_marks_nth(search_marks *m, const styled_lines *l, const search_query *q, size_t first, int n,
+                     uint32_t *from, uint32_t *to, size_t *last_line);
+/* The matches of q in lines [first, end) of l (both starting a line of their text): a count
+ * that lets search_marks_nth start later. -1 when out of memory. */
+int search_marks_count(search_marks *m, const styled_lines *l, const search_query *q, size_t first,
+                       size_t end);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/array.h"
 #include "tests/unit/check.h"
 #include "ui/render_model.h"
 #include "ui/text_width.h"
@@ -718,6 +719,52 @@ static void test_search_highlight(void)
     render_model_free(rm);
 }
 
+/* Streamed with the search on, every row's marks (and the current match, the 3rd) equal those
+ * of a fresh model holding the same text: the cached marks and the counted lines follow the
+ * stream. */
+static void test_search_highlight_stream(void)
+{
+    static const char *pieces[] = {"kiwi ", "fruit ", "and ", "ki", "wi\n", "more ", "text ", "Kiwi ",
+                                   "fruit\n\n", "> quoted kiwi ", "fruit ", "end\n", "kiwi"};
+    render_model *live = render_model_new();
+    render_model_set_size(live, 30, 60);
+    add(live, RM_USER, "kiwi fruit please");
+    int a = add(live, RM_ANSWER, "");
+    search_on(live, "kiwi fruit", 2 * a, 2);
+    strbuf sofar = {0};
+    static char want[60][ROW_BYTES];
+    int same = 1;
+    for (int rep = 0; rep < 4; rep++)
+        for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++) {
+            text(live, a, pieces[i]);
+            strbuf_str(&sofar, pieces[i]);
+            render_model *fresh = render_model_new();
+            render_model_set_size(fresh, 30, 60);
+            add(fresh, RM_USER, "kiwi fruit please");
+            int fa = add(fresh, RM_ANSWER, sofar.data);
+            search_on(fresh, "kiwi fruit", 2 * fa, 2);
+            const rm_frame *f = render_model_frame(fresh);
+            for (int y = 0; y < 60; y++)
+                snprintf(want[y], ROW_BYTES, "%s", marked(f, y));
+            f = render_model_frame(live);
+            for (int y = 0; y < 60; y++)
+                if (strcmp(want[y], marked(f, y))) {
+                    if (same)
+                        fprintf(stderr, "after %zu bytes, row %d: '%s', fresh '%s'\n", sofar.len, y, marked(f, y), want[y]);
+                    same = 0;
+                }
+            render_model_free(fresh);
+        }
+    CHECK(same);
+    const rm_frame *f = render_model_frame(live);
+    int current = 0;
+    for (int y = 0; y < 60; y++)
+        current += strstr(marked(f, y), "{") != NULL;
+    CHECK(current >= 1);
+    free(sofar.data);
+    render_model_free(live);
+}
+
 int main(void)
 {
     test_rows_and_labels();
@@ -730,5 +777,6 @@ int main(void)
     test_random_operations();
     test_narrow_widths();
     test_search_highlight();
+    test_search_highlight_stream();
     return check_finish();
 }
