@@ -158,6 +158,16 @@ attr_t paint_attrs(unsigned a)
     return r;
 }
 
+/* Without colours a search match in a theme that marks it by colour alone (the default's
+ * black on yellow) would not show: reverse, and the current one reverse and bold. */
+static attr_t colourless_search_attrs(int e, unsigned attrs)
+{
+    if ((e != THEME_SEARCH_MATCH && e != THEME_SEARCH_CURRENT) ||
+        (attrs & (THEME_ATTR_REVERSE | THEME_ATTR_UNDERLINE)))
+        return 0;
+    return e == THEME_SEARCH_CURRENT ? A_REVERSE | A_BOLD : A_REVERSE;
+}
+
 void paint_palette_init(paint_palette *p, const theme *t, paint_depth depth)
 {
     memset(p, 0, sizeof *p);
@@ -166,8 +176,10 @@ void paint_palette_init(paint_palette *p, const theme *t, paint_depth depth)
     for (int e = 0; e < THEME_N_ELEMENTS; e++) {
         const theme_style *s = &t->style[e];
         p->attr[e] = paint_attrs(s->attrs);
-        if (depth == PAINT_COLORS_NONE)
+        if (depth == PAINT_COLORS_NONE) {
+            p->attr[e] |= colourless_search_attrs(e, s->attrs);
             continue;
+        }
         int fg, bg;
         paint_style_colors(t, e, depth, &fg, &bg);
         if (fg < 0 && bg < 0)

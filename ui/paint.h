@@ -46,7 +46,9 @@ void paint_style_colors(const theme *t, int e, paint_depth depth, int *fg, int *
 uint32_t paint_color_rgb(int color, paint_depth depth, uint32_t dflt);
 
 /* Allocate the pairs for t (init_extended_pair; pairs are reused across elements with the same
- * colours and reallocated from 1 on every call, so /theme does not leak pairs). */
+ * colours and reallocated from 1 on every call, so /theme does not leak pairs). Without colours
+ * (NONE) only attributes: a search match that its theme marks by colour alone gets reverse,
+ * the current one reverse and bold. */
 void paint_palette_init(paint_palette *p, const theme *t, paint_depth depth);
 
 /* Set w's drawing style to element plus extra THEME_ATTR_* attributes. */

@@ -10,9 +10,25 @@
 
 #include "engine/base/array.h"
 #include "ui/markdown.h"
+#include "ui/search.h"
+#include "ui/search_marks.h"
 #include "ui/styled_lines.h"
 #include "ui/text_width.h"
 #include "ui/theme.h"
+
+/* The search marks of a text's lines, kept while the search and the layout stay the same (the
+ * lines before the layout's checkpoint), or the block too (those after it, which a streamed
+ * token re-lays out): a frame costs a lookup per row, not a search. */
+typedef struct {
+    unsigned gen, epoch;   /* valid for this search generation and layout epoch */
+    uint32_t version;      /* lines from tail on are valid for this block version only */
+    size_t tail;
+    int32_t *first;        /* [cap] a line's first mark in marks; -1: not looked for yet */
+    uint32_t *count;       /* [cap] its marks */
+    size_t cap;
+    search_mark *marks;    /* [n] */
+    size_t n, cap_marks;
+} line_marks;
 
 /* One text laid out at one width, resumable after appends. */
 typedef struct {
@@ -20,6 +36,9 @@ typedef struct {
     md_checkpoint cp;
     int width;         /* 0: never laid out */
     size_t laid_len;   /* text bytes covered by lines */
+    unsigned epoch;    /* bumped when the layout starts afresh (lines before cp.n_lines are
+                          otherwise never rewritten) */
+    line_marks marks;
 } text_cache;
 
 enum { SHOW_HIDDEN, SHOW_COLLAPSED, SHOW_EXPANDED };
@@ -92,6 +111,25 @@ struct render_model {
     int dirty;
     frame_store f;
     strbuf scratch;
+
+    /* search highlighting (render_model_set_search) */
+    strbuf hl_text;         /* the query as given; empty: off */
+    search_query hl_query;
+    int hl_current_text, hl_current_ordinal;
+    unsigned hl_gen;        /* bumped by every change of the above */
+    search_marks hl_marks;
+    struct {
+        unsigned gen;       /* the current match located for this generation, ... */
+        int block, width;   /* ... block and width ... */
+        uint32_t version;   /* ... and block version (or layout epoch, when the match is on
+                               lines that cannot change); gen 0: never */
+        unsigned epoch;
+        int found;
+        uint32_t from, to;  /* bytes of its lines' text */
+        size_t last_line;   /* the line its end is on */
+        size_t counted_lines; /* lines that cannot change, searched: ... */
+        int counted;        /* ... the matches on them, all before the current one */
+    } hl_cur;
 };
 
 static const char gutter_marker[] = "▌";
@@ -108,12 +146,16 @@ render_model *render_model_new(void)
     rm->dirty = 1;
     rm->reasoning_epoch = rm->tools_epoch = 1;
     rm->f.last_block = -1;
+    rm->hl_current_text = -1;
     return rm;
 }
 
 static void text_cache_free(text_cache *c)
 {
     styled_lines_free(&c->lines);
+    free(c->marks.first);
+    free(c->marks.count);
+    free(c->marks.marks);
 }
 
 static void block_free(block *b)
@@ -143,6 +185,9 @@ void render_model_free(render_model *rm)
     free(rm->f.start);
     free(rm->f.hash);
     free(rm->scratch.data);
+    free(rm->hl_text.data);
+    search_query_free(&rm->hl_query);
+    search_marks_free(&rm->hl_marks);
     free(rm);
 }
 
@@ -442,6 +487,7 @@ static void cache_layout(text_cache *c, const strbuf *text, int width, int eleme
 {
     if (c->width != width) {
         md_checkpoint_init(&c->cp);
+        c->epoch++;
         c->width = width;
         c->laid_len = (size_t)-1;
     }
@@ -959,6 +1005,140 @@ void render_model_repaint(render_model *rm)
     rm->dirty = 1;
 }
 
+/* ---- search highlighting ---- */
+
+int render_model_set_search(render_model *rm, const char *query, size_t len, int current_text,
+                            int current_ordinal, kimi_err *err)
+{
+    if (!len)
+        current_text = -1;
+    if (current_text < 0)
+        current_ordinal = 0;
+    int same_query = len == rm->hl_text.len && (!len || !memcmp(query, rm->hl_text.data, len));
+    if (same_query && current_text == rm->hl_current_text && current_ordinal == rm->hl_current_ordinal)
+        return 0;
+    if (!same_query) {
+        search_query q;
+        int rc = search_query_init(&q, query, len, err);
+        if (rc)
+            return rc;
+        rm->hl_text.len = 0;
+        rm->hl_text.failed = 0;
+        strbuf_add(&rm->hl_text, query, len);
+        if (rm->hl_text.failed) {
+            search_query_free(&q);
+            rm->hl_text.len = 0;
+            search_query_free(&rm->hl_query);
+            rm->dirty = 1;
+            return nomem(err);
+        }
+        search_query_free(&rm->hl_query);
+        rm->hl_query = q;
+    }
+    rm->hl_current_text = current_text;
+    rm->hl_current_ordinal = current_ordinal;
+    if (!++rm->hl_gen)
+        rm->hl_gen = 1;
+    rm->dirty = 1;
+    return 0;
+}
+
+/* The current match, when it is in `region` (0 the text, 1 a tool's result) of block b: *from,
+ * *to in the text's lines. Located once per change of the search, the block (unless the match
+ * is on lines an append cannot change) or the width. */
+static int current_match(render_model *rm, int b, int region, uint32_t *from, uint32_t *to)
+{
+    if (rm->hl_current_text != 2 * b + region)
+        return 0;
+    block *bl = rm->blocks[b];
+    text_cache *c = region ? &bl->res : &bl->body;
+    int stable = rm->hl_cur.found && rm->hl_cur.epoch == c->epoch && rm->hl_cur.last_line < c->cp.n_lines;
+    if (rm->hl_cur.gen != rm->hl_gen || rm->hl_cur.block != b || rm->hl_cur.width != rm->width ||
+        rm->hl_cur.epoch != c->epoch) {
+        rm->hl_cur.gen = rm->hl_gen;
+        rm->hl_cur.block = b;
+        rm->hl_cur.width = rm->width;
+        rm->hl_cur.epoch = c->epoch;
+        rm->hl_cur.counted_lines = 0;
+        rm->hl_cur.counted = 0;
+        stable = 0;
+    } else if (rm->hl_cur.version == bl->version) {
+        stable = 1;
+    }
+    if (!stable) {
+        /* a streamed text: the lines that cannot change any more are counted once */
+        size_t done = c->cp.n_lines;
+        if (done > rm->hl_cur.counted_lines) {
+            int more = search_marks_count(&rm->hl_marks, &c->lines, &rm->hl_query, rm->hl_cur.counted_lines, done);
+            if (more >= 0 && rm->hl_cur.counted + more <= rm->hl_current_ordinal) {
+                rm->hl_cur.counted += more;
+                rm->hl_cur.counted_lines = done;
+            }
+        }
+        rm->hl_cur.found = !search_marks_nth(&rm->hl_marks, &c->lines, &rm->hl_query, rm->hl_cur.counted_lines,
+                                             rm->hl_current_ordinal - rm->hl_cur.counted, &rm->hl_cur.from,
+                                             &rm->hl_cur.to, &rm->hl_cur.last_line);
+    }
+    rm->hl_cur.version = bl->version;
+    *from = rm->hl_cur.from;
+    *to = rm->hl_cur.to;
+    return rm->hl_cur.found;
+}
+
+/* The search marks of line i of c (block version `version`), cached. NULL with *n 0 when none. */
+static const search_mark *marks_of_line(render_model *rm, text_cache *c, uint32_t version, size_t i, size_t *n)
+{
+    line_marks *lm = &c->marks;
+    /* marks of lines dropped from the cache stay in marks: start over once they dominate it */
+    if (lm->gen != rm->hl_gen || lm->epoch != c->epoch || lm->n > 4096 + 64 * lm->cap) {
+        lm->gen = rm->hl_gen;
+        lm->epoch = c->epoch;
+        lm->n = 0;
+        lm->version = version;
+        lm->tail = 0;
+        for (size_t k = 0; k < lm->cap; k++)
+            lm->first[k] = -1;
+    }
+    if (lm->version != version) {
+        for (size_t k = lm->tail; k < lm->cap; k++)
+            lm->first[k] = -1;
+        lm->version = version;
+    }
+    lm->tail = c->cp.n_lines;
+    if (i < lm->cap && lm->first[i] >= 0) {
+        *n = lm->count[i];
+        return lm->marks + lm->first[i];
+    }
+    *n = (size_t)search_marks_line(&rm->hl_marks, &c->lines, i, &rm->hl_query);
+    const search_mark *found = rm->hl_marks.marks;
+    if (lm->n + *n > INT32_MAX)
+        return found;
+    if (i >= lm->cap) {
+        size_t cap = lm->cap ? lm->cap : 64;
+        while (cap <= i)
+            cap *= 2;
+        int32_t *first = realloc(lm->first, sizeof *first * cap);
+        if (first)
+            lm->first = first;
+        uint32_t *count = realloc(lm->count, sizeof *count * cap);
+        if (count)
+            lm->count = count;
+        if (!first || !count)
+            return found;
+        for (size_t k = lm->cap; k < cap; k++)
+            lm->first[k] = -1;
+        lm->cap = cap;
+    }
+    if (*n && array_reserve(&lm->marks, &lm->cap_marks, lm->n + *n, sizeof *lm->marks))
+        return found;
+    if (*n)
+        memcpy(lm->marks + lm->n, found, sizeof *found * *n);
+    lm->first[i] = (int32_t)lm->n;
+    lm->count[i] = (uint32_t)*n;
+    lm->n += *n;
+    return lm->marks + lm->first[i];
+}
+
 /* ---- frames ---- */
 
 static int shows_assistant_label(render_model *rm, int b)
@@ -998,6 +1178,40 @@ static void span_text(render_model *rm, const char *s, int col, int element)
     span_add(rm, s, len, col, text_width(s, len), element, 0);
 }
 
+/* The spans of line i of block b's text (region 0) or tool result (1) from column x, with the
+ * search's matches on it as their own spans in THEME_SEARCH_MATCH / THEME_SEARCH_CURRENT (the
+ * run's markdown attributes kept). */
+static void line_spans_marked(render_model *rm, int b, int region, size_t i, int x)
+{
+    block *bl = rm->blocks[b];
+    text_cache *c = region ? &bl->res : &bl->body;
+    const styled_lines *src = &c->lines;
+    uint32_t cur_from = 0, cur_to = 0;
+    if (!current_match(rm, b, region, &cur_from, &cur_to))
+        cur_from = cur_to = 0;
+    size_t n_marks;
+    const search_mark *marks = marks_of_line(rm, c, bl->version, i, &n_marks);
+    const styled_line *line = &src->lines[i];
+    size_t k = 0;
+    for (uint32_t ri = 0; ri < line->n_runs; ri++) {
+        const styled_run *run = &src->runs[line->first_run + ri];
+        uint32_t at = run->off, end = run->off + run->len;
+        int col = run->col; /* a mark lies inside one run: its columns split the run */
+        while (k < n_marks && marks[k].from < end) {
+            const search_mark *mk = &marks[k++];
+            if (mk->from > at)
+                span_add(rm, src->text + at, mk->from - at, x + col, mk->col_from - col, run->element, run->attrs);
+            int current = mk->from < cur_to && mk->to > cur_from;
+            span_add(rm, src->text + mk->from, mk->to - mk->from, x + mk->col_from, mk->col_to - mk->col_from,
+                     current ? THEME_SEARCH_CURRENT : THEME_SEARCH_MATCH, run->attrs);
+            at = mk->to;
+            col = mk->col_to;
+        }
+        if (at < end)
+            span_add(rm, src->text + at, end - at, x + col, run->col + run->width - col, run->element, run->attrs);
+    }
+}
+
 /* The spans of row r of block b. */
 static void row_spans(render_model *rm, int b, int r)
 {
@@ -1034,10 +1248,15 @@ static void row_spans(render_model *rm, int b, int r)
             span_text(rm, "→", x, THEME_TOOL_BORDER);
         x += 2;
     }
-    for (uint32_t i = 0; i < line->n_runs; i++) {
-        const styled_run *run = &src->runs[line->first_run + i];
-        span_add(rm, src->text + run->off, run->len, x + run->col, run->width, run->element,
-                 run->attrs);
+    int region = src == &bl->body.lines ? 0 : src == &bl->res.lines ? 1 : -1;
+    if (rm->hl_text.len && region >= 0) {
+        line_spans_marked(rm, b, region, seg->from + (uint32_t)r, x);
+    } else {
+        for (uint32_t i = 0; i < line->n_runs; i++) {
+            const styled_run *run = &src->runs[line->first_run + i];
+            span_add(rm, src->text + run->off, run->len, x + run->col, run->width, run->element,
+                     run->attrs);
+        }
     }
     if (seg->boxed)
         span_text(rm, "│", rm->width - 1, THEME_TOOL_BORDER);

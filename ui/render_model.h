@@ -155,6 +155,19 @@ void render_model_focus(render_model *rm, int b);
 int render_model_focus_move(render_model *rm, int dir);
 int render_model_focused(const render_model *rm);
 
+/* Search highlighting (Ctrl-F): every occurrence of query[0..len) in the texts the frames show
+ * (messages, reasoning, tool arguments and results; not labels, headers or borders) is painted
+ * in THEME_SEARCH_MATCH, and the current_ordinal-th (from 0) of text current_text in
+ * THEME_SEARCH_CURRENT (texts numbered as the view's search does: 2 * block its text, 2 * block
+ * + 1 a tool's result; -1 none). Matching is ui/search's (smart case), on the text as shown, a
+ * match split by a soft wrap marked on both rows. len 0 turns it off. Unchanged arguments cost
+ * nothing; a change repaints the rows it touches. A frame finds the matches of each row it
+ * shows (and the wrapped rows around it as far as the query reaches), the current match once per
+ * change of the search, its block or the width: never the whole transcript. 0, or
+ * KIMI_ERR_NOMEM with err filled (then off). */
+int render_model_set_search(render_model *rm, const char *query, size_t len, int current_text,
+                            int current_ordinal, kimi_err *err);
+
 /* Whether anything changed since the last frame (content, fold, scroll, focus, size). */
 int render_model_dirty(const render_model *rm);
 /* The next frame marks every row changed: after a theme change, or when something else (help,

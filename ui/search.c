@@ -14,6 +14,10 @@
 /* The code point at s[p] (of n bytes) and the byte after it. */
 static uint32_t next_point(const uint8_t *s, size_t n, size_t p, size_t *next, uint32_t bad)
 {
+    if (s[p] < 0x80) { /* most text: no decoding */
+        *next = p + 1;
+        return s[p];
+    }
     size_t len;
     if (utf8_sequence(s + p, n - p, &len) != UTF8_OK) {
         *next = p + (len ? len : 1);

@@ -23,6 +23,7 @@ void styled_lines_clear(styled_lines *l)
 {
     l->text_len = l->n_runs = l->n_lines = 0;
     l->open = l->failed = 0;
+    l->open_join = l->open_text_col = 0;
 }
 
 void styled_lines_truncate(styled_lines *l, size_t n)
@@ -36,11 +37,22 @@ void styled_lines_truncate(styled_lines *l, size_t n)
     }
     l->text_len = l->n_runs ? l->runs[l->n_runs - 1].off + l->runs[l->n_runs - 1].len : 0;
     l->open = 0;
+    l->open_join = l->open_text_col = 0;
 }
 
 static size_t open_first_run(const styled_lines *l)
 {
     return l->n_lines ? l->lines[l->n_lines - 1].first_run + l->lines[l->n_lines - 1].n_runs : 0;
+}
+
+void styled_lines_set_join(styled_lines *l, int spaces)
+{
+    l->open_join = (uint8_t)(1 + (spaces < 0 ? 0 : spaces > 254 ? 254 : spaces));
+}
+
+void styled_lines_set_text_col(styled_lines *l, int col)
+{
+    l->open_text_col = (uint8_t)(col < 0 ? 0 : col > 255 ? 255 : col);
 }
 
 int styled_lines_open_width(const styled_lines *l)
@@ -99,8 +111,11 @@ void styled_lines_end_line(styled_lines *l)
         .first_run = (uint32_t)first,
         .n_runs = (uint32_t)(l->n_runs - first),
         .width = (uint16_t)(width > UINT16_MAX ? UINT16_MAX : width),
+        .join = l->open_join,
+        .text_col = l->open_text_col,
     };
     l->open = 0;
+    l->open_join = l->open_text_col = 0;
 }
 
 void styled_lines_copy_runs(styled_lines *dst, const styled_lines *src, size_t i, int col_shift)

@@ -20,6 +20,9 @@ typedef struct {
     uint32_t first_run; /* runs[first_run .. first_run + n_runs), in column order */
     uint32_t n_runs;
     uint16_t width;     /* columns up to the end of the last run */
+    uint8_t join;       /* 0: the line starts a line of its text; 1 + k: a soft wrap, it
+                           continues the line above, k spaces (<= 254) dropped at the break */
+    uint8_t text_col;   /* columns before it are a prefix (list indent, quote bar), not text */
 } styled_line;
 
 typedef struct {
@@ -30,6 +33,7 @@ typedef struct {
     styled_line *lines;    /* [n_lines] closed lines */
     size_t n_lines, lines_cap;
     int open;              /* a line is being built (runs after the last closed line) */
+    uint8_t open_join, open_text_col; /* what styled_lines_end_line gives the open line */
     int failed;            /* an allocation failed: the content is incomplete */
 } styled_lines;
 
@@ -47,6 +51,11 @@ void styled_lines_add(styled_lines *l, int col, const char *s, size_t len, int w
                       int element, int attrs);
 /* Close the open line (an empty line if nothing was added since the last close). */
 void styled_lines_end_line(styled_lines *l);
+/* The open line continues the line above: a soft wrap that dropped `spaces` spaces (capped at
+ * 254). Search highlighting joins such lines to find matches across the wrap. */
+void styled_lines_set_join(styled_lines *l, int spaces);
+/* The open line's text starts at column col (capped at 255); what is before is a prefix. */
+void styled_lines_set_text_col(styled_lines *l, int col);
 /* Columns used so far by the open line (0 when none is open). */
 int styled_lines_open_width(const styled_lines *l);
 /* Add the runs of closed line i of src to the open line of dst, shifted right by col_shift

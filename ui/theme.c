@@ -44,6 +44,8 @@ static const char *const element_names[THEME_N_ELEMENTS] = {
     [THEME_INPUT] = "input",
     [THEME_INPUT_PROMPT] = "input_prompt",
     [THEME_SELECTION] = "selection",
+    [THEME_SEARCH_MATCH] = "search_match",
+    [THEME_SEARCH_CURRENT] = "search_current",
 };
 
 /* The dark defaults; themes/default.theme writes out the same values (a unit test keeps the
@@ -83,7 +85,9 @@ static const char default_theme_text[] =
     "separator = 241 default\n"
     "input = default default\n"
     "input_prompt = bright_cyan default bold\n"
-    "selection = bright_cyan default bold\n";
+    "selection = bright_cyan default bold\n"
+    "search_match = black 222\n"
+    "search_current = black 208 bold\n";
 
 static const char *const color_names[16] = {
     "black", "red", "green", "yellow", "blue", "magenta", "cyan", "white",

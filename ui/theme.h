@@ -46,6 +46,8 @@ typedef enum {
     THEME_INPUT,
     THEME_INPUT_PROMPT,     /* "> " */
     THEME_SELECTION,        /* the focused block's marker in Tab mode */
+    THEME_SEARCH_MATCH,     /* a match of the transcript search (Ctrl-F) */
+    THEME_SEARCH_CURRENT,   /* the match the search is on ("match i/n") */
     THEME_N_ELEMENTS
 } theme_element;
 

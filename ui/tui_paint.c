@@ -156,6 +156,7 @@ static const char *const help_lines[] = {
     "PgUp/PgDn, Shift-Up/Down, Ctrl-Home/End   scroll",
     "Ctrl-T, Ctrl-L     fold/unfold all reasoning; redraw",
     "Ctrl-F             search the transcript (a capital: case counts);",
+    "                   matches highlighted, the current one stronger;",
     "                   Enter, then n/N next/previous match; Esc ends",
     "Ctrl-Up/Ctrl-Down  previous/next of your messages",
     "Tab                on a /command: complete it; else transcript focus:",
@@ -257,11 +258,27 @@ void tui_help_toggle(tui *t, int on)
     t->force = t->dirty = 1;
 }
 
+/* The transcript search's query and the match it is on, for the render model to highlight
+ * (nothing once the search ended). */
+static void search_highlight(tui *t)
+{
+    const search_result *r = &t->search_hits;
+    int on = t->search_mode != SEARCH_OFF && t->search_query.len;
+    int text = -1, ordinal = 0;
+    if (on && t->search_match >= 0 && t->search_match < r->n) {
+        text = r->matches[t->search_match].text;
+        ordinal = t->search_match - search_first_from(r, text, 0);
+    }
+    render_model_set_search(t->rm, on ? t->search_query.data : "", on ? t->search_query.len : 0, text, ordinal,
+                            NULL);
+}
+
 void tui_paint_now(tui *t)
 {
     if (!t->active)
         return;
     tui_layout(t);
+    search_highlight(t);
     const rm_frame *f = render_model_frame(t->rm);
     if (t->force)
         render_model_repaint(t->rm), f = render_model_frame(t->rm);

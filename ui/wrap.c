@@ -49,9 +49,12 @@ static void emit_prefix(wrapper *w, const wrap_piece *pre, size_t n)
     w->text_col = w->col;
 }
 
-static void break_line(wrapper *w)
+/* A soft wrap; `spaces` spaces of the text dropped at it. */
+static void break_line(wrapper *w, int spaces)
 {
+    styled_lines_set_text_col(w->out, w->text_col);
     styled_lines_end_line(w->out);
+    styled_lines_set_join(w->out, spaces);
     w->lines++;
     if (w->prefix)
         emit_prefix(w, w->prefix->next, w->prefix->n_next);
@@ -87,7 +90,7 @@ static void emit_broken(wrapper *w, pos a, pos b)
         size_t len = text_fit(pc->s + a.off, end - a.off, w->width - w->col, &fw);
         if (!len) {
             if (w->col > w->text_col) {
-                break_line(w);
+                break_line(w, 0);
                 continue;
             }
             len = text_cluster(pc->s, end, a.off, &fw);
@@ -136,9 +139,11 @@ size_t wrap_pieces(styled_lines *out, const wrap_piece *pieces, size_t n, int wi
         }
         int line_empty = w.col == w.text_col;
         if (line_empty && !first_line) {
-            sw = 0; /* a wrapped line does not start with the spaces of the break */
+            /* a wrapped line does not start with the spaces of the break */
+            styled_lines_set_join(out, out->open_join - 1 + sw);
+            sw = 0;
         } else if (w.col + sw + ww > w.width && !line_empty) {
-            break_line(&w);
+            break_line(&w, sw);
             first_line = 0;
             sw = 0;
         }
@@ -162,6 +167,7 @@ size_t wrap_pieces(styled_lines *out, const wrap_piece *pieces, size_t n, int wi
             first_line = 0;
         a = b;
     }
+    styled_lines_set_text_col(out, w.text_col);
     styled_lines_end_line(out);
     return w.lines + 1;
 }

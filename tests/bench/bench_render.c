@@ -36,7 +36,7 @@ typedef struct {
         resize_frame_us;
 } result;
 
-static result run(int target_tokens)
+static result run(int target_tokens, const char *search)
 {
     result res = {0};
     render_model *rm = render_model_new();
@@ -48,6 +48,8 @@ static result run(int target_tokens)
         render_model_frame(rm); /* the view paints as the session grows */
     }
     int live = render_model_append(rm, RM_ANSWER, "", 0, NULL);
+    if (search) /* highlighted, the current match in the streamed answer */
+        render_model_set_search(rm, search, strlen(search), 2 * live, 0, NULL);
     res.build_ms = (now_us() - t0) / 1e3;
     render_model_frame(rm);
 
@@ -113,10 +115,17 @@ static void print(const char *name, const result *r, int last)
            r->page_up_cold_us, r->idle_frame_us, r->resize_frame_us, last ? "" : ",");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    result small = run(1000), large = run(100000);
-    printf("{\n  \"width\": %d, \"height\": %d, \"samples\": %d,\n", WIDTH, HEIGHT, SAMPLES);
+    /* --search QUERY: with the transcript search's highlighting on */
+    const char *search = argc == 3 && !strcmp(argv[1], "--search") ? argv[2] : NULL;
+    if (argc > 1 && !search) {
+        fprintf(stderr, "usage: %s [--search QUERY]\n", argv[0]);
+        return 2;
+    }
+    result small = run(1000, search), large = run(100000, search);
+    printf("{\n  \"width\": %d, \"height\": %d, \"samples\": %d, \"search\": \"%s\",\n", WIDTH, HEIGHT, SAMPLES,
+           search ? search : "");
     print("tokens_1k", &small, 0);
     print("tokens_100k", &large, 1);
     printf("}\n");

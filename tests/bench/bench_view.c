@@ -54,7 +54,7 @@ static int view_frame(render_model *rm, const paint_palette *pal)
     return rows;
 }
 
-static result run(int target_tokens, const paint_palette *pal)
+static result run(int target_tokens, const char *search, const paint_palette *pal)
 {
     result res = {0};
     render_model *rm = render_model_new();
@@ -65,6 +65,8 @@ static result run(int target_tokens, const paint_palette *pal)
         render_model_frame(rm);
     }
     int live = render_model_append(rm, RM_ANSWER, "", 0, NULL);
+    if (search) /* highlighted, the current match in the streamed answer */
+        render_model_set_search(rm, search, strlen(search), 2 * live, 0, NULL);
     render_model_repaint(rm);
     view_frame(rm, pal);
 
@@ -120,8 +122,14 @@ static void print(const char *name, const result *r, int last)
            r->page_p99_us, r->page_bytes, last ? "" : ",");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* --search QUERY: with the transcript search's highlighting on */
+    const char *search = argc == 3 && !strcmp(argv[1], "--search") ? argv[2] : NULL;
+    if (argc > 1 && !search) {
+        fprintf(stderr, "usage: %s [--search QUERY]\n", argv[0]);
+        return 2;
+    }
     char lines[16], cols[16];
     snprintf(lines, sizeof lines, "%d", HEIGHT);
     snprintf(cols, sizeof cols, "%d", WIDTH);
@@ -139,9 +147,10 @@ int main(void)
     theme_init_default(&th);
     paint_palette pal;
     paint_palette_init(&pal, &th, paint_detect_depth(0));
-    result small = run(1000, &pal), large = run(100000, &pal);
+    result small = run(1000, search, &pal), large = run(100000, search, &pal);
     endwin();
-    printf("{\n  \"width\": %d, \"height\": %d, \"samples\": %d, \"colors\": %d,\n", WIDTH, HEIGHT, SAMPLES, COLORS);
+    printf("{\n  \"width\": %d, \"height\": %d, \"samples\": %d, \"colors\": %d, \"search\": \"%s\",\n", WIDTH, HEIGHT,
+           SAMPLES, COLORS, search ? search : "");
     print("tokens_1k", &small, 0);
     print("tokens_100k", &large, 1);
     printf("}\n");

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/array.h"
 #include "tests/unit/check.h"
 #include "ui/render_model.h"
 #include "ui/text_width.h"
@@ -584,6 +585,186 @@ static void test_narrow_widths(void)
     render_model_free(rm);
 }
 
+/* Row y of the frame as text with search marks: [match], {current}. */
+static const char *marked(const rm_frame *f, int y)
+{
+    static char buf[ROW_BYTES];
+    size_t n = 0;
+    int col = 0;
+    const rm_row *row = &f->rows[y];
+    for (int i = 0; i < row->n_spans; i++) {
+        const rm_span *s = &row->spans[i];
+        for (; col < s->col; col++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, " ");
+        int e = s->element;
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%.*s%s", e == THEME_SEARCH_MATCH ? "[" : e == THEME_SEARCH_CURRENT ? "{" : "",
+                              (int)s->len, s->s, e == THEME_SEARCH_MATCH ? "]" : e == THEME_SEARCH_CURRENT ? "}" : "");
+        col += s->width;
+    }
+    return buf;
+}
+
+/* The span of row y that holds column col. */
+static const rm_span *span_at(const rm_frame *f, int y, int col)
+{
+    for (int i = 0; i < f->rows[y].n_spans; i++) {
+        const rm_span *s = &f->rows[y].spans[i];
+        if (col >= s->col && col < s->col + s->width)
+            return s;
+    }
+    return NULL;
+}
+
+static void search_on(render_model *rm, const char *q, int text, int ordinal)
+{
+    CHECK_INT(render_model_set_search(rm, q, strlen(q), text, ordinal, NULL), 0);
+}
+
+static void test_search_highlight(void)
+{
+    render_model *rm = render_model_new();
+    render_model_set_size(rm, 30, 40); /* 23 columns of text */
+    int u = add(rm, RM_USER, "one kiwi and two three KIWI");
+    const rm_frame *f = render_model_frame(rm);
+    CHECK_STR(marked(f, 0), "  you  one kiwi and two three");
+    search_on(rm, "kiwi", -1, 0);
+    f = render_model_frame(rm);
+    /* smart case: lower case matches both; the wrap puts the second on the next row */
+    CHECK_STR(marked(f, 0), "  you  one [kiwi] and two three");
+    CHECK_STR(marked(f, 1), "       [KIWI]");
+    CHECK(f->rows[0].changed && f->rows[1].changed);
+    search_on(rm, "KIWI", 2 * u, 0);
+    f = render_model_frame(rm);
+    CHECK_STR(marked(f, 0), "  you  one kiwi and two three");
+    CHECK_STR(marked(f, 1), "       {KIWI}");
+    /* a match across the soft wrap, at the dropped space: both parts, current on both */
+    search_on(rm, "three kiwi", 2 * u, 0);
+    f = render_model_frame(rm);
+    CHECK_STR(marked(f, 0), "  you  one kiwi and two {three}");
+    CHECK_STR(marked(f, 1), "       {KIWI}");
+    search_on(rm, "three kiwi", -1, 0);
+    f = render_model_frame(rm);
+    CHECK_STR(marked(f, 0), "  you  one kiwi and two [three]");
+    CHECK_STR(marked(f, 1), "       [KIWI]");
+    /* ended: no marks, the rows repainted */
+    search_on(rm, "", -1, 0);
+    f = render_model_frame(rm);
+    CHECK_STR(marked(f, 0), "  you  one kiwi and two three");
+    CHECK(f->rows[0].changed && f->rows[1].changed);
+    /* unchanged: nothing to paint */
+    search_on(rm, "", -1, 0);
+    CHECK(!render_model_dirty(rm));
+    render_model_truncate(rm, 0);
+
+    /* a word cut over two rows (longer than a row) */
+    add(rm, RM_USER, "abcdefghijklmnopqrstuvwxyz");
+    search_on(rm, "uvwxy", -1, 0);
+    f = render_model_frame(rm);
+    CHECK_STR(marked(f, 0), "  you  abcdefghijklmnopqrst[uvw]");
+    CHECK_STR(marked(f, 1), "       [xy]z");
+    render_model_truncate(rm, 0);
+
+    /* columns, not bytes: wide characters before a match, a combining mark kept with its letter,
+       an emoji inside */
+    u = add(rm, RM_USER, "中文 kiwi cafe\xcc\x81 x😀y");
+    search_on(rm, "kiwi", -1, 0);
+    f = render_model_frame(rm);
+    const rm_span *s = span_at(f, 0, RM_GUTTER + 5);
+    CHECK(s && s->element == THEME_SEARCH_MATCH && s->col == RM_GUTTER + 5 && s->width == 4);
+    search_on(rm, "cafe", -1, 0);
+    f = render_model_frame(rm);
+    CHECK_STR(marked(f, 0), "  you  中文 kiwi [cafe\xcc\x81] x😀y");
+    s = span_at(f, 0, RM_GUTTER + 10);
+    CHECK(s && s->element == THEME_SEARCH_MATCH && s->width == 4);
+    search_on(rm, "😀y", -1, 0);
+    f = render_model_frame(rm);
+    CHECK_STR(marked(f, 0), "  you  中文 kiwi cafe\xcc\x81 x[😀y]");
+    s = span_at(f, 0, RM_GUTTER + 16);
+    CHECK(s && s->element == THEME_SEARCH_MATCH && s->col == RM_GUTTER + 16 && s->width == 3);
+    render_model_truncate(rm, 0);
+
+    /* inside markdown: bold keeps its attribute; a quote's bar on the wrapped row is no text */
+    int a = add(rm, RM_ANSWER, "a **kiwi fruit** b\n\n> one two three four kiwi fruit");
+    render_model_finish(rm, a);
+    search_on(rm, "kiwi fruit", 2 * a, 0);
+    f = render_model_frame(rm);
+    CHECK_STR(marked(f, 0), "  kimi a {kiwi fruit} b");
+    s = span_at(f, 0, RM_GUTTER + 2);
+    CHECK(s && s->element == THEME_SEARCH_CURRENT && (s->attrs & THEME_ATTR_BOLD));
+    CHECK_STR(marked(f, 2), "       │ one two three four");
+    CHECK_STR(marked(f, 3), "       │ [kiwi fruit]");
+    search_on(rm, "four kiwi", 2 * a, 0);
+    f = render_model_frame(rm);
+    CHECK_STR(marked(f, 2), "       │ one two three {four}");
+    CHECK_STR(marked(f, 3), "       │ {kiwi} fruit");
+    render_model_truncate(rm, 0);
+
+    /* a folded tool result's visible rows, and the arguments */
+    int t = render_model_append_tool(rm, "read", "functions.read:0", NULL);
+    text(rm, t, "{\"path\": \"kiwi.txt\"}");
+    const char *result = "x\nkiwi 2\n3\n4\nkiwi 5\n";
+    render_model_set_tool_result(rm, t, result, strlen(result), NULL);
+    render_model_finish(rm, t);
+    render_model_set_size(rm, 40, 40);
+    search_on(rm, "kiwi", 2 * t + 1, 0);
+    f = render_model_frame(rm);
+    CHECK(render_model_is_folded(rm, t));
+    CHECK(strstr(marked(f, 1), "[kiwi].txt") != NULL);
+    CHECK(strstr(marked(f, 3), "{kiwi} 2") != NULL);
+    search_on(rm, "kiwi", 2 * t + 1, 1);
+    render_model_toggle_fold(rm, t);
+    f = render_model_frame(rm);
+    CHECK(strstr(marked(f, 3), "[kiwi] 2") != NULL);
+    CHECK(strstr(marked(f, 6), "{kiwi} 5") != NULL);
+    render_model_free(rm);
+}
+
+/* Streamed with the search on, every row's marks (and the current match, the 3rd) equal those
+ * of a fresh model holding the same text: the cached marks and the counted lines follow the
+ * stream. */
+static void test_search_highlight_stream(void)
+{
+    static const char *pieces[] = {"kiwi ", "fruit ", "and ", "ki", "wi\n", "more ", "text ", "Kiwi ",
+                                   "fruit\n\n", "> quoted kiwi ", "fruit ", "end\n", "kiwi"};
+    render_model *live = render_model_new();
+    render_model_set_size(live, 30, 60);
+    add(live, RM_USER, "kiwi fruit please");
+    int a = add(live, RM_ANSWER, "");
+    search_on(live, "kiwi fruit", 2 * a, 2);
+    strbuf sofar = {0};
+    static char want[60][ROW_BYTES];
+    int same = 1;
+    for (int rep = 0; rep < 4; rep++)
+        for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++) {
+            text(live, a, pieces[i]);
+            strbuf_str(&sofar, pieces[i]);
+            render_model *fresh = render_model_new();
+            render_model_set_size(fresh, 30, 60);
+            add(fresh, RM_USER, "kiwi fruit please");
+            int fa = add(fresh, RM_ANSWER, sofar.data);
+            search_on(fresh, "kiwi fruit", 2 * fa, 2);
+            const rm_frame *f = render_model_frame(fresh);
+            for (int y = 0; y < 60; y++)
+                snprintf(want[y], ROW_BYTES, "%s", marked(f, y));
+            f = render_model_frame(live);
+            for (int y = 0; y < 60; y++)
+                if (strcmp(want[y], marked(f, y))) {
+                    if (same)
+                        fprintf(stderr, "after %zu bytes, row %d: '%s', fresh '%s'\n", sofar.len, y, marked(f, y), want[y]);
+                    same = 0;
+                }
+            render_model_free(fresh);
+        }
+    CHECK(same);
+    const rm_frame *f = render_model_frame(live);
+    int current = 0;
+    for (int y = 0; y < 60; y++)
+        current += strstr(marked(f, y), "{") != NULL;
+    CHECK(current >= 1);
+    free(sofar.data);
+    render_model_free(live);
+}
+
 int main(void)
 {
     test_rows_and_labels();
@@ -595,5 +776,7 @@ int main(void)
     test_jump_and_focus();
     test_random_operations();
     test_narrow_widths();
+    test_search_highlight();
+    test_search_highlight_stream();
     return check_finish();
 }
