@@ -116,6 +116,89 @@ static int expand_pastes(const tui *t, const char *text, size_t len, strbuf *ful
     return full->failed || brief->failed ? -1 : 0;
 }
 
+/* ---- the /sessions picker ---- */
+
+static void sessions_close(tui *t)
+{
+    session_picker_close(t->picker);
+    free(t->picker);
+    t->picker = NULL;
+    touchwin(stdscr);
+    t->force = 1;
+}
+
+static void sessions_open(tui *t)
+{
+    session_picker *p = calloc(1, sizeof *p);
+    kimi_err err = {0};
+    if (!p || session_picker_open(p, app_sessions_dir(t->a), &err)) {
+        tui_hint(t, p ? err.msg : "out of memory for the session list");
+        free(p);
+        return;
+    }
+    t->picker = p;
+    t->force = 1;
+}
+
+/* Load the picked session as /load NAME does (the same command, so the same checks, note and
+ * session lock); while a turn runs the picker stays and says why not. */
+static void sessions_load(tui *t)
+{
+    if (app_busy(t->a)) {
+        session_picker_note(t->picker, "an answer is still coming: wait, or stop it first (Esc closes this)");
+        return;
+    }
+    char *name = session_picker_name(t->picker);
+    char *line = NULL;
+    if (!name || asprintf(&line, "/load %s", name) < 0) {
+        free(name);
+        session_picker_note(t->picker, "out of memory");
+        return;
+    }
+    free(name);
+    sessions_close(t);
+    kimi_err err = {0};
+    t->new_conversation = 1;
+    if (app_submit_line(t->a, line, strlen(line), &err) == 0)
+        render_model_scroll_to_bottom(t->rm);
+    t->new_conversation = 0;
+    free(line);
+}
+
+static void sessions_key(tui *t, int key, int is_char, int alt)
+{
+    if (alt || (!is_char && key == KEY_MOUSE))
+        return;
+    switch (session_picker_key(t->picker, key, is_char)) {
+    case PICKER_KEEP: break;
+    case PICKER_CLOSE: sessions_close(t); break;
+    case PICKER_LOAD: sessions_load(t); break;
+    case PICKER_DELETE: {
+        char *name = session_picker_name(t->picker);
+        kimi_err err = {0};
+        const char *path = session_picker_path(t->picker);
+        if (app_delete_session(t->a, path, &err)) {
+            /* the name, not the whole path, leads the note: it has one line */
+            size_t n = strlen(path);
+            int named = name && !strncmp(err.msg, path, n);
+            strbuf note = {0};
+            strbuf_printf(&note, "%s%s", named ? name : "", named ? err.msg + n : err.msg);
+            session_picker_note(t->picker, note.data ? note.data : err.msg);
+            free(note.data);
+        } else if (session_picker_reload(t->picker, &err)) {
+            session_picker_note(t->picker, err.msg);
+        } else {
+            strbuf note = {0};
+            strbuf_printf(&note, "deleted %s", name ? name : "it");
+            session_picker_note(t->picker, note.data ? note.data : "deleted");
+            free(note.data);
+        }
+        free(name);
+        break;
+    }
+    }
+}
+
 static void submit(tui *t)
 {
     size_t len;
@@ -147,8 +230,14 @@ static void submit(tui *t)
     input_clear(t->in);
     command c;
     kimi_err parse_err = {0};
-    t->new_conversation = copy[0] == '/' && command_parse(copy, len, &c, &parse_err) == 0 &&
-                          (c.id == CMD_NEW || c.id == CMD_LOAD);
+    int is_command = copy[0] == '/' && command_parse(copy, len, &c, &parse_err) == 0;
+    if (is_command && c.id == CMD_SESSIONS && app_sessions_dir(t->a)) {
+        sessions_open(t);   /* the full screen's picker; the core's listing is plain mode's */
+        free(full.data);
+        free(copy);
+        return;
+    }
+    t->new_conversation = is_command && (c.id == CMD_NEW || c.id == CMD_LOAD);
     int rc = app_submit_line(t->a, full.data ? full.data : "", full.len, &err);
     t->new_conversation = 0;
     if (rc == 0) {
@@ -614,6 +703,10 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
     }
     if (is_char && key == 12) { /* Ctrl-L */
         tui_full_redraw(t);
+        return;
+    }
+    if (t->picker) {
+        sessions_key(t, key, is_char, alt);
         return;
     }
     if (t->approval >= 0 && approval_key(t, key, is_char, alt))

@@ -161,6 +161,8 @@ static const char *const help_lines[] = {
     "Tab                on a /command: complete it; else transcript focus:",
     "                   Up/Down select, Enter/Space fold, y copy (OSC 52),",
     "                   e rewind to it, / search, Tab/Esc back",
+    "/sessions          pick a saved session: ↑↓ PgUp/PgDn Home/End move,",
+    "                   Enter loads, d deletes (y confirms), Esc closes",
     "y / a a / n        approve a tool call once / always (a twice) / deny;",
     "                   while it waits, other keys type nothing",
     "Up/Down, PgUp/PgDn  scroll this help when it does not fit",
@@ -275,13 +277,17 @@ void tui_paint_now(tui *t)
     paint_status(t, t->rows - 1);
     int cr, cc;
     input_layout(t->in, t->cols, NULL, 0, &cr, &cc);
-    if (!t->focus && !t->help && t->approval < 0) {
+    if (!t->focus && !t->help && !t->picker && t->approval < 0) {
         curs_set(1);
         move(t->trans_h + 1 + cr - t->input_top, cc < t->cols ? cc : t->cols - 1);
     } else {
         curs_set(0);
     }
     wnoutrefresh(stdscr);
+    if (t->picker) {
+        paint_overlays_discard(); /* under the picker */
+        session_picker_paint(t->picker, &t->pal, t->rows, t->cols);
+    }
     if (t->help) {
         paint_overlays_discard(); /* under the help window */
         paint_help(t);

@@ -15,6 +15,7 @@
 #include "ui/paint.h"
 #include "ui/render_model.h"
 #include "ui/search.h"
+#include "ui/session_picker.h"
 #include "ui/theme.h"
 #include "ui/tui.h"
 
@@ -105,6 +106,7 @@ struct tui {
     WINDOW *help_win;
     int help_top;                   /* the first help line shown (the help scrolls when taller) */
     int help_rows;                  /* help lines the window shows */
+    session_picker *picker;         /* the /sessions overlay, NULL when closed; it has the keys */
     int paste;                      /* inside a bracketed paste */
     strbuf paste_buf;
     tui_paste *pastes;              /* [n_pastes] big pastes folded in the input */
