@@ -444,8 +444,11 @@ static int search_key(tui *t, int key, int is_char, int alt)
         return 1;
     }
     if (t->search_mode == SEARCH_TYPING) {
-        if (is_char && (key == '\r' || key == '\n')) {
+        if ((is_char && (key == '\r' || key == '\n')) || (!is_char && key == KEY_ENTER)) {
             t->search_mode = SEARCH_MOVING;
+        } else if (!is_char && key == K_SHIFT_ENTER) {
+            t->search_mode = SEARCH_MOVING;
+            search_step_to(t, -1);
         } else if ((is_char && (key == 127 || key == 8)) || (!is_char && key == KEY_BACKSPACE)) {
             while (t->search_query.len && ((unsigned char)t->search_query.data[t->search_query.len - 1] & 0xC0) == 0x80)
                 t->search_query.len--;
@@ -469,6 +472,10 @@ static int search_key(tui *t, int key, int is_char, int alt)
     /* moving between the matches */
     if (is_char && !alt && (key == 'n' || key == 'N' || key == '\r' || key == '\n')) {
         search_step_to(t, key == 'N' ? -1 : 1);
+        return 1;
+    }
+    if (!is_char && (key == KEY_ENTER || key == K_SHIFT_ENTER)) {
+        search_step_to(t, key == K_SHIFT_ENTER ? -1 : 1);
         return 1;
     }
     if (is_char && !alt && (key == 6 || key == '/')) {
@@ -762,6 +769,7 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
         case KEY_BACKSPACE: input_edit_apply(t->in, INPUT_BACKSPACE); break;
         case KEY_DC: input_edit_apply(t->in, INPUT_DELETE); break;
         case KEY_ENTER: submit(t); break;
+        case K_SHIFT_ENTER: input_insert(t->in, "\n", 1); break;  /* as Alt-Enter */
         case KEY_UP:
             if (!input_line_up(t->in, t->cols))
                 input_history_prev(t->in);
@@ -979,6 +987,11 @@ void tui_keys_bind(void)
     bind_key("kEND5", "\033[1;5F", K_CTRL_END);
     bind_key("kUP", "\033[1;2A", K_SHIFT_UP);
     bind_key("kDN", "\033[1;2B", K_SHIFT_DOWN);
+    /* Shift-Enter where the terminal tells it from Enter: as the kitty keyboard protocol
+       writes it, and as xterm's modifyOtherKeys does (kitty, WezTerm, foot, Ghostty, iTerm2 and
+       VS Code send one of these when set to; nothing asks a terminal to switch either on) */
+    define_key("\033[13;2u", K_SHIFT_ENTER);
+    define_key("\033[27;2;13~", K_SHIFT_ENTER);
     define_key("\033[200~", K_PASTE_BEGIN);
     define_key("\033[201~", K_PASTE_END);
 }

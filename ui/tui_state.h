@@ -28,6 +28,8 @@ enum {
 enum {
     K_PASTE_BEGIN = KEY_MAX + 1, K_PASTE_END, K_CTRL_UP, K_CTRL_DOWN, K_CTRL_HOME, K_CTRL_END,
     K_SHIFT_UP, K_SHIFT_DOWN,
+    K_SHIFT_ENTER,                  /* CSI 13;2u (kitty keyboard protocol), CSI 27;2;13~
+                                       (xterm modifyOtherKeys); most terminals send a plain CR */
 };
 
 typedef enum {
