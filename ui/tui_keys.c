@@ -55,26 +55,31 @@ static void copy_block(tui *t, int b)
  * one marker and is sent whole. */
 enum { PASTE_FOLD_LINES = 20, PASTE_FOLD_BYTES = 8192 };
 
-/* The paste in t->paste_buf into the input: as typed when small, else as a marker. */
+/* The paste in t->paste_buf into the input: as typed when small, else as a marker (its text
+ * kept as the input would hold it typed: line breaks as LF, controls dropped, so that Ctrl-O
+ * shows it as it is sent). */
 static void paste_into_input(tui *t)
 {
     const char *s = t->paste_buf.data ? t->paste_buf.data : "";
     size_t n = t->paste_buf.len, n_lines = 1;
     for (size_t i = 0; i < n; i++)
         n_lines += s[i] == '\n' || (s[i] == '\r' && (i + 1 == n || s[i + 1] != '\n'));
-    tui_paste p = {.text = malloc(n + 1)};
-    if ((n_lines < PASTE_FOLD_LINES && n < PASTE_FOLD_BYTES) || !p.text ||
+    input *cleaned = NULL;
+    if ((n_lines < PASTE_FOLD_LINES && n < PASTE_FOLD_BYTES) || !(cleaned = input_new()) ||
         array_reserve(&t->pastes, &t->pastes_cap, (size_t)t->n_pastes + 1, sizeof *t->pastes)) {
-        free(p.text);
+        input_free(cleaned);
         input_insert(t->in, s, n);
         return;
     }
-    for (size_t i = 0; i < n; i++) {    /* CR LF and CR as LF, as typed text is kept */
-        if (s[i] == '\r' && i + 1 < n && s[i + 1] == '\n')
-            continue;
-        p.text[p.len++] = s[i] == '\r' ? '\n' : s[i];
+    input_insert(cleaned, s, n);
+    size_t len;
+    const char *text = input_text(cleaned, &len);
+    tui_paste p = {.text = strndup(text, len), .len = len};
+    input_free(cleaned);
+    if (!p.text) {
+        input_insert(t->in, s, n);
+        return;
     }
-    p.text[p.len] = 0;
     snprintf(p.marker, sizeof p.marker, "[pasted %zu lines, %zu KB]", n_lines, (n + 1023) / 1024);
     for (int k = 2, same = 1; same; k++) {   /* two pastes of one size: "[pasted ... #2]" */
         same = 0;
@@ -85,20 +90,38 @@ static void paste_into_input(tui *t)
     }
     t->pastes[t->n_pastes++] = p;
     input_insert(t->in, p.marker, strlen(p.marker));
+    tui_hint(t, "the paste is folded into its marker · Ctrl-O shows it whole");
 }
 
-/* text with each paste marker in it replaced: by the paste (*full, what is sent), and by the
- * paste's first line and the marker (*brief, what the history keeps). */
+/* The paste shown at text[i..len): its marker when folded, its whole text when Ctrl-O expanded
+ * it; -1 when none. *n: its length there. */
+static int paste_at(const tui *t, const char *text, size_t len, size_t i, int expanded, size_t *n)
+{
+    for (int k = 0; k < t->n_pastes; k++) {
+        const tui_paste *p = &t->pastes[k];
+        if (p->expanded != expanded)
+            continue;
+        const char *shown = expanded ? p->text : p->marker;
+        size_t m = expanded ? p->len : strlen(p->marker);
+        if (m && m <= len - i && text[i] == shown[0] && !memcmp(text + i, shown, m)) {
+            *n = m;
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* text with each paste in it (a marker, or a paste shown whole and unedited) replaced: by the
+ * paste (*full, what is sent), and by the paste's first line and the marker (*brief, what the
+ * history keeps). */
 static int expand_pastes(const tui *t, const char *text, size_t len, strbuf *full, strbuf *brief)
 {
     *full = *brief = (strbuf){0};
     for (size_t i = 0; i < len;) {
-        int hit = -1;
-        for (int k = 0; k < t->n_pastes && hit < 0 && text[i] == '['; k++) {
-            size_t m = strlen(t->pastes[k].marker);
-            if (m <= len - i && !memcmp(text + i, t->pastes[k].marker, m))
-                hit = k;
-        }
+        size_t n;
+        int hit = paste_at(t, text, len, i, 0, &n);
+        if (hit < 0)
+            hit = paste_at(t, text, len, i, 1, &n);
         if (hit < 0) {
             strbuf_add(full, text + i, 1);
             strbuf_add(brief, text + i, 1);
@@ -111,9 +134,91 @@ static int expand_pastes(const tui *t, const char *text, size_t len, strbuf *ful
         strbuf_add(brief, p->text, nl ? (size_t)(nl - p->text) : p->len);
         strbuf_add(brief, " ", 1);
         strbuf_add(brief, p->marker, strlen(p->marker));
-        i += strlen(p->marker);
+        i += n;
     }
     return full->failed || brief->failed ? -1 : 0;
+}
+
+/* Ctrl-O: the folded pastes in the input shown whole, to read and edit (what is sent, as it is
+ * sent); again, each one still as pasted folds back into its marker. A paste that was edited
+ * stays as text: it is now the user's own (sent as it reads, kept whole in the history). */
+static void pastes_toggle(tui *t)
+{
+    size_t len, cursor = input_cursor(t->in);
+    const char *text = input_text(t->in, &len);
+    int expand = 0;
+    for (size_t i = 0, n; i < len && !expand; i++)
+        expand = paste_at(t, text, len, i, 0, &n) >= 0;
+    int any_expanded = 0;
+    for (int k = 0; k < t->n_pastes; k++)
+        any_expanded |= t->pastes[k].expanded;
+    if (!expand && !any_expanded) {
+        tui_hint(t, "Ctrl-O: no folded paste in the input (a paste of 20+ lines folds into a marker)");
+        return;
+    }
+    char *seen = calloc((size_t)t->n_pastes + 1, 1);
+    strbuf out = {0};
+    size_t new_cursor = 0;
+    int cursor_set = 0;
+    for (size_t i = 0; i <= len;) {
+        if (!cursor_set && i >= cursor) {
+            new_cursor = out.len;
+            cursor_set = 1;
+        }
+        if (i == len)
+            break;
+        size_t n;
+        int hit = paste_at(t, text, len, i, !expand, &n);
+        if (hit < 0) {
+            strbuf_add(&out, text + i, 1);
+            i++;
+            continue;
+        }
+        const tui_paste *p = &t->pastes[hit];
+        if (expand)
+            strbuf_add(&out, p->text, p->len);
+        else
+            strbuf_add(&out, p->marker, strlen(p->marker));
+        if (seen)
+            seen[hit] = 1;
+        i += n;
+        if (!cursor_set && i > cursor) {    /* the cursor was inside it: after it now */
+            new_cursor = out.len;
+            cursor_set = 1;
+        }
+    }
+    if (out.failed || !seen) {
+        free(out.data);
+        free(seen);
+        tui_hint(t, "out of memory for the pasted text");
+        return;
+    }
+    int kept = 0, edited = 0;
+    for (int k = 0; k < t->n_pastes; k++) {
+        tui_paste p = t->pastes[k];
+        if (seen[k])
+            p.expanded = expand;
+        if (!expand && p.expanded) {    /* not found as pasted: edited, plain text now */
+            free(p.text);
+            edited++;
+            continue;
+        }
+        t->pastes[kept++] = p;
+    }
+    t->n_pastes = kept;
+    input_set_text(t->in, out.data ? out.data : "", out.len);
+    input_set_cursor(t->in, new_cursor);
+    char hint[160];
+    if (expand)
+        snprintf(hint, sizeof hint, "the paste is shown whole · Ctrl-O folds it again");
+    else if (edited)
+        snprintf(hint, sizeof hint, "folded; %d edited paste%s stay%s as text", edited, edited == 1 ? "" : "s",
+                 edited == 1 ? "s" : "");
+    else
+        snprintf(hint, sizeof hint, "the paste is folded · Ctrl-O shows it whole");
+    tui_hint(t, hint);
+    free(out.data);
+    free(seen);
 }
 
 /* ---- the /sessions picker ---- */
@@ -818,6 +923,9 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
         search_start(t);
         return;
     case 11: input_edit_apply(t->in, INPUT_KILL_TO_END); return;
+    case 15: /* Ctrl-O */
+        pastes_toggle(t);
+        return;
     case 21: input_edit_apply(t->in, INPUT_KILL_TO_START); return;
     case 23: input_edit_apply(t->in, INPUT_KILL_WORD_BACK); return;
     case 25: input_edit_apply(t->in, INPUT_YANK); return;

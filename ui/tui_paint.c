@@ -147,6 +147,8 @@ static const char *const help_lines[] = {
     "                   model answers, queue it (Esc takes it back)",
     "Alt-Enter, Ctrl-J  new line (Shift-Enter too where the terminal sends it",
     "                   apart: CSI 13;2u or CSI 27;2;13~)",
+    "Ctrl-O             a paste of 20+ lines shows as one marker: show it",
+    "                   whole to read or edit, and fold it again",
     "Ctrl-A/E/B/K/U/W/Y, Alt-B/F, Home/End, arrows   edit",
     "Up/Down            input history (first/last line); Ctrl-R search",
     "Esc, Ctrl-C        stop the answer (what came is kept)",

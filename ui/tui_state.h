@@ -43,11 +43,13 @@ typedef struct {
 
 enum { SEARCH_OFF, SEARCH_TYPING, SEARCH_MOVING };
 
-/* A big paste, shown in the input as its marker ("[pasted 200 lines, 11 KB]") and sent whole. */
+/* A big paste, shown in the input as its marker ("[pasted 200 lines, 11 KB]") and sent whole;
+ * Ctrl-O shows it whole in the input (expanded) and folds it again. */
 typedef struct {
     char marker[64];
-    char *text;                     /* [len] line breaks as LF */
+    char *text;                     /* [len] as the input holds it (line breaks as LF) */
     size_t len;
+    int expanded;                   /* the input shows the text, not the marker */
 } tui_paste;
 
 /* Free the folded pastes (the input was sent, or the view ends). */
@@ -111,7 +113,7 @@ struct tui {
     session_picker *picker;         /* the /sessions overlay, NULL when closed; it has the keys */
     int paste;                      /* inside a bracketed paste */
     strbuf paste_buf;
-    tui_paste *pastes;              /* [n_pastes] big pastes folded in the input */
+    tui_paste *pastes;              /* [n_pastes] big pastes in the input (folded or not) */
     int n_pastes;
     size_t pastes_cap;
     char flash[200];
