@@ -82,6 +82,29 @@ assert m[0]['content'] == 'Gamma question about swans' and m[2]['content'] == 'H
 tm send-keys -t "$PANE" C-d
 wait_file "$TMP/other.exit"
 
+# while a turn runs (a tool that takes 6 s) the picker opens, but loading is refused with a note
+python3 - "$(dirname "$0")/../../app/demo/kimi-demo/tools.json" "$TMP/tools.json" <<'PY'
+import json, sys
+tools = json.load(open(sys.argv[1]))
+tools[0]['exec']['argv'] = ['sleep', '6']
+json.dump(tools, open(sys.argv[2], 'w'))
+PY
+start busy 110 30 -- --tools "$TMP/tools.json" --allow-tools now
+wait_ready
+tm send-keys -t "$PANE" 'What time is it?' Enter
+wait_for '┌ now +functions\.now:0 ─ running'
+tm send-keys -t "$PANE" /sessions Enter
+wait_for '─ sessions \([23]\) ─'
+tm send-keys -t "$PANE" Enter
+wait_for 'an answer is still coming: wait, or stop it first'
+screen | grep -q 'loaded ' && fail "a session loaded while a turn ran"
+wait_for '┌ now +functions\.now:0 ─ done' 30
+wait_for '^ ready( |$)' 60
+tm send-keys -t "$PANE" Enter
+wait_for 'loaded .*\.json \([0-9]+ messages\)'
+tm send-keys -t "$PANE" C-d
+wait_file "$TMP/busy.exit"
+
 # 20x10: every key of the picker, and a resize while it is open
 start small 20 10 -- --no-tools
 wait_ready
@@ -110,12 +133,12 @@ wait_gone '─ sessions'
 tm send-keys -t "$PANE" C-d
 wait_file "$TMP/empty.exit"
 
-# the plain modes keep the text listing
+# the plain modes keep the text listing (beta, gamma and the busy window's conversation)
 PANE=kc:main
 tm send-keys -t "$PANE" C-d
 wait_file "$TMP/main.exit"
 check_sane main
 out=$(printf '/sessions\n' | env XDG_CONFIG_HOME="$TMP/config" XDG_DATA_HOME="$TMP/data" \
   XDG_STATE_HOME="$TMP/state" "$BIN" --no-tools --script - 2>&1)
-grep -q '2 saved sessions in .*(newest first; /load NAME):' <<<"$out" || { echo "$out" >&2; fail "the script's /sessions is no text listing"; }
+grep -q '3 saved sessions in .*(newest first; /load NAME):' <<<"$out" || { echo "$out" >&2; fail "the script's /sessions is no text listing"; }
 echo PASS
