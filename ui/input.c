@@ -104,6 +104,15 @@ void input_set_text(input *in, const char *s, size_t len)
     input_insert(in, s, len);
 }
 
+void input_set_cursor(input *in, size_t pos)
+{
+    if (pos > in->t.len)
+        pos = in->t.len;
+    while (pos > 0 && pos < in->t.len && ((unsigned char)in->t.s[pos] & 0xC0) == 0x80)
+        pos--;
+    in->cursor = pos;
+}
+
 void input_clear(input *in)
 {
     input_set_text(in, "", 0);

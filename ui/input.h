@@ -22,6 +22,8 @@ const char *input_text(const input *in, size_t *len);
 size_t input_cursor(const input *in);
 /* Replace the text (cursor at the end): /edit, history; cleaned as input_insert cleans. */
 void input_set_text(input *in, const char *s, size_t len);
+/* Put the cursor at byte pos (clamped to the text, moved back to a character's start). */
+void input_set_cursor(input *in, size_t pos);
 void input_clear(input *in);
 int input_is_empty(const input *in);
 

@@ -110,6 +110,10 @@ static void curses_end(tui *t)
     if (t->help_win)
         delwin(t->help_win);
     t->help_win = NULL;
+    if (t->picker && t->picker->win)
+        delwin(t->picker->win);
+    if (t->picker)
+        t->picker->win = NULL;
     endwin();
     paste_mode(0);
     t->active = 0;
@@ -492,6 +496,9 @@ void tui_free(tui *t)
     free(t->paste_buf.data);
     free(t->search_query.data);
     tui_pastes_clear(t);
+    if (t->picker)
+        session_picker_close(t->picker);
+    free(t->picker);
     search_result_free(&t->search_hits);
     free(t->fatal.data);
     free(t);

@@ -55,26 +55,31 @@ static void copy_block(tui *t, int b)
  * one marker and is sent whole. */
 enum { PASTE_FOLD_LINES = 20, PASTE_FOLD_BYTES = 8192 };
 
-/* The paste in t->paste_buf into the input: as typed when small, else as a marker. */
+/* The paste in t->paste_buf into the input: as typed when small, else as a marker (its text
+ * kept as the input would hold it typed: line breaks as LF, controls dropped, so that Ctrl-O
+ * shows it as it is sent). */
 static void paste_into_input(tui *t)
 {
     const char *s = t->paste_buf.data ? t->paste_buf.data : "";
     size_t n = t->paste_buf.len, n_lines = 1;
     for (size_t i = 0; i < n; i++)
         n_lines += s[i] == '\n' || (s[i] == '\r' && (i + 1 == n || s[i + 1] != '\n'));
-    tui_paste p = {.text = malloc(n + 1)};
-    if ((n_lines < PASTE_FOLD_LINES && n < PASTE_FOLD_BYTES) || !p.text ||
+    input *cleaned = NULL;
+    if ((n_lines < PASTE_FOLD_LINES && n < PASTE_FOLD_BYTES) || !(cleaned = input_new()) ||
         array_reserve(&t->pastes, &t->pastes_cap, (size_t)t->n_pastes + 1, sizeof *t->pastes)) {
-        free(p.text);
+        input_free(cleaned);
         input_insert(t->in, s, n);
         return;
     }
-    for (size_t i = 0; i < n; i++) {    /* CR LF and CR as LF, as typed text is kept */
-        if (s[i] == '\r' && i + 1 < n && s[i + 1] == '\n')
-            continue;
-        p.text[p.len++] = s[i] == '\r' ? '\n' : s[i];
+    input_insert(cleaned, s, n);
+    size_t len;
+    const char *text = input_text(cleaned, &len);
+    tui_paste p = {.text = strndup(text, len), .len = len};
+    input_free(cleaned);
+    if (!p.text) {
+        input_insert(t->in, s, n);
+        return;
     }
-    p.text[p.len] = 0;
     snprintf(p.marker, sizeof p.marker, "[pasted %zu lines, %zu KB]", n_lines, (n + 1023) / 1024);
     for (int k = 2, same = 1; same; k++) {   /* two pastes of one size: "[pasted ... #2]" */
         same = 0;
@@ -85,20 +90,38 @@ static void paste_into_input(tui *t)
     }
     t->pastes[t->n_pastes++] = p;
     input_insert(t->in, p.marker, strlen(p.marker));
+    tui_hint(t, "the paste is folded into its marker · Ctrl-O shows it whole");
 }
 
-/* text with each paste marker in it replaced: by the paste (*full, what is sent), and by the
- * paste's first line and the marker (*brief, what the history keeps). */
+/* The paste shown at text[i..len): its marker when folded, its whole text when Ctrl-O expanded
+ * it; -1 when none. *n: its length there. */
+static int paste_at(const tui *t, const char *text, size_t len, size_t i, int expanded, size_t *n)
+{
+    for (int k = 0; k < t->n_pastes; k++) {
+        const tui_paste *p = &t->pastes[k];
+        if (p->expanded != expanded)
+            continue;
+        const char *shown = expanded ? p->text : p->marker;
+        size_t m = expanded ? p->len : strlen(p->marker);
+        if (m && m <= len - i && text[i] == shown[0] && !memcmp(text + i, shown, m)) {
+            *n = m;
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* text with each paste in it (a marker, or a paste shown whole and unedited) replaced: by the
+ * paste (*full, what is sent), and by the paste's first line and the marker (*brief, what the
+ * history keeps). */
 static int expand_pastes(const tui *t, const char *text, size_t len, strbuf *full, strbuf *brief)
 {
     *full = *brief = (strbuf){0};
     for (size_t i = 0; i < len;) {
-        int hit = -1;
-        for (int k = 0; k < t->n_pastes && hit < 0 && text[i] == '['; k++) {
-            size_t m = strlen(t->pastes[k].marker);
-            if (m <= len - i && !memcmp(text + i, t->pastes[k].marker, m))
-                hit = k;
-        }
+        size_t n;
+        int hit = paste_at(t, text, len, i, 0, &n);
+        if (hit < 0)
+            hit = paste_at(t, text, len, i, 1, &n);
         if (hit < 0) {
             strbuf_add(full, text + i, 1);
             strbuf_add(brief, text + i, 1);
@@ -111,9 +134,174 @@ static int expand_pastes(const tui *t, const char *text, size_t len, strbuf *ful
         strbuf_add(brief, p->text, nl ? (size_t)(nl - p->text) : p->len);
         strbuf_add(brief, " ", 1);
         strbuf_add(brief, p->marker, strlen(p->marker));
-        i += strlen(p->marker);
+        i += n;
     }
     return full->failed || brief->failed ? -1 : 0;
+}
+
+/* Ctrl-O: the folded pastes in the input shown whole, to read and edit (what is sent, as it is
+ * sent); again, each one still as pasted folds back into its marker. A paste that was edited
+ * stays as text: it is now the user's own (sent as it reads, kept whole in the history). */
+static void pastes_toggle(tui *t)
+{
+    size_t len, cursor = input_cursor(t->in);
+    const char *text = input_text(t->in, &len);
+    int expand = 0;
+    for (size_t i = 0, n; i < len && !expand; i++)
+        expand = paste_at(t, text, len, i, 0, &n) >= 0;
+    int any_expanded = 0;
+    for (int k = 0; k < t->n_pastes; k++)
+        any_expanded |= t->pastes[k].expanded;
+    if (!expand && !any_expanded) {
+        tui_hint(t, "Ctrl-O: no folded paste in the input (a paste of 20+ lines folds into a marker)");
+        return;
+    }
+    char *seen = calloc((size_t)t->n_pastes + 1, 1);
+    strbuf out = {0};
+    size_t new_cursor = 0;
+    int cursor_set = 0;
+    for (size_t i = 0; i <= len;) {
+        if (!cursor_set && i >= cursor) {
+            new_cursor = out.len;
+            cursor_set = 1;
+        }
+        if (i == len)
+            break;
+        size_t n;
+        int hit = paste_at(t, text, len, i, !expand, &n);
+        if (hit < 0) {
+            strbuf_add(&out, text + i, 1);
+            i++;
+            continue;
+        }
+        const tui_paste *p = &t->pastes[hit];
+        if (expand)
+            strbuf_add(&out, p->text, p->len);
+        else
+            strbuf_add(&out, p->marker, strlen(p->marker));
+        if (seen)
+            seen[hit] = 1;
+        i += n;
+        if (!cursor_set && i > cursor) {    /* the cursor was inside it: after it now */
+            new_cursor = out.len;
+            cursor_set = 1;
+        }
+    }
+    if (out.failed || !seen) {
+        free(out.data);
+        free(seen);
+        tui_hint(t, "out of memory for the pasted text");
+        return;
+    }
+    int kept = 0, edited = 0;
+    for (int k = 0; k < t->n_pastes; k++) {
+        tui_paste p = t->pastes[k];
+        if (seen[k])
+            p.expanded = expand;
+        if (!expand && p.expanded) {    /* not found as pasted: edited, plain text now */
+            free(p.text);
+            edited++;
+            continue;
+        }
+        t->pastes[kept++] = p;
+    }
+    t->n_pastes = kept;
+    input_set_text(t->in, out.data ? out.data : "", out.len);
+    input_set_cursor(t->in, new_cursor);
+    char hint[160];
+    if (expand)
+        snprintf(hint, sizeof hint, "the paste is shown whole · Ctrl-O folds it again");
+    else if (edited)
+        snprintf(hint, sizeof hint, "folded; %d edited paste%s stay%s as text", edited, edited == 1 ? "" : "s",
+                 edited == 1 ? "s" : "");
+    else
+        snprintf(hint, sizeof hint, "the paste is folded · Ctrl-O shows it whole");
+    tui_hint(t, hint);
+    free(out.data);
+    free(seen);
+}
+
+/* ---- the /sessions picker ---- */
+
+static void sessions_close(tui *t)
+{
+    session_picker_close(t->picker);
+    free(t->picker);
+    t->picker = NULL;
+    touchwin(stdscr);
+    t->force = 1;
+}
+
+static void sessions_open(tui *t)
+{
+    session_picker *p = calloc(1, sizeof *p);
+    kimi_err err = {0};
+    if (!p || session_picker_open(p, app_sessions_dir(t->a), &err)) {
+        tui_hint(t, p ? err.msg : "out of memory for the session list");
+        free(p);
+        return;
+    }
+    t->picker = p;
+    t->force = 1;
+}
+
+/* Load the picked session as /load NAME does (the same command, so the same checks, note and
+ * session lock); while a turn runs the picker stays and says why not. */
+static void sessions_load(tui *t)
+{
+    if (app_busy(t->a)) {
+        session_picker_note(t->picker, "an answer is still coming: wait, or stop it first (Esc closes this)");
+        return;
+    }
+    char *name = session_picker_name(t->picker);
+    char *line = NULL;
+    if (!name || asprintf(&line, "/load %s", name) < 0) {
+        free(name);
+        session_picker_note(t->picker, "out of memory");
+        return;
+    }
+    free(name);
+    sessions_close(t);
+    kimi_err err = {0};
+    t->new_conversation = 1;
+    if (app_submit_line(t->a, line, strlen(line), &err) == 0)
+        render_model_scroll_to_bottom(t->rm);
+    t->new_conversation = 0;
+    free(line);
+}
+
+static void sessions_key(tui *t, int key, int is_char, int alt)
+{
+    if (alt || (!is_char && key == KEY_MOUSE))
+        return;
+    switch (session_picker_key(t->picker, key, is_char)) {
+    case PICKER_KEEP: break;
+    case PICKER_CLOSE: sessions_close(t); break;
+    case PICKER_LOAD: sessions_load(t); break;
+    case PICKER_DELETE: {
+        char *name = session_picker_name(t->picker);
+        kimi_err err = {0};
+        const char *path = session_picker_path(t->picker);
+        if (app_delete_session(t->a, path, &err)) {
+            /* the name, not the whole path, leads the note: it has one line */
+            size_t n = strlen(path);
+            int named = name && !strncmp(err.msg, path, n);
+            strbuf note = {0};
+            strbuf_printf(&note, "%s%s", named ? name : "", named ? err.msg + n : err.msg);
+            session_picker_note(t->picker, note.data ? note.data : err.msg);
+            free(note.data);
+        } else if (session_picker_reload(t->picker, &err)) {
+            session_picker_note(t->picker, err.msg);
+        } else {
+            strbuf note = {0};
+            strbuf_printf(&note, "deleted %s", name ? name : "it");
+            session_picker_note(t->picker, note.data ? note.data : "deleted");
+            free(note.data);
+        }
+        free(name);
+        break;
+    }
+    }
 }
 
 static void submit(tui *t)
@@ -147,8 +335,14 @@ static void submit(tui *t)
     input_clear(t->in);
     command c;
     kimi_err parse_err = {0};
-    t->new_conversation = copy[0] == '/' && command_parse(copy, len, &c, &parse_err) == 0 &&
-                          (c.id == CMD_NEW || c.id == CMD_LOAD);
+    int is_command = copy[0] == '/' && command_parse(copy, len, &c, &parse_err) == 0;
+    if (is_command && c.id == CMD_SESSIONS && app_sessions_dir(t->a)) {
+        sessions_open(t);   /* the full screen's picker; the core's listing is plain mode's */
+        free(full.data);
+        free(copy);
+        return;
+    }
+    t->new_conversation = is_command && (c.id == CMD_NEW || c.id == CMD_LOAD);
     int rc = app_submit_line(t->a, full.data ? full.data : "", full.len, &err);
     t->new_conversation = 0;
     if (rc == 0) {
@@ -355,8 +549,11 @@ static int search_key(tui *t, int key, int is_char, int alt)
         return 1;
     }
     if (t->search_mode == SEARCH_TYPING) {
-        if (is_char && (key == '\r' || key == '\n')) {
+        if ((is_char && (key == '\r' || key == '\n')) || (!is_char && key == KEY_ENTER)) {
             t->search_mode = SEARCH_MOVING;
+        } else if (!is_char && key == K_SHIFT_ENTER) {
+            t->search_mode = SEARCH_MOVING;
+            search_step_to(t, -1);
         } else if ((is_char && (key == 127 || key == 8)) || (!is_char && key == KEY_BACKSPACE)) {
             while (t->search_query.len && ((unsigned char)t->search_query.data[t->search_query.len - 1] & 0xC0) == 0x80)
                 t->search_query.len--;
@@ -380,6 +577,10 @@ static int search_key(tui *t, int key, int is_char, int alt)
     /* moving between the matches */
     if (is_char && !alt && (key == 'n' || key == 'N' || key == '\r' || key == '\n')) {
         search_step_to(t, key == 'N' ? -1 : 1);
+        return 1;
+    }
+    if (!is_char && (key == KEY_ENTER || key == K_SHIFT_ENTER)) {
+        search_step_to(t, key == K_SHIFT_ENTER ? -1 : 1);
         return 1;
     }
     if (is_char && !alt && (key == 6 || key == '/')) {
@@ -616,6 +817,10 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
         tui_full_redraw(t);
         return;
     }
+    if (t->picker) {
+        sessions_key(t, key, is_char, alt);
+        return;
+    }
     if (t->approval >= 0 && approval_key(t, key, is_char, alt))
         return;
     if (t->search_mode && search_key(t, key, is_char, alt))
@@ -669,6 +874,7 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
         case KEY_BACKSPACE: input_edit_apply(t->in, INPUT_BACKSPACE); break;
         case KEY_DC: input_edit_apply(t->in, INPUT_DELETE); break;
         case KEY_ENTER: submit(t); break;
+        case K_SHIFT_ENTER: input_insert(t->in, "\n", 1); break;  /* as Alt-Enter */
         case KEY_UP:
             if (!input_line_up(t->in, t->cols))
                 input_history_prev(t->in);
@@ -717,6 +923,9 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
         search_start(t);
         return;
     case 11: input_edit_apply(t->in, INPUT_KILL_TO_END); return;
+    case 15: /* Ctrl-O */
+        pastes_toggle(t);
+        return;
     case 21: input_edit_apply(t->in, INPUT_KILL_TO_START); return;
     case 23: input_edit_apply(t->in, INPUT_KILL_WORD_BACK); return;
     case 25: input_edit_apply(t->in, INPUT_YANK); return;
@@ -886,6 +1095,11 @@ void tui_keys_bind(void)
     bind_key("kEND5", "\033[1;5F", K_CTRL_END);
     bind_key("kUP", "\033[1;2A", K_SHIFT_UP);
     bind_key("kDN", "\033[1;2B", K_SHIFT_DOWN);
+    /* Shift-Enter where the terminal tells it from Enter: as the kitty keyboard protocol
+       writes it, and as xterm's modifyOtherKeys does (kitty, WezTerm, foot, Ghostty, iTerm2 and
+       VS Code send one of these when set to; nothing asks a terminal to switch either on) */
+    define_key("\033[13;2u", K_SHIFT_ENTER);
+    define_key("\033[27;2;13~", K_SHIFT_ENTER);
     define_key("\033[200~", K_PASTE_BEGIN);
     define_key("\033[201~", K_PASTE_END);
 }

@@ -145,7 +145,10 @@ static const char *const help_lines[] = {
     "",
     "Enter              send (a line ending in \\ continues); while the",
     "                   model answers, queue it (Esc takes it back)",
-    "Alt-Enter, Ctrl-J  new line (a paste of 20+ lines shows as one marker)",
+    "Alt-Enter, Ctrl-J  new line (Shift-Enter too where the terminal sends it",
+    "                   apart: CSI 13;2u or CSI 27;2;13~)",
+    "Ctrl-O             a paste of 20+ lines shows as one marker: show it",
+    "                   whole to read or edit, and fold it again",
     "Ctrl-A/E/B/K/U/W/Y, Alt-B/F, Home/End, arrows   edit",
     "Up/Down            input history (first/last line); Ctrl-R search",
     "Esc, Ctrl-C        stop the answer (what came is kept)",
@@ -157,11 +160,14 @@ static const char *const help_lines[] = {
     "Ctrl-T, Ctrl-L     fold/unfold all reasoning; redraw",
     "Ctrl-F             search the transcript (a capital: case counts);",
     "                   matches highlighted, the current one stronger;",
-    "                   Enter, then n/N next/previous match; Esc ends",
+    "                   Enter, then n or Enter / N or Shift-Enter next /",
+    "                   previous match; Esc ends",
     "Ctrl-Up/Ctrl-Down  previous/next of your messages",
     "Tab                on a /command: complete it; else transcript focus:",
     "                   Up/Down select, Enter/Space fold, y copy (OSC 52),",
     "                   e rewind to it, / search, Tab/Esc back",
+    "/sessions          pick a saved session: ↑↓ PgUp/PgDn Home/End move,",
+    "                   Enter loads, d deletes (y confirms), Esc closes",
     "y / a a / n        approve a tool call once / always (a twice) / deny;",
     "                   while it waits, other keys type nothing",
     "Up/Down, PgUp/PgDn  scroll this help when it does not fit",
@@ -292,13 +298,17 @@ void tui_paint_now(tui *t)
     paint_status(t, t->rows - 1);
     int cr, cc;
     input_layout(t->in, t->cols, NULL, 0, &cr, &cc);
-    if (!t->focus && !t->help && t->approval < 0) {
+    if (!t->focus && !t->help && !t->picker && t->approval < 0) {
         curs_set(1);
         move(t->trans_h + 1 + cr - t->input_top, cc < t->cols ? cc : t->cols - 1);
     } else {
         curs_set(0);
     }
     wnoutrefresh(stdscr);
+    if (t->picker) {
+        paint_overlays_discard(); /* under the picker */
+        session_picker_paint(t->picker, &t->pal, t->rows, t->cols);
+    }
     if (t->help) {
         paint_overlays_discard(); /* under the help window */
         paint_help(t);

@@ -15,6 +15,7 @@
 #include "ui/paint.h"
 #include "ui/render_model.h"
 #include "ui/search.h"
+#include "ui/session_picker.h"
 #include "ui/theme.h"
 #include "ui/tui.h"
 
@@ -27,6 +28,8 @@ enum {
 enum {
     K_PASTE_BEGIN = KEY_MAX + 1, K_PASTE_END, K_CTRL_UP, K_CTRL_DOWN, K_CTRL_HOME, K_CTRL_END,
     K_SHIFT_UP, K_SHIFT_DOWN,
+    K_SHIFT_ENTER,                  /* CSI 13;2u (kitty keyboard protocol), CSI 27;2;13~
+                                       (xterm modifyOtherKeys); most terminals send a plain CR */
 };
 
 typedef enum {
@@ -40,11 +43,13 @@ typedef struct {
 
 enum { SEARCH_OFF, SEARCH_TYPING, SEARCH_MOVING };
 
-/* A big paste, shown in the input as its marker ("[pasted 200 lines, 11 KB]") and sent whole. */
+/* A big paste, shown in the input as its marker ("[pasted 200 lines, 11 KB]") and sent whole;
+ * Ctrl-O shows it whole in the input (expanded) and folds it again. */
 typedef struct {
     char marker[64];
-    char *text;                     /* [len] line breaks as LF */
+    char *text;                     /* [len] as the input holds it (line breaks as LF) */
     size_t len;
+    int expanded;                   /* the input shows the text, not the marker */
 } tui_paste;
 
 /* Free the folded pastes (the input was sent, or the view ends). */
@@ -105,9 +110,10 @@ struct tui {
     WINDOW *help_win;
     int help_top;                   /* the first help line shown (the help scrolls when taller) */
     int help_rows;                  /* help lines the window shows */
+    session_picker *picker;         /* the /sessions overlay, NULL when closed; it has the keys */
     int paste;                      /* inside a bracketed paste */
     strbuf paste_buf;
-    tui_paste *pastes;              /* [n_pastes] big pastes folded in the input */
+    tui_paste *pastes;              /* [n_pastes] big pastes in the input (folded or not) */
     int n_pastes;
     size_t pastes_cap;
     char flash[200];

@@ -1612,6 +1612,22 @@ static int list_sessions(app *a, kimi_err *err)
     return 0;
 }
 
+const char *app_sessions_dir(const app *a)
+{
+    return a->sessions_dir;
+}
+
+int app_delete_session(app *a, const char *path, kimi_err *err)
+{
+    char *real = realpath(path, NULL), *own = a->sess.path ? realpath(a->sess.path, NULL) : NULL;
+    int is_own = real && own && !strcmp(real, own);
+    free(real);
+    free(own);
+    if (is_own)
+        return kimi_fail(err, KIMI_ERR_STATE, "%s: this conversation's file (/new first to delete it)", path);
+    return session_delete(path, err);
+}
+
 static int export_session(app *a, const command *c, kimi_err *err)
 {
     char path[4096];

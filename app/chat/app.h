@@ -190,5 +190,11 @@ long app_context_used(const app *a);
 int app_save(app *a, kimi_err *err);
 /* The user's last message, for /edit and the input history (NULL when none). */
 const char *app_last_user_text(const app *a, size_t *len);
+/* The sessions folder (/sessions, /load NAME); NULL when saving is off. */
+const char *app_sessions_dir(const app *a);
+/* Delete the saved session at path (the /sessions picker): never this conversation's own file
+ * (KIMI_ERR_STATE: autosave would write it again) nor one another kimi-chat continues
+ * (session_delete). */
+int app_delete_session(app *a, const char *path, kimi_err *err);
 
 #endif

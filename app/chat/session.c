@@ -1038,6 +1038,26 @@ void session_lock_release(session_lock *l)
     *l = SESSION_LOCK_NONE;
 }
 
+int session_delete(const char *path, kimi_err *err)
+{
+    session_lock lock = SESSION_LOCK_NONE;
+    long holder;
+    int rc = session_lock_take(&lock, path, &holder, err);
+    if (rc == KIMI_ERR_STATE) {
+        char pid[32] = "";
+        if (holder > 0)
+            snprintf(pid, sizeof pid, " (pid %ld)", holder);
+        return kimi_fail(err, KIMI_ERR_STATE, "%s: open in another kimi-chat%s; not deleted", path, pid);
+    }
+    if (rc)
+        return rc;
+    if (unlink(path))
+        rc = kimi_fail(err, errno == ENOENT ? KIMI_ERR_INPUT : KIMI_ERR_IO, "%s: cannot delete: %s", path,
+                       strerror(errno));
+    session_lock_release(&lock);
+    return rc;
+}
+
 static int write_all(int fd, const char *data, size_t len)
 {
     while (len) {

@@ -138,6 +138,11 @@ typedef struct {
 int session_lock_take(session_lock *l, const char *path, long *holder, kimi_err *err);
 /* Let go of the lock (the lock file is removed); nothing when none is held. */
 void session_lock_release(session_lock *l);
+/* Remove the session file path (the /sessions picker's d): under its lock, so a session another
+ * kimi-chat continues is never removed under it (KIMI_ERR_STATE, "PATH: open in another kimi-chat
+ * (pid N); not deleted"). Only that file goes (a link, not what it points to); its lock file is
+ * gone again afterwards. */
+int session_delete(const char *path, kimi_err *err);
 
 /* The Markdown export for people (docs/UI.md): the text, malloc'ed, *len bytes plus a NUL. */
 int session_to_markdown(const session *s, char **text, size_t *len, kimi_err *err);

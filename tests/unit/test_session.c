@@ -546,6 +546,40 @@ static void test_temps_of_other_writers(void)
     free(dead);
 }
 
+/* session_delete (the /sessions picker's d): a session another process continues (its lock
+ * held) is not deleted; a free one is, and only it: its neighbour and a link's target stay, and
+ * no lock file is left. */
+static void test_delete(void)
+{
+    session s;
+    kimi_err err = {0};
+    char *path = path_in("del.json"), *other = path_in("keep.json"), *link = path_in("link.json");
+    char *lock = path_in(".del.json.lock");
+    rich_session(&s);
+    CHECK(session_save(&s, path, &err) == 0 && session_save(&s, other, &err) == 0);
+    CHECK(symlink(other, link) == 0);
+    session_lock held;
+    long holder;
+    CHECK(session_lock_take(&held, path, &holder, &err) == 0);
+    err = (kimi_err){0};
+    CHECK_INT(session_delete(path, &err), KIMI_ERR_STATE);
+    CHECK_MSG(strstr(err.msg, "open in another kimi-chat") && strstr(err.msg, "not deleted"), "%s", err.msg);
+    CHECK_MSG(access(path, F_OK) == 0, "a session whose lock is held was deleted");
+    session_lock_release(&held);
+    CHECK_MSG(session_delete(path, &err) == 0, "%s", err.msg);
+    CHECK(access(path, F_OK) != 0 && access(lock, F_OK) != 0 && access(other, F_OK) == 0);
+    CHECK_MSG(session_delete(link, &err) == 0, "%s", err.msg);
+    CHECK_MSG(access(link, F_OK) != 0 && access(other, F_OK) == 0, "deleting a link removed its target");
+    err = (kimi_err){0};
+    CHECK(session_delete(path, &err) != 0 && strstr(err.msg, "del.json: cannot delete"));
+    unlink(other);
+    session_free(&s);
+    free(path);
+    free(other);
+    free(link);
+    free(lock);
+}
+
 static void test_save_load(void)
 {
     session s, back;
@@ -973,6 +1007,7 @@ int main(int argc, char **argv)
     test_unknown_stats_load();
     test_save_load();
     test_temps_of_other_writers();
+    test_delete();
     test_markdown();
     test_list_and_new_path();
     CHECK_MSG(rmdir(tmpdir) == 0, "%s not empty: %s", tmpdir, strerror(errno));

@@ -42,6 +42,15 @@ static void test_insert_and_clusters(void)
     CHECK_STR(text(in), "x\ny\nz\tq[31m\xEF\xBF\xBD!\xEF\xBF\xBD bad");
     CHECK_INT(input_cursor(in), strlen("x\ny\nz\tq[31m\xEF\xBF\xBD!\xEF\xBF\xBD bad"));
     CHECK(!input_is_empty(in));
+    /* the cursor put at a byte (Ctrl-O keeps its place when a paste unfolds): clamped to the
+       text, and back to the start of a character it falls inside */
+    input_set_text(in, "a\xe4\xb8\xad" "b", 5);
+    input_set_cursor(in, 4);
+    CHECK_INT(input_cursor(in), 4);
+    input_set_cursor(in, 2);
+    CHECK_INT(input_cursor(in), 1);
+    input_set_cursor(in, 99);
+    CHECK_INT(input_cursor(in), 5);
     input_clear(in);
     CHECK(input_is_empty(in));
     input_free(in);
