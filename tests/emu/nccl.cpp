@@ -2,7 +2,9 @@
  * collectives run on its stream's thread, in order, and the k-th collective of every rank meet:
  * the last to arrive computes the result (sums in rank order) for all of them. Send/recv meet
  * per pair of ranks in order. Group calls are enqueued at ncclGroupEnd with the sends posted
- * before any receive waits. Lazy connection setup as recent NCCL does it: a communicator's first
+ * before any receive waits; a send copies its buffer when it runs and completes at once (NCCL
+ * progresses a group's sends and receives together, so two ranks that send each other in one group,
+ * the exchanges of decode context parallelism, must not wait on each other). Lazy connection setup as recent NCCL does it: a communicator's first
  * collective must not be inside a stream capture (ncclInvalidUsage, said on stderr). Fault hook:
  * KIMI_EMU_NCCL_FAIL=RANK:K fails rank RANK's K-th collective (1-based): its communicator
  * reports ncclSystemError asynchronously and the collective waits, as a lost peer leaves it,
@@ -36,8 +38,8 @@ struct clique {
     std::condition_variable changed;
     std::map<unsigned long long, std::vector<arrival>> rounds;  /* collective index -> arrivals */
     std::map<unsigned long long, int> arrived, released;
-    /* point to point: (from, to) -> posted sends in order */
-    std::map<std::pair<int, int>, std::vector<std::pair<const void *, size_t>>> sends;
+    /* point to point: (from, to) -> the bytes of the posted sends, in order */
+    std::map<std::pair<int, int>, std::vector<std::vector<char>>> sends;
     std::map<std::pair<int, int>, size_t> sends_taken;
     int joined = 0;
 };
@@ -368,12 +370,9 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
             return;
         }
         auto key = std::make_pair(comm->rank, peer);
-        auto &queue = g.sends[key];
-        queue.push_back({sendbuff, bytes});
-        size_t mine = queue.size();
+        const char *from = static_cast<const char *>(sendbuff);
+        g.sends[key].emplace_back(from, from + bytes);
         g.changed.notify_all();
-        /* the send completes once the receiver has copied it */
-        g.changed.wait(hold, [&] { return g.sends_taken[key] >= mine || comm->aborted.load(); });
     };
     return submit(comm, stream, std::move(w), true);
 }
@@ -402,11 +401,12 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
         g.changed.wait(hold, [&] { return g.sends[key].size() > index || comm->aborted.load(); });
         if (g.sends[key].size() <= index)
             return;
-        auto posted = g.sends[key][index];
-        if (posted.second != bytes)
+        std::vector<char> posted;
+        posted.swap(g.sends[key][index]);
+        if (posted.size() != bytes)
             emu::fatal("ncclRecv of %zu bytes on rank %d from rank %d, which sent %zu", bytes, comm->rank, peer,
-                       posted.second);
-        memcpy(recvbuff, posted.first, bytes);
+                       posted.size());
+        memcpy(recvbuff, posted.data(), bytes);
         g.sends_taken[key] = index + 1;
         g.changed.notify_all();
     };
