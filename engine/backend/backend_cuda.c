@@ -22,7 +22,9 @@
  * the per-expert counts once per MoE layer); KIMI_CUDA_PREFILL=steps keeps all of them on the
  * GEMV. KIMI_CUDA_PREFILL_TRACE=1 prints each prefill step's size and how its experts ran. The
  * embedding rows are looked up on the host (one row per token, so the 2.3 GB table never needs
- * device memory). */
+ * device memory). With --dcp N the latent cache is sharded by position over groups of N ranks
+ * (engine/backend/kv_shard.h): each rank stores 1/N of the rows and the attention exchanges
+ * queries and partial results within the group (sharded_attention, as the CPU's forward.c). */
 #include "engine/backend/backend_impl.h"
 
 #include <cuda_runtime_api.h>
@@ -1067,7 +1069,8 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
         }
     }
     /* rank 0's numerics of the step to the host, then every rank's cleared for the next (ranks
-     * hold the same h and the same cache replica, so rank 0's say it for all) */
+     * hold the same h and encode every position's cache row, stored or not, so rank 0's say it
+     * for all) */
     if (!status) {
         cudaError_t copied = rd->rank == 0 ? cudaMemcpyAsync(be->host_numerics, rd->numerics, 2 * sizeof(int),
                                                              cudaMemcpyDeviceToHost, rd->stream)
