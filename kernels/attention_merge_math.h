@@ -35,9 +35,9 @@ static inline KIMI_HOST_DEVICE float attention_part_weight(const float *part, fl
     return part[1] != 0.0f ? expf(part[0] - global_max) : 0.0f;
 }
 
-/* 1 / sum_s e^(m_s - M) l_s, summed in part order. */
-static inline KIMI_HOST_DEVICE float attention_parts_inverse_total(const float *parts, int n_parts, size_t part_stride,
-                                                                   float global_max)
+/* sum_s e^(m_s - M) l_s, summed in part order: the l of the parts merged into one part. */
+static inline KIMI_HOST_DEVICE float attention_parts_total(const float *parts, int n_parts, size_t part_stride,
+                                                           float global_max)
 {
     float total = 0.0f;
     for (int s = 0; s < n_parts; s++) {
@@ -45,10 +45,18 @@ static inline KIMI_HOST_DEVICE float attention_parts_inverse_total(const float *
         if (part[1] != 0.0f)
             total += part[1] * attention_part_weight(part, global_max);
     }
-    return 1.0f / total;
+    return total;
 }
 
-/* Element c of the merged output, summed in part order. */
+/* 1 / sum_s e^(m_s - M) l_s. */
+static inline KIMI_HOST_DEVICE float attention_parts_inverse_total(const float *parts, int n_parts, size_t part_stride,
+                                                                   float global_max)
+{
+    return 1.0f / attention_parts_total(parts, n_parts, part_stride, global_max);
+}
+
+/* Element c of the merged output, summed in part order (inverse_total 1: element c of the merged
+ * part's acc, unnormalised). */
 static inline KIMI_HOST_DEVICE float attention_parts_merge_element(const float *parts, int n_parts, size_t part_stride,
                                                                    float global_max, float inverse_total, int c)
 {

@@ -296,10 +296,11 @@ static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *e
  * ctx (positions 0..ctx-1 in the cache, the new one included), from the model's shapes: its
  * shard (replicated tensors whole) less the embedding table (looked up on the host) and the
  * routed experts the router did not pick (experts - experts_per_token of them in every MoE
- * layer), plus every layer's latent cache rows of ctx positions in the cache's format (each
- * rank holds and reads the whole latent cache). */
-static int census_required_bytes(const model_weights *mw, int tp, int rank, long ctx, kv_cache_format format,
-                                 double *weights, double *cache, kimi_err *err)
+ * layer), plus every layer's latent cache rows in the cache's format: of all ctx positions
+ * when the cache is replicated, of those the rank stores when it is sharded over dcp ranks
+ * (engine/backend/kv_shard.h). */
+static int census_required_bytes(const model_weights *mw, int tp, int dcp, int rank, long ctx,
+                                 kv_cache_format format, double *weights, double *cache, kimi_err *err)
 {
     const model_config *c = &mw->cfg;
     tp_shard shard;
@@ -317,7 +318,7 @@ static int census_required_bytes(const model_weights *mw, int tp, int rank, long
         total -= (double)(c->experts - c->experts_per_token) * expert;
     }
     *weights = total;
-    *cache = (double)ctx * (double)kv_bytes_per_token(c, format);
+    *cache = (double)kv_shard_local_count(ctx, dcp, rank % dcp) * (double)kv_bytes_per_token(c, format);
     return 0;
 }
 
@@ -377,14 +378,16 @@ static void census_print(const device_census *dc, const model_config *c, int tp,
  * device of its own, as on the GPU box (NCCL between them). */
 static int bench_census(const probe_args *a, kimi_err *err)
 {
-    long tp, n_prompt;
+    long tp, dcp, n_prompt;
     int devices[8], n_devices = 0;
     backend_kind kind;
     kv_cache_format format;
     const char *dir;
     if (probe_arg_required(a, "model", &dir, err) || probe_arg_backend(a, &kind, err) ||
         probe_arg_kv_cache(a, &format, err) ||
-        probe_arg_int(a, "tp", 1, 8, 8, &tp, err) || probe_arg_int(a, "prompt", 1, DEVICE_MAX_TOKENS, 4, &n_prompt, err) ||
+        probe_arg_int(a, "tp", 1, 8, 8, &tp, err) || probe_arg_int(a, "dcp", 1, 8, 1, &dcp, err) ||
+        kv_shard_check((int)tp, (int)dcp, err) ||
+        probe_arg_int(a, "prompt", 1, DEVICE_MAX_TOKENS, 4, &n_prompt, err) ||
         probe_arg_devices(a, devices, &n_devices, err))
         return err->code;
     if (kind != BACKEND_CUDA)
@@ -401,8 +404,8 @@ static int bench_census(const probe_args *a, kimi_err *err)
         return err->code;
     const model_config *c = &mw.cfg;
     long ctx = n_prompt + 2;
-    backend_options bo = {.kind = BACKEND_CUDA, .tp = (int)tp, .max_context = ctx, .devices = devices,
-                          .n_devices = n_devices, .kv_cache = format};
+    backend_options bo = {.kind = BACKEND_CUDA, .tp = (int)tp, .dcp = (int)dcp, .max_context = ctx,
+                          .devices = devices, .n_devices = n_devices, .kv_cache = format};
     backend *be = NULL;
     int32_t tokens[DEVICE_MAX_TOKENS + 2];
     float *logits = malloc((size_t)c->vocab * sizeof *logits);
@@ -424,9 +427,10 @@ static int bench_census(const probe_args *a, kimi_err *err)
     }
     double weights = 0, cache = 0;
     if (!rc)
-        rc = census_required_bytes(&mw, (int)tp, 0, ctx, format, &weights, &cache, err);
+        rc = census_required_bytes(&mw, (int)tp, (int)dcp, 0, ctx, format, &weights, &cache, err);
     if (!rc && probe_arg(a, "json")) {
         json_t *o = census_json(dc, c, (int)tp, ctx, weights, cache);
+        json_object_set_new(o, "dcp", json_integer(dcp));
         char *line = json_dumps(o, JSON_COMPACT);
         printf("%s\n", line);
         free(line);

@@ -11,6 +11,7 @@ struct backend {
     backend_kind kind;
     const model_config *cfg;
     kv_cache_format cache_format;
+    int dcp;                    /* the cache is sharded over dcp ranks (engine/backend/kv_shard.h) */
     cpu_backend *cpu;
     cuda_backend *cuda;
 };
@@ -107,9 +108,7 @@ int backend_open(backend **out, const model_weights *mw, const backend_options *
     be->cfg = &mw->cfg;
     be->cache_format = opt->kv_cache;
     int dcp = opt->dcp ? opt->dcp : 1, rc = kv_shard_check(opt->tp, dcp, err);
-    if (!rc && dcp > 1 && opt->kind == BACKEND_CUDA)
-        rc = kimi_fail(err, KIMI_ERR_USAGE, "--dcp %d: the cuda backend keeps the cache replicated; decode context "
-                       "parallelism runs on the cpu backend only", dcp);
+    be->dcp = dcp;
     if (rc) {
         free(be);
         return rc;
@@ -207,7 +206,8 @@ int backend_take_comm_census(backend *be, int rank, tp_comm_census *out, kimi_er
 size_t backend_cache_bytes_per_rank(const backend *be)
 {
     if (be->kind == BACKEND_CUDA)
-        return (size_t)cuda_backend_capacity(be->cuda) * kv_bytes_per_token(be->cfg, be->cache_format);
+        return (size_t)kv_shard_slots(cuda_backend_capacity(be->cuda), be->dcp) *
+               kv_bytes_per_token(be->cfg, be->cache_format);
     return cpu_backend_cache_bytes_per_rank(be->cpu);
 }
 

@@ -22,7 +22,9 @@
  * the per-expert counts once per MoE layer); KIMI_CUDA_PREFILL=steps keeps all of them on the
  * GEMV. KIMI_CUDA_PREFILL_TRACE=1 prints each prefill step's size and how its experts ran. The
  * embedding rows are looked up on the host (one row per token, so the 2.3 GB table never needs
- * device memory). */
+ * device memory). With --dcp N the latent cache is sharded by position over groups of N ranks
+ * (engine/backend/kv_shard.h): each rank stores 1/N of the rows and the attention exchanges
+ * queries and partial results within the group (sharded_attention, as the CPU's forward.c). */
 #include "engine/backend/backend_impl.h"
 
 #include <cuda_runtime_api.h>
@@ -39,9 +41,11 @@
 
 #include "engine/backend/cuda_comm.h"
 #include "engine/backend/device_plan.h"
+#include "engine/backend/kv_shard.h"
 #include "engine/backend/spin_barrier.h"
 #include "engine/base/cpu_count.h"
 #include "engine/base/monotonic.h"
+#include "kernels/attention_merge_math.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/forward.h"
@@ -80,7 +84,11 @@ typedef struct rank_device {
     layer_device *layers;
     weight_matrix lm_head;
     float *final_norm;
-    uint8_t *cache;             /* [layers][capacity][cache_row bytes] (kernels/kv_format.h) */
+    uint8_t *cache;             /* [layers][slots][cache_row bytes] (kernels/kv_format.h): the positions
+                                   this rank stores (engine/backend/kv_shard.h; all of them at dcp 1) */
+    int dcp_member;             /* this rank's member index in its group of dcp */
+    float *dcp_ws;              /* dcp > 1: the sharded attention's buffers (device_dcp_workspace) */
+    device_dcp_workspace dcp_layout;
     float *ws;                  /* device_workspace */
     device_workspace layout;
     gemv_scratch gemv;
@@ -111,6 +119,8 @@ struct cuda_backend {
                                                                GEMMs, their slots */
     device_assignment devices;
     long capacity;
+    int dcp;                    /* the cache is sharded by position over groups of dcp ranks (--dcp) */
+    long slots;                 /* positions a rank stores: kv_shard_slots(capacity, dcp) */
     kv_cache_format cache_format;
     size_t cache_row;           /* bytes of one position's row in one layer */
     cuda_comm *comm;
@@ -221,11 +231,12 @@ static int devices_survey(const backend_options *opt, device_survey *s, kimi_err
     return 0;
 }
 
-static int plans_make(const model_weights *mw, int tp, int splits, kv_cache_format cache_format,
+static int plans_make(const model_weights *mw, int tp, int dcp, int splits, kv_cache_format cache_format,
                       device_rank_plan *plans, kimi_err *err)
 {
     for (int r = 0; r < tp; r++)
-        if (device_rank_plan_make(mw, tp, r, splits, cache_format, &plans[r], err))
+        if (device_rank_plan_make(mw, tp, r, splits, cache_format, &plans[r], err) ||
+            device_rank_plan_shard(&plans[r], mw, tp, r, dcp, splits, cache_format, err))
             return err->code;
     return 0;
 }
@@ -241,7 +252,8 @@ int cuda_backend_memory(const model_weights *mw, const backend_options *opt, siz
     device_survey s;
     device_rank_plan plans[MAX_RANKS];
     if (devices_survey(opt, &s, err) ||
-        plans_make(mw, opt->tp, device_attention_splits(0x7FFFFFFFL, s.sm_count), opt->kv_cache, plans, err))
+        plans_make(mw, opt->tp, opt->dcp > 1 ? opt->dcp : 1, device_attention_splits(0x7FFFFFFFL, s.sm_count),
+                   opt->kv_cache, plans, err))
         return err->code;
     device_memory_plan plan;
     device_memory_plan_make(plans, &s.a, s.free_bytes, DEVICE_RESERVE_BYTES, &plan);
@@ -427,6 +439,20 @@ static int rank_upload(struct cuda_backend *be, rank_device *rd, const device_ra
     return 0;
 }
 
+/* The rank's place in its group of dcp and, when the cache is sharded, the sharded attention's
+ * buffers (device_dcp_workspace). */
+static int rank_open_sharding(struct cuda_backend *be, rank_device *rd, kimi_err *err)
+{
+    rd->dcp_member = rd->rank % be->dcp;
+    if (be->dcp == 1)
+        return 0;
+    device_dcp_workspace_plan(be->cfg, rd->heads, be->dcp, be->splits, be->cache_format, &rd->dcp_layout);
+    size_t bytes = rd->dcp_layout.total * sizeof(float);
+    CUDA_TRY(cudaMalloc((void **)&rd->dcp_ws, bytes), "sharded attention buffers");
+    CUDA_TRY(cudaMemsetAsync(rd->dcp_ws, 0, bytes, rd->stream), "sharded attention buffers clear");
+    return 0;
+}
+
 /* Everything of one rank, on its thread (its device current): the shard, then the cache,
  * workspace and step state. */
 static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
@@ -460,6 +486,9 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
     if (rc)
         return rc;
 
+    /* the sharded attention's buffers before the survey, like the workspace */
+    if (rank_open_sharding(be, rd, err))
+        return err->code;
     device_workspace_plan(c, &rd->shard, be->splits, &rd->layout);
     CUDA_TRY(cudaMalloc((void **)&rd->ws, rd->layout.total * sizeof(float)), "workspace");
     CUDA_TRY(cudaMemsetAsync(rd->ws, 0, rd->layout.total * sizeof(float), rd->stream), "workspace clear");
@@ -555,7 +584,8 @@ static int rank_cache_open(struct cuda_backend *be, rank_device *rd, int status)
                          "memory: %.1f MiB free before the cache, %zu MiB kept for graphs and the driver",
                          be->devices.device[tightest], be->measured_free[tightest] / 1048576.0,
                          DEVICE_RESERVE_BYTES >> 20);
-    size_t cache_bytes = (size_t)be->cfg->layers * (size_t)capacity * be->cache_row;
+    /* a rank holds its share of the positions (kv_shard_slots; all of them at dcp 1) */
+    size_t cache_bytes = (size_t)be->cfg->layers * (size_t)kv_shard_slots(capacity, be->dcp) * be->cache_row;
     cudaError_t allocated = cudaMalloc((void **)&rd->cache, cache_bytes);
     if (allocated != cudaSuccess)
         return kimi_fail(err, KIMI_ERR_NOMEM, "CUDA: a KV cache of %ld positions (%zu MiB) does not fit: %s",
@@ -593,6 +623,7 @@ static void rank_close(struct cuda_backend *be, rank_device *rd)
     free(rd->layers);
     cudaFree(rd->arena);
     cudaFree(rd->cache);
+    cudaFree(rd->dcp_ws);
     cudaFree(rd->ws);
     cudaFree(rd->pos);
     cudaFree(rd->numerics);
@@ -677,7 +708,42 @@ static int mlp_gemm(struct cuda_backend *be, rank_device *rd, const mlp_device *
 
 static uint8_t *layer_cache(struct cuda_backend *be, rank_device *rd, int layer)
 {
-    return rd->cache + (size_t)layer * (size_t)be->capacity * be->cache_row;
+    return rd->cache + (size_t)layer * (size_t)be->slots * be->cache_row;
+}
+
+/* A communicator's failure inside a step's launches: rd->err says it already (launch_fail). */
+enum { STEP_COMM_FAILED = -1 };
+
+/* Decode context parallelism (engine/backend/kv_shard.h), the CPU's forward.c sharded_attention
+ * on the device: every query of the step attends as a decode step does (absorbed), over cache
+ * positions spread across the group: the group's absorbed queries are gathered, each member takes
+ * all of them over the positions it stores (split-K parts merged into one unnormalised part per
+ * query and head), the parts go to the ranks whose heads they are (all-to-all), and each rank
+ * merges the dcp parts of its heads exactly into o_latent (kernels/attention_merge_math.h).
+ * Returns 0, a cudaError_t of a launcher, or STEP_COMM_FAILED. */
+static int sharded_attention(struct cuda_backend *be, rank_device *rd, int layer, int T)
+{
+    const model_config *c = be->cfg;
+    const device_dcp_workspace *d = &rd->dcp_layout;
+    cudaStream_t s = rd->stream;
+    int queries = be->dcp * T;
+    size_t heads = (size_t)rd->heads, abs_width = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
+    float *q_abs = rd->dcp_ws + d->q_abs, *q_group = rd->dcp_ws + d->q_group;
+    float *parts_send = rd->dcp_ws + d->parts_send, *parts_recv = rd->dcp_ws + d->parts_recv;
+    STEP_TRY(mla_query_pack_cuda(ws(rd, rd->layout.q_latent), ws(rd, rd->layout.q), rd->heads, c->kv_lora_rank,
+                                 c->qk_nope_dim, c->qk_rope_dim, q_abs, T, s));
+    if (cuda_comm_group_all_gather(be->comm, rd->rank, be->dcp, q_abs, q_group, (size_t)T * heads * abs_width, s,
+                                   &rd->err))
+        return STEP_COMM_FAILED;
+    STEP_TRY(mla_decode_shard_cuda(q_group, queries, T, rd->heads, c->kv_lora_rank, c->qk_rope_dim, be->softmax_scale,
+                                   layer_cache(be, rd, layer), be->cache_format, rd->pos, be->dcp, rd->dcp_member,
+                                   device_attention_splits_for(be->splits, queries), rd->dcp_ws + d->partials,
+                                   parts_send, s));
+    if (cuda_comm_group_all_to_all(be->comm, rd->rank, be->dcp, parts_send, parts_recv,
+                                   (size_t)T * heads * ATTENTION_PART_FLOATS(c->kv_lora_rank), s, &rd->err))
+        return STEP_COMM_FAILED;
+    return mla_merge_shard_parts_cuda(parts_recv, be->dcp, rd->heads, c->kv_lora_rank, ws(rd, rd->layout.o_latent), T,
+                                      s);
 }
 
 /* x = rmsnorm(h) -> partial = this rank's share of o_proj(attention(x)), cache rows written;
@@ -695,12 +761,16 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     STEP_TRY(project(be, rd, &ld->kv_a, x, hidden, kv, T, s));
     STEP_TRY(rmsnorm_cuda(q_a, q_a, ld->q_a_norm, T, c->q_lora_rank, c->rms_norm_eps, s));
     STEP_TRY(project(be, rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
-    STEP_TRY(mla_kv_rope_cache_cuda(kv, c->kv_lora_rank, c->qk_rope_dim, ld->kv_a_norm, c->rms_norm_eps, q, rd->heads,
-                                    c->qk_nope_dim, rd->inv_freq, be->cos_sin_scale, rd->pos,
-                                    layer_cache(be, rd, layer), be->cache_format, (unsigned *)rd->numerics, T, s));
+    STEP_TRY(mla_kv_rope_cache_shard_cuda(kv, c->kv_lora_rank, c->qk_rope_dim, ld->kv_a_norm, c->rms_norm_eps, q,
+                                          rd->heads, c->qk_nope_dim, rd->inv_freq, be->cos_sin_scale, rd->pos,
+                                          layer_cache(be, rd, layer), be->cache_format, be->dcp, rd->dcp_member,
+                                          rd->dcp_ws ? rd->dcp_ws + rd->dcp_layout.foreign : NULL,
+                                          (unsigned *)rd->numerics, T, s));
     STEP_TRY(mla_absorb_q_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, q, q_width, ws(rd, l->q_latent),
                                T, s));
-    if (T == 1)
+    if (be->dcp > 1)
+        STEP_TRY(sharded_attention(be, rd, layer, T));
+    else if (T == 1)
         STEP_TRY(mla_decode_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
                                  be->softmax_scale, layer_cache(be, rd, layer), be->cache_format, rd->pos,
                                  device_attention_splits_for(be->splits, T), ws(rd, l->attn_partials),
@@ -835,9 +905,11 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
                             ws(rd, l->partial), T, s);
 }
 
-/* A launcher's failure as the rank's error. */
+/* A launcher's failure as the rank's error (a communicator's has said it already). */
 static int launch_fail(rank_device *rd, int status, const char *what)
 {
+    if (status == STEP_COMM_FAILED)
+        return rd->err.code;
     return cuda_fail(&rd->err, (cudaError_t)status, what);
 }
 
@@ -1144,7 +1216,8 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
         }
     }
     /* rank 0's numerics of the step to the host, then every rank's cleared for the next (ranks
-     * hold the same h and the same cache replica, so rank 0's say it for all) */
+     * hold the same h and encode every position's cache row, stored or not, so rank 0's say it
+     * for all) */
     if (!status) {
         cudaError_t copied = rd->rank == 0 ? cudaMemcpyAsync(be->host_numerics, rd->numerics, 2 * sizeof(int),
                                                              cudaMemcpyDeviceToHost, rd->stream)
@@ -1322,11 +1395,12 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
 
     /* Does the asked context fit next to every rank's weights and workspace? */
     device_rank_plan plans[MAX_RANKS];
-    if (plans_make(be->mw, be->tp, be->splits, be->cache_format, plans, err))
+    if (plans_make(be->mw, be->tp, be->dcp, be->splits, be->cache_format, plans, err))
         return err->code;
     device_memory_plan plan;
     device_memory_plan_make(plans, &be->devices, s.free_bytes, DEVICE_RESERVE_BYTES, &plan);
-    if (be->capacity > plan.max_context)
+    /* a sharded cache's plan counts whole groups of dcp positions (device_rank_plan_shard) */
+    if (kv_shard_context(be->slots, be->dcp) > plan.max_context)
         return kimi_fail(err, KIMI_ERR_NOMEM,
                          "max context %ld does not fit on CUDA device %d: at most %ld positions (%.2f GiB free, %d "
                          "rank%s on it, %zu B of cache per position per rank)",
@@ -1373,7 +1447,8 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
              "pinned");
     CUDA_TRY(cudaHostAlloc((void **)&be->host_numerics, 2 * sizeof(int), cudaHostAllocPortable), "pinned");
     if (be->devices.comm == DEVICE_COMM_NCCL) {
-        if (cuda_comm_open_nccl(&be->comm, be->tp, be->devices.device, err))
+        if (cuda_comm_open_nccl(&be->comm, be->tp, be->devices.device, err) ||
+            cuda_comm_warm_groups(be->comm, be->dcp, err))
             return err->code;
     } else {
         if (cuda_comm_open_local(&be->comm, be->tp, err))
@@ -1415,6 +1490,7 @@ static void measured_keep(struct cuda_backend *be)
     int tightest = 0;
     long fit = measured_fit(be, &tightest);
     be->capacity = fit < be->capacity ? fit : be->capacity;
+    be->slots = kv_shard_slots(be->capacity, be->dcp);
     be->overhead_device = be->devices.device[0];
     be->overhead_bytes = measured_overhead(be, 0);
     for (int r = 1; r < be->tp; r++)
@@ -1435,6 +1511,8 @@ int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend
         return kimi_fail(err, KIMI_ERR_USAGE, "--tp %d: must be between 1 and %d", opt->tp, MAX_RANKS);
     if (config_check_tp(c, opt->tp, err))
         return kimi_err_prefix(err, err->code, "--tp %d", opt->tp);
+    if (kv_shard_check(opt->tp, opt->dcp > 1 ? opt->dcp : 1, err))
+        return err->code;
     if (opt->max_context < 1)
         return kimi_fail(err, KIMI_ERR_USAGE, "max context %ld: the KV cache needs at least one position",
                          opt->max_context);
@@ -1445,6 +1523,8 @@ int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend
     be->cfg = c;
     be->tp = opt->tp;
     be->capacity = opt->max_context;
+    be->dcp = opt->dcp > 1 ? opt->dcp : 1;
+    be->slots = kv_shard_slots(be->capacity, be->dcp);
     be->on_layer = opt->on_layer;
     be->on_layer_user = opt->on_layer_user;
     be->cache_format = opt->kv_cache;
@@ -1553,14 +1633,28 @@ long cuda_backend_take_clamps(cuda_backend *be)
     return clamps;
 }
 
-/* Rank 0's cache rows [0, n_pos) of layer into rows, on rank 0's stream (ordered after its
- * steps, whatever stream the legacy one would have waited for) and waited for. */
-static cudaError_t cache_layer_read(struct cuda_backend *be, int layer, long n_pos, uint8_t *rows)
+/* The cache rows of layer that hold positions [0, n_pos), from every member of group 0 (rank m
+ * is member m): member m's rows [0, kv_shard_local_count) land at rows + m * per_member rows.
+ * Each copy runs on its rank's stream (ordered after its steps, whatever stream the legacy one
+ * would have waited for) and is waited for. */
+static cudaError_t cache_layer_read(struct cuda_backend *be, int layer, long n_pos, long per_member, uint8_t *rows)
 {
-    rank_device *rd = &be->ranks[0];
-    cudaError_t status = cudaMemcpyAsync(rows, layer_cache(be, rd, layer), (size_t)n_pos * be->cache_row,
-                                         cudaMemcpyDeviceToHost, rd->stream);
-    return status != cudaSuccess ? status : cudaStreamSynchronize(rd->stream);
+    for (int member = 0; member < be->dcp; member++) {
+        rank_device *rd = &be->ranks[member];
+        long count = kv_shard_local_count(n_pos, be->dcp, member);
+        if (count == 0)
+            continue;
+        cudaError_t status = cudaSetDevice(rd->device);
+        if (status == cudaSuccess)
+            status = cudaMemcpyAsync(rows + (size_t)member * (size_t)per_member * be->cache_row,
+                                     layer_cache(be, rd, layer), (size_t)count * be->cache_row,
+                                     cudaMemcpyDeviceToHost, rd->stream);
+        if (status == cudaSuccess)
+            status = cudaStreamSynchronize(rd->stream);
+        if (status != cudaSuccess)
+            return status;
+    }
+    return cudaSuccess;
 }
 
 int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *err)
@@ -1571,20 +1665,23 @@ int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *
     const model_config *c = be->cfg;
     if (n_pos < 0 || n_pos > be->capacity)
         return kimi_fail(err, KIMI_ERR_STATE, "read_kv: %ld positions, the cache holds %ld", n_pos, be->capacity);
-    CUDA_TRY(cudaSetDevice(be->ranks[0].device), "cudaSetDevice");
     size_t row = (size_t)c->kv_lora_rank + (size_t)c->qk_rope_dim;
-    uint8_t *rows = malloc(n_pos > 0 ? (size_t)n_pos * be->cache_row : 1);
+    /* each position from the member of group 0 that stores it (cache_layer_read) */
+    long per_member = kv_shard_slots(n_pos, be->dcp);
+    uint8_t *rows = malloc(n_pos > 0 ? (size_t)be->dcp * (size_t)per_member * be->cache_row : 1);
     if (!rows)
         return kimi_fail(err, KIMI_ERR_NOMEM, "read_kv: out of memory for %ld cache rows", n_pos);
     for (int layer = 0; layer < c->layers; layer++) {
-        cudaError_t status = cache_layer_read(be, layer, n_pos, rows);
+        cudaError_t status = cache_layer_read(be, layer, n_pos, per_member, rows);
         if (status != cudaSuccess) {
             free(rows);
             return cuda_fail(err, status, "cache read");
         }
-        for (long p = 0; p < n_pos; p++)
-            kv_row_to_half(be->cache_format, rows + (size_t)p * be->cache_row, c->kv_lora_rank, c->qk_rope_dim,
+        for (long p = 0; p < n_pos; p++) {
+            size_t at = (size_t)kv_shard_owner(p, be->dcp) * (size_t)per_member + (size_t)kv_shard_slot(p, be->dcp);
+            kv_row_to_half(be->cache_format, rows + at * be->cache_row, c->kv_lora_rank, c->qk_rope_dim,
                            out + ((size_t)layer * (size_t)n_pos + (size_t)p) * row);
+        }
     }
     free(rows);
     return 0;

@@ -29,6 +29,8 @@ struct cuda_comm {
     rank_buffers bufs;          /* the collective's buffers, by rank */
     size_t n[MAX_RANKS];        /* the element count each rank passed */
     int status;                 /* rank 0's launch status (cudaError_t), read after the meeting */
+    const float *group_send[MAX_RANKS];     /* a group exchange's buffers, by rank */
+    float *group_recv[MAX_RANKS];
 
 #ifdef KIMI_HAVE_NCCL
     ncclComm_t comms[MAX_RANKS];
@@ -277,5 +279,162 @@ int cuda_comm_gather(cuda_comm *c, int rank, const float *part, int rows, const 
         return kimi_fail(err, KIMI_ERR_IO, "CUDA: gather on rank %d: %s", rank, cudaGetErrorString(copied));
     if (meet(c))
         return abandoned(rank, "gather", err);
+    return 0;
+}
+
+/* ---- exchanges within groups of ranks (decode context parallelism) ---- */
+
+/* Where slot s of rank r's recv comes from: the send of member s of r's group, at element
+ * offset (all-gather: 0; all-to-all: r's member index times n). */
+static size_t group_source_offset(int all_to_all, int rank, int group_size, size_t n)
+{
+    return all_to_all ? (size_t)(rank % group_size) * n : 0;
+}
+
+#ifdef KIMI_HAVE_NCCL
+/* Rank's slots exchanged with the other members as one NCCL group of sends and receives (its
+ * own slot copied on its stream). */
+static int nccl_group_exchange(cuda_comm *c, int rank, int group_size, int all_to_all, const float *send, float *recv,
+                               size_t n, cudaStream_t stream, const char *what, kimi_err *err)
+{
+    int first = rank / group_size * group_size, member = rank % group_size;
+    cudaError_t copied = cudaMemcpyAsync(recv + (size_t)member * n, send + group_source_offset(all_to_all, rank,
+                                                                                                group_size, n),
+                                         n * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+    if (copied != cudaSuccess)
+        return kimi_fail(err, KIMI_ERR_IO, "CUDA: %s on rank %d (device %d): %s", what, rank, c->devices[rank],
+                         cudaGetErrorString(copied));
+    ncclResult_t status = ncclGroupStart();
+    for (int s = 0; s < group_size && status == ncclSuccess; s++) {
+        if (s == member)
+            continue;
+        /* what member s receives from this rank: all-gather, the whole send; all-to-all, slot s */
+        status = ncclSend(send + (all_to_all ? (size_t)s * n : 0), n, ncclFloat, first + s, c->comms[rank], stream);
+        if (status == ncclSuccess)
+            status = ncclRecv(recv + (size_t)s * n, n, ncclFloat, first + s, c->comms[rank], stream);
+    }
+    ncclResult_t ended = ncclGroupEnd();
+    status = status != ncclSuccess ? status : ended;
+    if (status != ncclSuccess)
+        return kimi_fail(err, KIMI_ERR_IO, "NCCL: %s of %zu floats on rank %d (device %d): %s", what, n, rank,
+                         c->devices[rank], ncclGetErrorString(status));
+    return 0;
+}
+#endif
+
+/* Local: the ranks meet; rank 0 enqueues every rank's copies on the shared stream (after every
+ * rank's kernels that wrote its send) and the ranks meet again before any enqueues more, so no
+ * send is overwritten before it is copied (as the all-reduce). */
+static int group_exchange(cuda_comm *c, int rank, int group_size, int all_to_all, const float *send, float *recv,
+                          size_t n, void *stream, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+    const char *what = all_to_all ? "group all-to-all" : "group all-gather";
+    if (rank < 0 || rank >= c->ranks || group_size < 1 || c->ranks % group_size)
+        return kimi_fail(err, KIMI_ERR_STATE, "%s: rank %d of %d in groups of %d", what, rank, c->ranks, group_size);
+    if (atomic_load(&c->failed))
+        return abandoned(rank, what, err);
+#ifdef KIMI_HAVE_NCCL
+    if (c->nccl)
+        return nccl_group_exchange(c, rank, group_size, all_to_all, send, recv, n, (cudaStream_t)stream, what, err);
+#endif
+    c->group_send[rank] = send;
+    c->group_recv[rank] = recv;
+    c->n[rank] = n;
+    if (meet(c))
+        return abandoned(rank, what, err);
+    if (rank == 0) {
+        c->status = cudaSuccess;
+        for (int r = 1; r < c->ranks; r++)
+            if (c->n[r] != n)
+                c->status = cudaErrorInvalidValue;
+        for (int r = 0; r < c->ranks && !c->status; r++)
+            for (int s = 0; s < group_size && !c->status; s++) {
+                int source = r / group_size * group_size + s;
+                c->status = (int)cudaMemcpyAsync(c->group_recv[r] + (size_t)s * n,
+                                                 c->group_send[source] +
+                                                     group_source_offset(all_to_all, r, group_size, n),
+                                                 n * sizeof(float), cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+            }
+    }
+    if (meet(c))
+        return abandoned(rank, what, err);
+    if (c->status == cudaErrorInvalidValue)
+        return kimi_fail(err, KIMI_ERR_STATE, "%s: the ranks passed different element counts (rank %d: %zu)", what,
+                         rank, n);
+    if (c->status)
+        return kimi_fail(err, KIMI_ERR_IO, "CUDA: local %s of %zu floats: %s", what, n,
+                         cudaGetErrorString((cudaError_t)c->status));
+    return 0;
+}
+
+int cuda_comm_group_all_gather(cuda_comm *c, int rank, int group_size, const float *send, float *recv, size_t n,
+                               void *stream, kimi_err *err)
+{
+    return group_exchange(c, rank, group_size, 0, send, recv, n, stream, err);
+}
+
+int cuda_comm_group_all_to_all(cuda_comm *c, int rank, int group_size, const float *send, float *recv, size_t n,
+                               void *stream, kimi_err *err)
+{
+    return group_exchange(c, rank, group_size, 1, send, recv, n, stream, err);
+}
+
+int cuda_comm_warm_groups(cuda_comm *c, int group_size, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+#ifdef KIMI_HAVE_NCCL
+    if (!c->nccl || group_size < 2)
+        return 0;
+    /* one all-to-all of one float per pair, every rank from this thread, outside any capture */
+    float *buf[MAX_RANKS] = {0};
+    int previous = 0;
+    cudaError_t cuda = cudaGetDevice(&previous);
+    for (int r = 0; r < c->ranks && cuda == cudaSuccess; r++) {
+        cuda = cudaSetDevice(c->devices[r]);
+        if (cuda == cudaSuccess)
+            cuda = cudaMalloc((void **)&buf[r], 2 * (size_t)group_size * sizeof(float));
+        if (cuda == cudaSuccess)
+            cuda = cudaMemset(buf[r], 0, 2 * (size_t)group_size * sizeof(float));
+    }
+    ncclResult_t status = ncclSuccess;
+    if (cuda == cudaSuccess) {
+        status = ncclGroupStart();
+        for (int r = 0; r < c->ranks && status == ncclSuccess; r++) {
+            int first = r / group_size * group_size;
+            cudaSetDevice(c->devices[r]);
+            for (int s = 0; s < group_size && status == ncclSuccess; s++) {
+                if (first + s == r)
+                    continue;
+                status = ncclSend(buf[r] + s, 1, ncclFloat, first + s, c->comms[r], NULL);
+                if (status == ncclSuccess)
+                    status = ncclRecv(buf[r] + group_size + s, 1, ncclFloat, first + s, c->comms[r], NULL);
+            }
+        }
+        ncclResult_t ended = ncclGroupEnd();
+        if (status == ncclSuccess)
+            status = ended;
+    }
+    for (int r = 0; r < c->ranks; r++) {
+        cudaSetDevice(c->devices[r]);
+        cudaError_t done = cudaDeviceSynchronize();
+        if (cuda == cudaSuccess)
+            cuda = done;
+        cudaFree(buf[r]);
+    }
+    cudaSetDevice(previous);
+    if (cuda != cudaSuccess)
+        return kimi_fail(err, KIMI_ERR_IO, "NCCL: warming up the exchanges of groups of %d: %s", group_size,
+                         cudaGetErrorString(cuda));
+    if (status != ncclSuccess)
+        return kimi_fail(err, KIMI_ERR_IO, "NCCL: warming up the exchanges of groups of %d: %s", group_size,
+                         ncclGetErrorString(status));
+#else
+    (void)c, (void)group_size;
+#endif
     return 0;
 }

@@ -40,6 +40,22 @@ int cuda_comm_allreduce_sum(cuda_comm *c, int rank, float *buf, size_t n, void *
 int cuda_comm_gather(cuda_comm *c, int rank, const float *part, int rows, const size_t *col_begin, float *root_out,
                      void *stream, kimi_err *err);
 
+/* Decode context parallelism: groups of group_size consecutive ranks (group_size divides the
+ * ranks; every rank calls, each with the same group_size and n), as tp_comm_group_*: all-gather,
+ * recv [group_size][n] receives slot s = the send [n] of member s of this rank's group;
+ * all-to-all, send [group_size][n] holds slot j for member j and recv slot s receives what member
+ * s sent this rank. Device buffers of the rank; recv must not alias send. Local: the copies are
+ * enqueued on the shared stream between two meetings; NCCL: one group of sends and receives
+ * with the other members (the rank's own slot a device copy). Returns 0 or a KIMI_ERR_*. */
+int cuda_comm_group_all_gather(cuda_comm *c, int rank, int group_size, const float *send, float *recv, size_t n,
+                               void *stream, kimi_err *err);
+int cuda_comm_group_all_to_all(cuda_comm *c, int rank, int group_size, const float *send, float *recv, size_t n,
+                               void *stream, kimi_err *err);
+/* NCCL connects a pair of ranks lazily at their first send/receive, which must not be inside a
+ * stream capture: one exchange of one float between every pair of each group here, outside any
+ * capture (nothing to do for the local communicator or groups of one). */
+int cuda_comm_warm_groups(cuda_comm *c, int group_size, kimi_err *err);
+
 /* A rank that cannot go on says so here, so that the others do not wait for it: from now on
  * every collective fails at once (nothing more is enqueued). */
 void cuda_comm_fail(cuda_comm *c);

@@ -521,3 +521,41 @@ void device_memory_plan_make(const device_rank_plan *plans, const device_assignm
     if (out->max_context < 0)
         out->max_context = 0;
 }
+
+void device_dcp_workspace_plan(const model_config *cfg, int heads, int dcp, int attn_splits,
+                               kv_cache_format cache_format, device_dcp_workspace *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t T = DEVICE_PREFILL_TOKENS, h = (size_t)(heads > 0 ? heads : 1), group = (size_t)(dcp > 0 ? dcp : 1);
+    size_t query = (size_t)cfg->kv_lora_rank + (size_t)cfg->qk_rope_dim, part = (size_t)cfg->kv_lora_rank + 2;
+    size_t splits = attn_splits > 0 ? (size_t)attn_splits : 1, queries = group * T;
+    size_t row_bytes = kv_row_bytes(cache_format, cfg->kv_lora_rank, cfg->qk_rope_dim);
+    size_t sizes[] = {T * h * query, queries * h * query, queries * h * part, queries * h * part,
+                      (splits > queries ? splits : queries) * h * part, (T * row_bytes + sizeof(float) - 1) / sizeof(float)};
+    size_t *fields[] = {&out->q_abs, &out->q_group, &out->parts_send, &out->parts_recv, &out->partials, &out->foreign};
+    _Static_assert(sizeof sizes / sizeof sizes[0] == sizeof fields / sizeof fields[0], "a size per buffer");
+    size_t offset = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *fields[i] = offset;
+        offset += round_up(sizes[i], 64);
+    }
+    out->total = offset;
+}
+
+int device_rank_plan_shard(device_rank_plan *plan, const model_weights *mw, int tp, int rank, int dcp,
+                           int attn_splits, kv_cache_format cache_format, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+    if (dcp <= 1)
+        return 0;
+    tp_shard shard;
+    if (tp_shard_plan(mw, tp, rank, &shard, err))
+        return err->code;
+    device_dcp_workspace ws;
+    device_dcp_workspace_plan(&mw->cfg, range_width(shard.heads), dcp, attn_splits, cache_format, &ws);
+    plan->workspace_bytes += ws.total * sizeof(float);
+    plan->cache_bytes_per_position = (plan->cache_bytes_per_position + (size_t)dcp - 1) / (size_t)dcp;
+    return 0;
+}

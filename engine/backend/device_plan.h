@@ -232,4 +232,29 @@ typedef struct {
 void device_memory_plan_make(const device_rank_plan *plans, const device_assignment *a, const size_t *free_bytes,
                              size_t reserve_bytes, device_memory_plan *out);
 
+/* ---- decode context parallelism (--dcp, engine/backend/kv_shard.h) ---- */
+
+/* A rank's buffers of the sharded attention, beside device_workspace, for steps of up to
+ * DEVICE_PREFILL_TOKENS tokens (T), heads of the rank, P = kv_lora + 2, A = kv_lora + rope: in
+ * floats from the start of one allocation, each at a multiple of 64 floats. */
+typedef struct {
+    size_t q_abs;               /* [T][heads][A] this rank's absorbed queries */
+    size_t q_group;             /* [dcp][T][heads][A] the group's, member by member */
+    size_t parts_send;          /* [dcp][T][heads][P] partials over this rank's positions, for member j */
+    size_t parts_recv;          /* [dcp][T][heads][P] partials of this rank's heads, from member s */
+    size_t partials;            /* the split-K partials of the group's queries: max(splits, dcp T) x heads x P */
+    size_t foreign;             /* bytes [T][cache row]: rows of positions other members store */
+    size_t total;
+} device_dcp_workspace;
+
+void device_dcp_workspace_plan(const model_config *cfg, int heads, int dcp, int attn_splits,
+                               kv_cache_format cache_format, device_dcp_workspace *out);
+
+/* The plan of a rank whose cache is sharded over dcp ranks: cache bytes per position divided by
+ * dcp (rounded up; a rank holds kv_shard_slots(capacity, dcp) rows, so a context rounded up to a
+ * multiple of dcp is counted whole), its sharded attention's buffers added to the workspace.
+ * dcp 1 leaves the plan as it is. */
+int device_rank_plan_shard(device_rank_plan *plan, const model_weights *mw, int tp, int rank, int dcp,
+                           int attn_splits, kv_cache_format cache_format, kimi_err *err);
+
 #endif

@@ -1,41 +1,17 @@
-/* kv_shard: where each position of the latent KV cache lives under decode context parallelism
- * (--dcp N): the TP ranks form groups of N consecutive ranks (rank r is member r % N of group
- * r / N), and position p is stored only by member p % N of every group, in its local slot p / N.
- * Round-robin keeps the members within one position of each other however long the context
- * grows, and each member's positions stay a contiguous run of slots (those below a query's
- * position are slots [0, kv_shard_local_count)). N = 1 is the replicated cache. */
+/* kv_shard: decode context parallelism (--dcp N) on the engine's side: the check of N and the
+ * context a sharded cache holds. Which member stores which position is kernels/kv_shard_math.h
+ * (kv_shard_owner, kv_shard_slot, kv_shard_local_count, kv_shard_slots), shared with the CUDA
+ * kernels that write and read the sharded cache. */
 #ifndef KIMI_KV_SHARD_H
 #define KIMI_KV_SHARD_H
 
 #include "engine/base/error.h"
+#include "kernels/kv_shard_math.h"
 
 enum { KV_SHARD_MAX = 8 };
 
 /* 0 when dcp divides tp (so 1 <= dcp <= tp); otherwise a one-line error naming --dcp. */
 int kv_shard_check(int tp, int dcp, kimi_err *err);
-
-/* The member that stores position pos, and the slot it stores it in. */
-static inline int kv_shard_owner(long pos, int dcp)
-{
-    return (int)(pos % dcp);
-}
-
-static inline long kv_shard_slot(long pos, int dcp)
-{
-    return pos / dcp;
-}
-
-/* How many of positions [0, n_pos) member stores: the slots [0, count) it holds of them. */
-static inline long kv_shard_local_count(long n_pos, int dcp, int member)
-{
-    return n_pos > member ? (n_pos - member - 1) / dcp + 1 : 0;
-}
-
-/* Slots a member needs for a context of `positions` (the most any member holds). */
-static inline long kv_shard_slots(long positions, int dcp)
-{
-    return positions / dcp + (positions % dcp != 0);
-}
 
 /* The context that `slots` per member hold (slots x dcp, capped at LONG_MAX). */
 long kv_shard_context(long slots, int dcp);

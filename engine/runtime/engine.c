@@ -683,9 +683,6 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     int dcp = opt->dcp ? opt->dcp : 1;
     if ((rc = kv_shard_check(opt->tp, dcp, err)))
         return rc;
-    if (dcp > 1 && opt->backend != BACKEND_CPU)
-        return kimi_fail(err, KIMI_ERR_USAGE, "--dcp %d: the %s backend keeps the cache replicated; decode context "
-                         "parallelism runs on the cpu backend only", dcp, backend_name(opt->backend));
     if (opt->threads_per_rank < 0)
         return kimi_fail(err, KIMI_ERR_USAGE, "--threads %d: must be 0 (automatic) or positive", opt->threads_per_rank);
     if (opt->max_context < 0)

@@ -121,6 +121,33 @@ int mla_prefill_cuda(const float *q_latent, const float *q, int heads, int kv_lo
                      float softmax_scale, const void *cache, kv_cache_format cache_format, const int *pos, int parts,
                      float *partials, float *o_latent, int tokens, void *stream);
 
+/* Decode context parallelism (--dcp, kernels/kv_shard_math.h): the cache holds only the positions
+ * member `member` of a group of dcp stores, in its slots.
+ * mla_query_pack_cuda: q_abs [tokens][heads][kv_lora + rope] = [q_latent | q_pe of q] per head
+ *   (the absorbed query a member sends its group).
+ * mla_decode_shard_cuda: the group's queries q_group [queries][heads][kv_lora + rope] (member j's
+ *   tokens at rows j * period.., query x at position *pos + x % period) against this member's
+ *   slots below each position, in `splits` parts per query (partials: [queries] x
+ *   mla_decode_partial_floats(splits, heads, kv_lora) floats), merged into one unnormalised part
+ *   per query and head: parts [queries][heads][kv_lora + 2] = [max | sum | acc]
+ *   (kernels/attention_merge_math.h), what the CPU's mla_decode_partial gives.
+ * mla_merge_shard_parts_cuda: o_latent [tokens][heads][kv_lora] from the dcp members' parts
+ *   [dcp][tokens][heads][kv_lora + 2] of this rank's heads, the exact merge the split-K kernels use. */
+int mla_query_pack_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int nope, int rope,
+                        float *q_abs, int tokens, void *stream);
+int mla_decode_shard_cuda(const float *q_group, int queries, int period, int heads, int kv_lora, int rope,
+                          float softmax_scale, const void *cache, kv_cache_format cache_format, const int *pos,
+                          int dcp, int member, int splits, float *partials, float *parts, void *stream);
+int mla_merge_shard_parts_cuda(const float *parts, int dcp, int heads, int kv_lora, float *o_latent, int tokens,
+                               void *stream);
+/* mla_kv_rope_cache_cuda for a sharded cache: the row of position p goes to slot p / dcp when
+ * member stores it (p % dcp == member), else to foreign [tokens][row bytes] (scratch), so every
+ * rank still counts the saturations of every position. dcp 1, member 0: mla_kv_rope_cache_cuda. */
+int mla_kv_rope_cache_shard_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q, int heads,
+                                 int nope, const double *inv_freq, double cos_sin_scale, const int *pos, void *cache,
+                                 kv_cache_format cache_format, int dcp, int member, void *foreign, unsigned *clamps,
+                                 int tokens, void *stream);
+
 /* Routing on the device, per token: logits [tokens][experts] -> chosen [tokens][top_k],
  * weights [tokens][top_k], exactly moe_route's selection (kernels/cpu/moe_routing.h).
  * bias: [experts] or NULL. */

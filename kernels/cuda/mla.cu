@@ -15,6 +15,7 @@
 #include "kernels/cuda/forward.h"
 #include "kernels/half_math.h"
 #include "kernels/kv_format.h"
+#include "kernels/kv_shard_math.h"
 
 namespace {
 
@@ -35,19 +36,26 @@ __device__ __forceinline__ uint16_t fp8_row_half(const uint8_t *cache, size_t ro
 
 /* One block per multiprocessor pass is enough here, and lets ptxas keep the 32 accumulators in
  * registers (with the default target it spills). */
-__global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q_latent, const float *q, int heads,
-                                                               int kv_lora, int rope, int nope, float softmax_scale,
+/* Query row i (token i / heads, head i % heads) is q_latent + i * latent_stride and q_pe + i *
+ * pe_stride; the query of token x sits at position *pos + x % period (a decode step: period =
+ * tokens; decode context parallelism: the group's queries, member by member, each member's
+ * period tokens long) and sees the positions of [0, that position] that member `member` of a
+ * group of dcp stores (kernels/kv_shard_math.h), the cache's slots [0, count). */
+__global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q_latent, size_t latent_stride,
+                                                               const float *q_pe, size_t pe_stride, int heads,
+                                                               int kv_lora, int rope, float softmax_scale,
                                                                const uint8_t *cache, int fp8, const int *pos,
-                                                               int splits, float *partials)
+                                                               int period, int dcp, int member, int splits,
+                                                               float *partials)
 {
     extern __shared__ uint4 mla_shared[];
-    int row = kv_lora + rope, q_width = nope + rope;
+    int row = kv_lora + rope;
     /* x: the query (fastest, so a step's queries read each cache chunk at about the same time
      * and all but the first find it in L2), y: the head group, z: the part of the sequence */
     size_t token = blockIdx.x;
     int split = blockIdx.z;
-    q_latent += token * heads * kv_lora;
-    q += token * heads * q_width;
+    q_latent += token * heads * latent_stride;
+    q_pe += token * heads * pe_stride;
     partials += token * (size_t)splits * heads * ((size_t)kv_lora + 2);
     int head0 = blockIdx.y * kHeadsPerBlock;
     int group = heads - head0 < kHeadsPerBlock ? heads - head0 : kHeadsPerBlock;
@@ -60,8 +68,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
 
     for (int i = threadIdx.x; i < group * row; i += kThreads) {
         int g = i / row, c = i % row;
-        query[i] = c < kv_lora ? q_latent[(size_t)(head0 + g) * kv_lora + c]
-                               : q[(size_t)(head0 + g) * q_width + nope + (c - kv_lora)];
+        query[i] = c < kv_lora ? q_latent[(size_t)(head0 + g) * latent_stride + c]
+                               : q_pe[(size_t)(head0 + g) * pe_stride + (c - kv_lora)];
     }
     if (threadIdx.x < kHeadsPerBlock) {
         max_state[threadIdx.x] = -INFINITY;
@@ -74,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
         for (int k = 0; k < kMaxLatentPerThread; k++)
             acc[g][k] = 0.0f;
 
-    long n_pos = (long)*pos + (long)token + 1;
+    long n_pos = kv_shard_local_count((long)*pos + (long)(token % (size_t)period) + 1, dcp, member);
     long chunks = (n_pos + kChunk - 1) / kChunk;
     long per_split = (chunks + splits - 1) / splits;
     long first_chunk = split * per_split;
@@ -171,19 +179,41 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
     }
 }
 
-/* o_latent[h]: the parts of each head merged (kernels/attention_merge_math.h). */
-__global__ void __launch_bounds__(kThreads) mla_merge_kernel(const float *partials, int splits, int heads,
-                                                             int kv_lora, float *o_latent)
+/* o_latent[h]: the parts of each head merged (kernels/attention_merge_math.h); token y's part s
+ * of head h at partials + y * token_stride + s * part_stride + h * ATTENTION_PART_FLOATS. */
+__global__ void __launch_bounds__(kThreads) mla_merge_kernel(const float *partials, int splits, size_t token_stride,
+                                                             size_t part_stride, int heads, int kv_lora,
+                                                             float *o_latent)
 {
     int head = blockIdx.x;
-    size_t stride = ATTENTION_PART_FLOATS(kv_lora), part_stride = (size_t)heads * stride;
-    partials += (size_t)blockIdx.y * splits * heads * stride + (size_t)head * stride;
+    size_t stride = ATTENTION_PART_FLOATS(kv_lora);
+    partials += (size_t)blockIdx.y * token_stride + (size_t)head * stride;
     o_latent += (size_t)blockIdx.y * heads * kv_lora;
     float global_max = attention_parts_max(partials, splits, part_stride);
     float inverse = attention_parts_inverse_total(partials, splits, part_stride, global_max);
     for (int c = threadIdx.x; c < kv_lora; c += kThreads)
         o_latent[(size_t)head * kv_lora + c] =
             attention_parts_merge_element(partials, splits, part_stride, global_max, inverse, c);
+}
+
+/* Decode context parallelism: the splits of each query row merged into one part, left
+ * unnormalised ([max | sum | acc], kernels/attention_merge_math.h) for the group's merge:
+ * parts [queries][heads][ATTENTION_PART_FLOATS], partials as mla_partial_kernel wrote them. */
+__global__ void __launch_bounds__(kThreads) mla_part_combine_kernel(const float *partials, int splits, int heads,
+                                                                    int kv_lora, float *parts)
+{
+    int head = blockIdx.x;
+    size_t stride = ATTENTION_PART_FLOATS(kv_lora), part_stride = (size_t)heads * stride;
+    partials += (size_t)blockIdx.y * splits * heads * stride + (size_t)head * stride;
+    parts += ((size_t)blockIdx.y * heads + head) * stride;
+    float global_max = attention_parts_max(partials, splits, part_stride);
+    float total = attention_parts_total(partials, splits, part_stride, global_max);
+    if (threadIdx.x == 0) {
+        parts[0] = total > 0.0f ? global_max : -INFINITY;
+        parts[1] = total;
+    }
+    for (int c = threadIdx.x; c < kv_lora; c += kThreads)
+        parts[2 + c] = attention_parts_merge_element(partials, splits, part_stride, global_max, 1.0f, c);
 }
 
 /* ---- prefill: a block of kPrefillRows query rows (row i of the step: token i / heads, head
@@ -486,15 +516,16 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
         return (int)cudaErrorInvalidValue;
     size_t shared = partial_shared_bytes(kv_lora, rope);    /* above 48 KiB: mla_attention_setup_cuda */
     dim3 grid((unsigned)tokens, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)splits);
-    mla_partial_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(q_latent, q, heads, kv_lora, rope, nope,
-                                                                         softmax_scale, static_cast<const uint8_t *>(cache),
-                                                                         cache_format == KV_CACHE_FP8, pos, splits,
-                                                                         partials);
+    mla_partial_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(
+        q_latent, (size_t)kv_lora, q + nope, (size_t)(nope + rope), heads, kv_lora, rope, softmax_scale,
+        static_cast<const uint8_t *>(cache), cache_format == KV_CACHE_FP8, pos, tokens, 1, 0, splits, partials);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess)
         return (int)status;
+    size_t part = ATTENTION_PART_FLOATS(kv_lora);
     dim3 merge_grid((unsigned)heads, (unsigned)tokens);
-    mla_merge_kernel<<<merge_grid, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, heads, kv_lora, o_latent);
+    mla_merge_kernel<<<merge_grid, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, (size_t)splits * heads * part,
+                                                                        (size_t)heads * part, heads, kv_lora, o_latent);
     return (int)cudaGetLastError();
 }
 
@@ -544,7 +575,82 @@ extern "C" int mla_prefill_cuda(const float *q_latent, const float *q, int heads
                                          tokens, parts, partials, o_latent, s);
     if (status || parts == 1)
         return status;
+    size_t part = ATTENTION_PART_FLOATS(kv_lora);
     dim3 merge_grid((unsigned)heads, (unsigned)tokens);
-    mla_merge_kernel<<<merge_grid, kThreads, 0, s>>>(partials, parts, heads, kv_lora, o_latent);
+    mla_merge_kernel<<<merge_grid, kThreads, 0, s>>>(partials, parts, (size_t)parts * heads * part, (size_t)heads * part,
+                                                     heads, kv_lora, o_latent);
+    return (int)cudaGetLastError();
+}
+
+/* ---- decode context parallelism (kernels/kv_shard_math.h): a member's partial attention over
+ * the positions it stores, for the whole group's queries, and the merge of the group's parts ---- */
+
+namespace {
+
+/* q_abs[row] = [q_latent[row] | q_pe of q[row]], row = token * heads + head. */
+__global__ void __launch_bounds__(kThreads) mla_query_pack_kernel(const float *q_latent, const float *q, int kv_lora,
+                                                                  int nope, int rope, float *q_abs)
+{
+    size_t row = blockIdx.x, width = (size_t)kv_lora + rope;
+    for (int c = threadIdx.x; c < kv_lora + rope; c += kThreads)
+        q_abs[row * width + c] = c < kv_lora ? q_latent[row * kv_lora + c]
+                                             : q[row * ((size_t)nope + rope) + nope + (c - kv_lora)];
+}
+
+} // namespace
+
+extern "C" int mla_query_pack_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int nope, int rope,
+                                   float *q_abs, int tokens, void *stream)
+{
+    if (tokens <= 0 || heads <= 0)
+        return 0;
+    mla_query_pack_kernel<<<(unsigned)(tokens * heads), kThreads, 0, (cudaStream_t)stream>>>(q_latent, q, kv_lora, nope,
+                                                                                          rope, q_abs);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mla_decode_shard_cuda(const float *q_group, int queries, int period, int heads, int kv_lora, int rope,
+                                     float softmax_scale, const void *cache, kv_cache_format cache_format,
+                                     const int *pos, int dcp, int member, int splits, float *partials, float *parts,
+                                     void *stream)
+{
+    if (queries <= 0)
+        return 0;
+    if (heads <= 0 || splits <= 0 || period <= 0 || dcp <= 0 || member < 0 || member >= dcp ||
+        kv_lora > kThreads * kMaxLatentPerThread || splits > 65535 || queries > 65535 ||
+        (cache_format == KV_CACHE_FP8 && kv_lora % 2))
+        return (int)cudaErrorInvalidValue;
+    size_t shared = partial_shared_bytes(kv_lora, rope);
+    if (shared > 48 * 1024) {
+        cudaError_t status = cudaFuncSetAttribute(mla_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)shared);
+        if (status != cudaSuccess)
+            return (int)status;
+    }
+    size_t width = (size_t)kv_lora + rope;
+    dim3 grid((unsigned)queries, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)splits);
+    mla_partial_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(
+        q_group, width, q_group + kv_lora, width, heads, kv_lora, rope, softmax_scale,
+        static_cast<const uint8_t *>(cache), cache_format == KV_CACHE_FP8, pos, period, dcp, member, splits, partials);
+    cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess)
+        return (int)status;
+    dim3 combine_grid((unsigned)heads, (unsigned)queries);
+    mla_part_combine_kernel<<<combine_grid, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, heads, kv_lora, parts);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mla_merge_shard_parts_cuda(const float *parts, int dcp, int heads, int kv_lora, float *o_latent,
+                                          int tokens, void *stream)
+{
+    if (tokens <= 0)
+        return 0;
+    if (heads <= 0 || dcp <= 0 || tokens > 65535)
+        return (int)cudaErrorInvalidValue;
+    size_t part = ATTENTION_PART_FLOATS(kv_lora);
+    dim3 merge_grid((unsigned)heads, (unsigned)tokens);
+    mla_merge_kernel<<<merge_grid, kThreads, 0, (cudaStream_t)stream>>>(parts, dcp, (size_t)heads * part,
+                                                                        (size_t)tokens * heads * part, heads, kv_lora,
+                                                                        o_latent);
     return (int)cudaGetLastError();
 }

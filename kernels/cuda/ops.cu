@@ -11,6 +11,7 @@
 #include "kernels/cuda/gemv_core.cuh"
 #include "kernels/forward_math.h"
 #include "kernels/kv_format.h"
+#include "kernels/kv_shard_math.h"
 
 namespace {
 
@@ -105,7 +106,8 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
                                                                  const float *kv_norm, float eps, float *q, int heads,
                                                                  int nope, const double *inv_freq,
                                                                  double cos_sin_scale, const int *pos,
-                                                                 uint8_t *cache, int fp8, unsigned *clamps)
+                                                                 uint8_t *cache, int fp8, int dcp, int member,
+                                                                 uint8_t *foreign, unsigned *clamps)
 {
     __shared__ double partial[kThreads / 32];
     __shared__ float cos_table[128], sin_table[128];
@@ -113,7 +115,9 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
     kv += (size_t)blockIdx.x * (kv_lora + rope);
     q += (size_t)blockIdx.x * heads * (nope + rope);
     kv_cache_format format = fp8 ? KV_CACHE_FP8 : KV_CACHE_FP16;
-    uint8_t *row = cache + (size_t)position * kv_row_bytes(format, kv_lora, rope);
+    size_t row_bytes = kv_row_bytes(format, kv_lora, rope);
+    uint8_t *row = kv_shard_owner(position, dcp) == member ? cache + (size_t)kv_shard_slot(position, dcp) * row_bytes
+                                                           : foreign + (size_t)blockIdx.x * row_bytes;
     uint16_t *entry = reinterpret_cast<uint16_t *>(row); /* fp16: [kv_lora | rope] */
     uint16_t *k_pe_out = fp8 ? reinterpret_cast<uint16_t *>(row + kv_lora + 4 * (size_t)kv_fp8_blocks(kv_lora))
                              : entry + kv_lora;
@@ -478,19 +482,30 @@ extern "C" int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, 
     return (int)cudaGetLastError();
 }
 
-extern "C" int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q,
-                                      int heads, int nope, const double *inv_freq, double cos_sin_scale,
-                                      const int *pos, void *cache, kv_cache_format cache_format, unsigned *clamps,
-                                      int tokens, void *stream)
+extern "C" int mla_kv_rope_cache_shard_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps,
+                                            float *q, int heads, int nope, const double *inv_freq,
+                                            double cos_sin_scale, const int *pos, void *cache,
+                                            kv_cache_format cache_format, int dcp, int member, void *foreign,
+                                            unsigned *clamps, int tokens, void *stream)
 {
-    if (rope % 2 || rope > 256 || (cache_format == KV_CACHE_FP8 && (kv_lora % 2 || kv_lora > 1024)))
+    if (rope % 2 || rope > 256 || (cache_format == KV_CACHE_FP8 && (kv_lora % 2 || kv_lora > 1024)) || dcp < 1 ||
+        member < 0 || member >= dcp || (dcp > 1 && !foreign))
         return (int)cudaErrorInvalidValue;
     if (tokens <= 0)
         return 0;
     kv_rope_cache_kernel<<<(unsigned)tokens, kThreads, 0, (cudaStream_t)stream>>>(
         kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos, static_cast<uint8_t *>(cache),
-        cache_format == KV_CACHE_FP8, clamps);
+        cache_format == KV_CACHE_FP8, dcp, member, static_cast<uint8_t *>(foreign), clamps);
     return (int)cudaGetLastError();
+}
+
+extern "C" int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q,
+                                      int heads, int nope, const double *inv_freq, double cos_sin_scale,
+                                      const int *pos, void *cache, kv_cache_format cache_format, unsigned *clamps,
+                                      int tokens, void *stream)
+{
+    return mla_kv_rope_cache_shard_cuda(kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos,
+                                        cache, cache_format, 1, 0, NULL, clamps, tokens, stream);
 }
 
 extern "C" int nonfinite_flag_cuda(const float *values, size_t n, int code, int *flag, void *stream)

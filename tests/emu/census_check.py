@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""census_check.py KIMI_PROBE MODEL_DIR TP: kimi-probe bench --census --json on the CPU emulation
+"""census_check.py KIMI_PROBE MODEL_DIR TP [DCP]: kimi-probe bench --census --json on the CPU emulation
 of CUDA (tests/emu), one rank per emulated device, checked for consistency with itself and with
 the model's shapes, computed here independently from config.json and the safetensors headers:
   - the keys the issue lists, layers = num_hidden_layers, launches >= layers, the per-kernel rows
     add up to the launches and the bytes read, a replayed graph holds every launch;
   - collectives: 2 all-reduces per layer of hidden floats, and rank 0's gather of the logits (one
-    receive per other rank of its vocabulary slice), with exactly those bytes;
+    receive per other rank of its vocabulary slice), with exactly those bytes; with DCP > 1 (the
+    latent cache sharded over groups of DCP ranks) two exchanges per layer within rank 0's group,
+    each a send and a receive per other member: the absorbed queries of its heads (kv_lora + rope
+    floats each) all-gathered, and the partial attentions (kv_lora + 2 floats per head) all-to-all;
   - required_bytes_per_token: rank 0's weights (replicated tensors whole, split ones by its heads,
     intermediate columns and vocabulary rows; top-k routed experts; no embedding table) plus
-    the latent cache of `context` positions; the bytes read cover at least the required bytes
+    the latent cache of the `context` positions rank 0 stores (all of them at DCP 1, every DCP-th
+    from position 0 when sharded); the bytes read cover at least the required bytes
     (every weight and cache byte is loaded, a 4 KiB page at a time).
 No expected figure is written here: every number is derived from the model or the JSON."""
 import glob
@@ -19,6 +23,7 @@ import subprocess
 import sys
 
 probe, model, tp = sys.argv[1], sys.argv[2], int(sys.argv[3])
+dcp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 failures = []
 
 
@@ -29,8 +34,8 @@ def check(ok, what):
 
 
 devices = ','.join(str(d) for d in range(tp))
-out = subprocess.run([probe, 'bench', '--census', '--json', '--backend', 'cuda', '--tp', str(tp), '--devices', devices,
-                      '--model', model], capture_output=True, text=True, timeout=600)
+out = subprocess.run([probe, 'bench', '--census', '--json', '--backend', 'cuda', '--tp', str(tp), '--dcp', str(dcp),
+                      '--devices', devices, '--model', model], capture_output=True, text=True, timeout=600)
 if out.returncode != 0:
     sys.exit('FAIL kimi-probe bench --census: exit %d: %s' % (out.returncode, out.stderr.strip()))
 lines = [l for l in out.stdout.splitlines() if l.strip()]
@@ -48,6 +53,7 @@ for key in ['layers', 'launches_per_token', 'graph_nodes_per_token', 'collective
             'collective_bytes_per_token', 'global_bytes_read_per_token', 'required_bytes_per_token', 'kernels']:
     check(key in c, 'key %s present' % key)
 check(c['layers'] == layers, 'layers %d = num_hidden_layers %d' % (c['layers'], layers))
+check(c.get('dcp') == dcp, 'dcp %s = %d' % (c.get('dcp'), dcp))
 check(c['launches_per_token'] >= layers, 'launches %d >= layers %d' % (c['launches_per_token'], layers))
 kernel_launches = sum(k['launches'] for k in c['kernels'])
 kernel_bytes = sum(k['bytes_read'] for k in c['kernels'])
@@ -66,11 +72,15 @@ def even_split(n, parts, rank):
 allreduces = 2 * layers
 receives = tp - 1
 gather_bytes = sum(even_split(vocab, tp, r) * 4 for r in range(1, tp))
-check(c['collectives_per_token'] == allreduces + receives,
-      'collectives %d = 2 x %d layers + %d receives' % (c['collectives_per_token'], layers, receives))
-check(c['collective_bytes_per_token'] == allreduces * hidden * 4 + gather_bytes,
-      'collective bytes %d = %d all-reduces x %d floats x 4 + gather %d' %
-      (c['collective_bytes_per_token'], allreduces, hidden, gather_bytes))
+rank_heads = even_split(heads, tp, 0)
+exchanges = layers * 2 * 2 * (dcp - 1)    # per layer: two exchanges, a send and a receive per other member
+exchange_bytes = layers * 2 * (dcp - 1) * rank_heads * ((kv_lora + rope) + (kv_lora + 2)) * 4
+check(c['collectives_per_token'] == allreduces + receives + exchanges,
+      'collectives %d = 2 x %d layers + %d receives + %d sends and receives of the dcp %d exchanges' %
+      (c['collectives_per_token'], layers, receives, exchanges, dcp))
+check(c['collective_bytes_per_token'] == allreduces * hidden * 4 + gather_bytes + exchange_bytes,
+      'collective bytes %d = %d all-reduces x %d floats x 4 + gather %d + dcp exchanges %d' %
+      (c['collective_bytes_per_token'], allreduces, hidden, gather_bytes, exchange_bytes))
 
 # rank 0's weights from the safetensors headers
 tensors = {}
@@ -123,7 +133,7 @@ for i in range(layers):
         inter = tensors[m + 'down_proj.weight'][1][1] * (2 if tensors[m + 'down_proj.weight'][0] == 'U8' else 1)
         part = even_split(inter, tp, 0) / inter
         weights += matrix(m + 'gate_proj', part) + matrix(m + 'up_proj', part) + matrix(m + 'down_proj', 1.0, part)
-cache = c['context'] * layers * (kv_lora + rope) * 2
+cache = ((c['context'] - 1) // dcp + 1) * layers * (kv_lora + rope) * 2
 required = weights + cache
 got = c['required_bytes_per_token']
 check(abs(got - required) <= 0.01 * required,

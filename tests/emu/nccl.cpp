@@ -2,12 +2,15 @@
  * collectives run on its stream's thread, in order, and the k-th collective of every rank meet:
  * the last to arrive computes the result (sums in rank order) for all of them. Send/recv meet
  * per pair of ranks in order. Group calls are enqueued at ncclGroupEnd with the sends posted
- * before any receive waits. Lazy connection setup as recent NCCL does it: the connections a call
- * needs are made at its first use, which must not be inside a stream capture (ncclInvalidUsage,
- * said on stderr): the collectives' (all-reduce, all-gather) at a communicator's first
- * collective, and a point-to-point connection per peer at the first send to or receive from it
- * (an all-reduce connects no peer for ncclSend/ncclRecv). A connection holds device memory until
- * the communicator is destroyed or aborted, as NCCL's buffers do, in cudaMemGetInfo's count: a
+ * before any receive waits; a send copies its buffer when it runs and completes at once (NCCL
+ * progresses a group's sends and receives together, so two ranks that send each other in one
+ * group, the exchanges of decode context parallelism, must not wait on each other). Lazy
+ * connection setup as recent NCCL does it: the connections a call needs are made at its first
+ * use, which must not be inside a stream capture (ncclInvalidUsage, said on stderr): the
+ * collectives' (all-reduce, all-gather) at a communicator's first collective, and a
+ * point-to-point connection per peer at the first send to or receive from it (an all-reduce
+ * connects no peer for ncclSend/ncclRecv). A connection holds device memory until the
+ * communicator is destroyed or aborted, as NCCL's buffers do, in cudaMemGetInfo's count: a
  * model of NCCL_BUFFSIZE (4 MiB) per channel and direction over two channels, 16 MiB for the
  * collectives and 8 MiB per peer. Fault hook:
  * KIMI_EMU_NCCL_FAIL=RANK:K fails rank RANK's K-th collective (1-based): its communicator
@@ -43,8 +46,8 @@ struct clique {
     std::condition_variable changed;
     std::map<unsigned long long, std::vector<arrival>> rounds;  /* collective index -> arrivals */
     std::map<unsigned long long, int> arrived, released;
-    /* point to point: (from, to) -> posted sends in order */
-    std::map<std::pair<int, int>, std::vector<std::pair<const void *, size_t>>> sends;
+    /* point to point: (from, to) -> the bytes of the posted sends, in order */
+    std::map<std::pair<int, int>, std::vector<std::vector<char>>> sends;
     std::map<std::pair<int, int>, size_t> sends_taken;
     int joined = 0;
 };
@@ -393,13 +396,12 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
             wait_aborted(comm, hold);
             return;
         }
+        if (comm->aborted.load())   /* an aborted communicator posts nothing a peer could match */
+            return;
         auto key = std::make_pair(comm->rank, peer);
-        auto &queue = g.sends[key];
-        queue.push_back({sendbuff, bytes});
-        size_t mine = queue.size();
+        const char *from = static_cast<const char *>(sendbuff);
+        g.sends[key].emplace_back(from, from + bytes);
         g.changed.notify_all();
-        /* the send completes once the receiver has copied it */
-        g.changed.wait(hold, [&] { return g.sends_taken[key] >= mine || comm->aborted.load(); });
     };
     return submit(comm, stream, std::move(w), true, peer);
 }
@@ -426,13 +428,14 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
         auto key = std::make_pair(peer, comm->rank);
         size_t index = g.sends_taken[key];
         g.changed.wait(hold, [&] { return g.sends[key].size() > index || comm->aborted.load(); });
-        if (g.sends[key].size() <= index)
+        if (comm->aborted.load() || g.sends[key].size() <= index)
             return;
-        auto posted = g.sends[key][index];
-        if (posted.second != bytes)
+        std::vector<char> posted;
+        posted.swap(g.sends[key][index]);
+        if (posted.size() != bytes)
             emu::fatal("ncclRecv of %zu bytes on rank %d from rank %d, which sent %zu", bytes, comm->rank, peer,
-                       posted.second);
-        memcpy(recvbuff, posted.first, bytes);
+                       posted.size());
+        memcpy(recvbuff, posted.data(), bytes);
         g.sends_taken[key] = index + 1;
         g.changed.notify_all();
     };

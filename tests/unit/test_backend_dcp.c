@@ -272,9 +272,10 @@ static void check_bad_dcp(void)
     }
     backend_options opt = {.kind = BACKEND_CPU, .tp = 2, .dcp = 4, .threads_per_rank = 1, .max_context = 8};
     CHECK_INT(backend_open(&none, &mw, &opt, &err), KIMI_ERR_USAGE);
-    backend_options cuda = {.kind = BACKEND_CUDA, .tp = 2, .dcp = 2, .max_context = 8};
+    /* the cuda backend shards too (tests/gpu golden_cuda_tp8_dcp*): the same check, before any device */
+    backend_options cuda = {.kind = BACKEND_CUDA, .tp = 2, .dcp = 4, .max_context = 8};
     CHECK_INT(backend_open(&none, &mw, &cuda, &err), KIMI_ERR_USAGE);
-    CHECK_MSG(strstr(err.msg, "--dcp 2") && strstr(err.msg, "cpu backend only"), "%s", err.msg);
+    CHECK_MSG(strstr(err.msg, "--dcp 4") && strstr(err.msg, "--tp 2"), "%s", err.msg);
     CHECK(none == NULL);
 }
 

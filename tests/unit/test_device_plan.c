@@ -829,6 +829,57 @@ static void check_cuda_open_without_device(void)
     weights_free(&mw);
 }
 
+/* Decode context parallelism (--dcp): a sharded rank's plan counts cache bytes per position / dcp
+ * (rounded up) and the sharded attention's buffers, which the workspace layout holds for steps of
+ * DEVICE_PREFILL_TOKENS tokens; the same free memory then fits about dcp times the positions. */
+static void check_sharded_plan(const char *dir)
+{
+    model_weights mw;
+    kimi_err err = {0};
+    if (weights_load(&mw, dir, &err)) {
+        CHECK_MSG(0, "%s: %s", dir, err.msg);
+        return;
+    }
+    const model_config *c = &mw.cfg;
+    enum { TP = 8, SPLITS = 264 };
+    tp_shard shard;
+    CHECK_INT(tp_shard_plan(&mw, TP, 0, &shard, &err), 0);
+    size_t heads = (size_t)(shard.heads.end - shard.heads.begin), T = DEVICE_PREFILL_TOKENS;
+    size_t query = (size_t)(c->kv_lora_rank + c->qk_rope_dim), part = (size_t)c->kv_lora_rank + 2;
+    for (int f = 0; f < 2; f++) {
+        kv_cache_format format = f ? KV_CACHE_FP8 : KV_CACHE_FP16;
+        size_t full = kv_bytes_per_token(c, format), row = kv_row_bytes(format, c->kv_lora_rank, c->qk_rope_dim);
+        device_rank_plan replicated;
+        CHECK_INT(device_rank_plan_make(&mw, TP, 0, SPLITS, format, &replicated, &err), 0);
+        for (int dcp = 1; dcp <= TP; dcp *= 2) {
+            device_rank_plan plan = replicated;
+            CHECK_INT(device_rank_plan_shard(&plan, &mw, TP, 0, dcp, SPLITS, format, &err), 0);
+            CHECK_INT(plan.cache_bytes_per_position, (full + (size_t)dcp - 1) / (size_t)dcp);
+            CHECK_INT(plan.weight_bytes, replicated.weight_bytes);
+            device_dcp_workspace d;
+            device_dcp_workspace_plan(c, (int)heads, dcp, SPLITS, format, &d);
+            CHECK_INT(plan.workspace_bytes - replicated.workspace_bytes, dcp > 1 ? d.total * sizeof(float) : 0);
+            size_t queries = (size_t)dcp * T, partials = (SPLITS > queries ? SPLITS : queries) * heads * part;
+            size_t offsets[] = {d.q_abs, d.q_group, d.parts_send, d.parts_recv, d.partials, d.foreign, d.total};
+            size_t sizes[] = {T * heads * query, queries * heads * query, queries * heads * part,
+                              queries * heads * part, partials, (T * row + 3) / 4};
+            for (size_t i = 0; i + 1 < sizeof offsets / sizeof offsets[0]; i++)
+                CHECK_MSG(offsets[i] % 64 == 0 && offsets[i + 1] - offsets[i] >= sizes[i],
+                          "dcp %d buffer %zu: at %zu, next at %zu, needs %zu floats", dcp, i, offsets[i],
+                          offsets[i + 1], sizes[i]);
+            /* room for the fixed bytes and 1000 replicated positions on every one of 8 ranks */
+            device_rank_plan plans[TP];
+            for (int r = 0; r < TP; r++)
+                plans[r] = plan;
+            size_t free_bytes = TP * (replicated.weight_bytes + plan.workspace_bytes + 1000 * full);
+            long fit = device_max_context(plans, TP, free_bytes, 0);
+            CHECK_MSG(fit >= 1000L * dcp - dcp && fit <= 1000L * dcp + dcp, "%s dcp %d: %ld positions fit",
+                      f ? "fp8" : "fp16", dcp, fit);
+        }
+    }
+    weights_free(&mw);
+}
+
 int main(void)
 {
     check_packed_odd_widths();
@@ -848,6 +899,7 @@ int main(void)
     for (int tp = 1; tp <= 8; tp *= 2)
         if (tp != 4)
             check_model(TINY, tp);
+    check_sharded_plan(TINY);
     check_cuda_open_without_device();
     return check_finish();
 }

@@ -369,10 +369,11 @@ static void test_sharded_plan(void)
     kimi_err err = {0};
     CHECK_INT(engine_open(&e, &bad, &err), KIMI_ERR_USAGE);
     CHECK_MSG(strstr(err.msg, "--dcp 3") != NULL, "%s", err.msg);
-    /* refused before any load, with or without CUDA in this build */
-    engine_options cuda = {.model_dir = "/nonexistent", .backend = BACKEND_CUDA, .tp = 2, .dcp = 2};
+    /* the cuda backend shards too; a --dcp that does not divide --tp is refused before any load,
+     * with or without CUDA in this build */
+    engine_options cuda = {.model_dir = "/nonexistent", .backend = BACKEND_CUDA, .tp = 4, .dcp = 3};
     CHECK_INT(engine_open(&e, &cuda, &err), KIMI_ERR_USAGE);
-    CHECK_MSG(strstr(err.msg, "--dcp 2") && strstr(err.msg, "cpu backend only"), "%s", err.msg);
+    CHECK_MSG(strstr(err.msg, "--dcp 3") && strstr(err.msg, "--tp 4"), "%s", err.msg);
 }
 
 static void test_bad_settings(void)
