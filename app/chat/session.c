@@ -758,8 +758,10 @@ static int meta_from_json(const reader *r, const json_t *v, const char *path, se
 
 int session_context_start(const session *s)
 {
+    /* only a user message is a summary (/compact writes one): a mark elsewhere, from a file
+       written by another program, would start the view at an answer or a tool result */
     for (int i = s->conv.n_messages - 1; i > 0; i--)
-        if (meta_at(s, i) && meta_at(s, i)->summary)
+        if (meta_at(s, i) && meta_at(s, i)->summary && s->conv.messages[i].role == CHAT_ROLE_USER)
             return i;
     return 0;
 }

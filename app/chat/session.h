@@ -75,9 +75,9 @@ void session_free(session *s);
 /* Append deep copies of m and meta (meta may be NULL: all unknown). */
 int session_append(session *s, const chat_message *m, const session_message_meta *meta,
                    kimi_err *err);
-/* Where the conversation the model sees begins: the last summary message (/compact), 0 when
- * there is none. The messages before it stay in the session, its file and its exports; the
- * model sees a leading system prompt, then messages from here on. */
+/* Where the conversation the model sees begins: the last user message marked summary
+ * (/compact), 0 when there is none. The messages before it stay in the session, its file and its
+ * exports; the model sees a leading system prompt, then messages from here on. */
 int session_context_start(const session *s);
 /* Drop messages n.. (undo, retry, new). */
 void session_truncate(session *s, int n);

@@ -1066,6 +1066,18 @@ static void test_compact(void)
     const char *json = "{\"meta\": {\"messages\": [{\"summary\": 1}]}, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}";
     CHECK(session_parse(&bad, json, strlen(json), "s.json", &err) != 0 && strstr(err.msg, "summary"));
     session_free(&bad);
+    /* a summary mark on a message that is not the user's (a file from elsewhere) starts nothing:
+       the model's view would begin with a tool result whose call it cut off */
+    const char *marked_tool =
+        "{\"meta\": {\"messages\": [null, null, {\"summary\": true}, null, null]}, \"messages\": ["
+        "{\"role\": \"user\", \"content\": \"time?\"},"
+        "{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": \"functions.now:0\", "
+        "\"type\": \"function\", \"function\": {\"name\": \"now\", \"arguments\": \"{}\"}}]},"
+        "{\"role\": \"tool\", \"tool_call_id\": \"functions.now:0\", \"content\": \"12:00\"},"
+        "{\"role\": \"assistant\", \"content\": \"noon\"}, {\"role\": \"user\", \"content\": \"thanks\"}]}";
+    CHECK_MSG(session_parse(&bad, marked_tool, strlen(marked_tool), "t.json", &err) == 0, "%s", err.msg);
+    CHECK_INT(session_context_start(&bad), 0);
+    session_free(&bad);
 }
 
 /* /permissions: each tool as ask, always or disabled, and each change taking effect on the
