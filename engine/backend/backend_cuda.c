@@ -725,17 +725,11 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     return project(be, rd, &ld->o, ws(rd, l->attn), heads * (size_t)c->v_head_dim, ws(rd, l->partial), T, s);
 }
 
-/* The routed experts of a step of T tokens grouped by expert (offsets, order: device), on the
- * GEMM path (launched, never captured): the host reads the per-expert slot counts once per MoE
- * layer, a synchronisation a prefill step affords; experts with DEVICE_EXPERT_GEMM_MIN_TOKENS
- * slots or more run them as BF16 GEMMs (their tokens' rows gathered, results scattered to
- * their slots of routed_y), the rest the grouped GEMV, one launch pair per run of consecutive
- * experts (engine/backend/device_plan.h device_moe_plan_make). */
-/* The host waits for the rank's stream in the middle of a step (the expert counts above). With
- * NCCL the stream holds collectives that wait for the peers, and a peer that gave up (its
- * device or communicator failed, or it could not enqueue) never comes: so the rank polls, as
- * rank_wait does, and stops waiting once its own communicator reports an error or a peer has
- * given up; the step then ends on every rank and rank_settle aborts what is still queued.
+/* The host waits for the rank's stream in the middle of a step (experts_split_step's expert
+ * counts). With NCCL the stream holds collectives that wait for the peers, and a peer that gave
+ * up (its device or communicator failed, or it could not enqueue) never comes: so the rank
+ * polls, as rank_wait does, and stops waiting once its own communicator reports an error or a
+ * peer has given up; the step then ends on every rank and rank_settle aborts what is queued.
  * Returns the stream's cudaError_t, or -1 with rd->err saying why it stopped waiting (what NCCL
  * reports, or which peer failed), which launch_fail keeps. */
 static int rank_stream_wait_in_step(struct cuda_backend *be, rank_device *rd)
@@ -757,6 +751,12 @@ static int rank_stream_wait_in_step(struct cuda_backend *be, rank_device *rd)
     }
 }
 
+/* The routed experts of a step of T tokens grouped by expert (offsets, order: device), on the
+ * GEMM path (launched, never captured): the host reads the per-expert slot counts once per MoE
+ * layer, a synchronisation a prefill step affords; experts with DEVICE_EXPERT_GEMM_MIN_TOKENS
+ * slots or more run them as BF16 GEMMs (their tokens' rows gathered, results scattered to
+ * their slots of routed_y), the rest the grouped GEMV, one launch pair per run of consecutive
+ * experts (engine/backend/device_plan.h device_moe_plan_make). */
 static int experts_split_step(struct cuda_backend *be, rank_device *rd, const layer_device *ld, int T,
                               const int *offsets, const int *order)
 {
