@@ -99,6 +99,8 @@ typedef struct rank_device {
     double *inv_freq;           /* device: [rope / 2] */
     float *logits;              /* rank 0, device [DEVICE_MAX_TOKENS * vocab]: the gathered logits,
                                    rank r's block [T][its vocab columns] at T * col_begin[r] */
+    int *host_offsets;          /* [experts + 1]: the expert counts a GEMM prefill step reads (a copy into it
+                                   may still be queued when a step gives up: freed with the rank) */
     uint8_t *staging[2];        /* pinned upload buffers (while loading) */
     cudaEvent_t staged[2];      /* the copy out of staging[i] has finished */
     int next_staging;
@@ -465,7 +467,8 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
         return err->code;
     rd->heads = rd->shard.heads.end - rd->shard.heads.begin;
     rd->layers = calloc((size_t)c->layers, sizeof *rd->layers);
-    if (!rd->layers)
+    rd->host_offsets = malloc(((size_t)c->experts + 1) * sizeof *rd->host_offsets);
+    if (!rd->layers || !rd->host_offsets)
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for %d layers", c->layers);
     for (int i = 0; i < c->layers; i++) {
         rd->layers[i].host_table = calloc((size_t)c->experts + 1, sizeof(mlp_device));
@@ -621,6 +624,7 @@ static void rank_close(struct cuda_backend *be, rank_device *rd)
         for (int i = 0; i < be->cfg->layers; i++)
             free(rd->layers[i].host_table);
     free(rd->layers);
+    free(rd->host_offsets);
     cudaFree(rd->arena);
     cudaFree(rd->cache);
     cudaFree(rd->dcp_ws);
@@ -791,6 +795,32 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     return project(be, rd, &ld->o, ws(rd, l->attn), heads * (size_t)c->v_head_dim, ws(rd, l->partial), T, s);
 }
 
+/* The host waits for the rank's stream in the middle of a step (experts_split_step's expert
+ * counts). With NCCL the stream holds collectives that wait for the peers, and a peer that gave
+ * up (its device or communicator failed, or it could not enqueue) never comes: so the rank
+ * polls, as rank_wait does, and stops waiting once its own communicator reports an error or a
+ * peer has given up; the step then ends on every rank and rank_settle aborts what is queued.
+ * Returns the stream's cudaError_t, or -1 with rd->err saying why it stopped waiting (what NCCL
+ * reports, or which peer failed), which launch_fail keeps. */
+static int rank_stream_wait_in_step(struct cuda_backend *be, rank_device *rd)
+{
+    if (!cuda_comm_is_nccl(be->comm))
+        return (int)cudaStreamSynchronize(rd->stream);
+    for (;;) {
+        cudaError_t query = cudaStreamQuery(rd->stream);
+        if (query != cudaErrorNotReady)
+            return (int)query;
+        if (cuda_comm_check(be->comm, rd->rank, &rd->err))
+            return -1;
+        int failed = atomic_load(&be->first_failed);
+        if (failed >= 0 && failed != rd->rank) {
+            kimi_fail(&rd->err, KIMI_ERR_IO, "CUDA: the step stopped waiting: rank %d failed", failed);
+            return -1;
+        }
+        sched_yield();
+    }
+}
+
 /* The routed experts of a step of T tokens grouped by expert (offsets, order: device), on the
  * GEMM path (launched, never captured): the host reads the per-expert slot counts once per MoE
  * layer, a synchronisation a prefill step affords; experts with DEVICE_EXPERT_GEMM_MIN_TOKENS
@@ -805,16 +835,16 @@ static int experts_split_step(struct cuda_backend *be, rank_device *rd, const la
     cudaStream_t s = rd->stream;
     int experts = c->experts, k = c->experts_per_token, moe_inter = rd->shard.moe_inter.end - rd->shard.moe_inter.begin;
     size_t hidden = (size_t)c->hidden;
-    int *host_offsets = malloc(((size_t)experts + 1) * sizeof *host_offsets);
+    int *host_offsets = rd->host_offsets;
     device_gemm_expert *gemm = malloc((size_t)experts * sizeof *gemm);
     device_expert_run *runs = malloc((size_t)experts * sizeof *runs);
     device_moe_plan plan = {0};
-    int status = host_offsets && gemm && runs ? 0 : (int)cudaErrorMemoryAllocation;
+    int status = gemm && runs ? 0 : (int)cudaErrorMemoryAllocation;
     if (!status)
         status = (int)cudaMemcpyAsync(host_offsets, offsets, ((size_t)experts + 1) * sizeof *host_offsets,
                                       cudaMemcpyDeviceToHost, s);
     if (!status)
-        status = (int)cudaStreamSynchronize(s);
+        status = rank_stream_wait_in_step(be, rd);
     if (!status && device_moe_plan_make(host_offsets, experts, T, DEVICE_EXPERT_GEMM_MIN_TOKENS, gemm, runs, &plan))
         status = (int)cudaErrorInvalidValue;
     float *x = ws(rd, l->x), *gathered = ws(rd, l->expert_x), *act = ws(rd, l->expert_act);
@@ -845,7 +875,6 @@ static int experts_split_step(struct cuda_backend *be, rank_device *rd, const la
     }
     atomic_fetch_add(&be->traced_gemm_experts, plan.n_gemm);
     atomic_fetch_add(&be->traced_gemm_slots, plan.gemm_slots);
-    free(host_offsets);
     free(gemm);
     free(runs);
     return status;
@@ -905,10 +934,11 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
                             ws(rd, l->partial), T, s);
 }
 
-/* A launcher's failure as the rank's error (a communicator's has said it already). */
+/* A launcher's failure as the rank's error; negative (STEP_COMM_FAILED, or the wait of
+ * rank_stream_wait_in_step): rd->err says it already. */
 static int launch_fail(rank_device *rd, int status, const char *what)
 {
-    if (status == STEP_COMM_FAILED)
+    if (status < 0)
         return rd->err.code;
     return cuda_fail(&rd->err, (cudaError_t)status, what);
 }
