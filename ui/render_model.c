@@ -120,10 +120,10 @@ struct render_model {
     search_marks hl_marks;
     struct {
         unsigned gen;       /* the current match located for this generation, ... */
-        int block, width;   /* ... block and width ... */
-        uint32_t version;   /* ... and block version (or layout epoch, when the match is on
-                               lines that cannot change); gen 0: never */
-        unsigned epoch;
+        int block, width;   /* ... block, width ... */
+        unsigned epoch;     /* ... and layout epoch; gen 0: never */
+        uint32_t version;   /* the block's version when last looked at: while it changes the
+                               match is looked for again unless it is on lines that cannot */
         int found;
         uint32_t from, to;  /* bytes of its lines' text */
         size_t last_line;   /* the line its end is on */
