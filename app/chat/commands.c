@@ -31,7 +31,7 @@ static const struct {
     {"tools", NULL, CMD_TOOLS, ARG_OPTIONAL, "/tools [enable|disable|ask NAME | expanded|folded]   list the tools and their policy, or change them (ask: take \"always\" back)"},
     {"save", NULL, CMD_SAVE, ARG_OPTIONAL, "/save [NAME]                save the session (NAME: a copy under that name)"},
     {"load", NULL, CMD_LOAD, ARG_REQUIRED, "/load NAME|FILE             open a saved session or a JSON export"},
-    {"sessions", NULL, CMD_SESSIONS, ARG_NONE, "/sessions                   list saved sessions"},
+    {"sessions", NULL, CMD_SESSIONS, ARG_NONE, "/sessions                   list saved sessions (full screen: a picker to load or delete one)"},
     {"export", NULL, CMD_EXPORT, ARG_OPTIONAL, "/export [md|json] [PATH] [--force]   write the transcript (default md, in the current folder; --force replaces PATH)"},
     {"compact", NULL, CMD_COMPACT, ARG_OPTIONAL, "/compact [INSTRUCTIONS]     the model summarises the conversation so far; it goes on from the summary and the last exchange (the session file keeps it all)"},
     {"permissions", NULL, CMD_PERMISSIONS, ARG_OPTIONAL, "/permissions [NAME ask|always|disabled]   each tool's permission, or change one (always: for this conversation)"},
