@@ -476,8 +476,10 @@ int main(int argc, char **argv)
     if (test_backend == BACKEND_CUDA) {
         test_decode_tokens_bit_identical(1);
         test_decode_tokens_bit_identical(2);
-        /* the demo model copies its context within a few tokens (tiny-k25 needs long answers) */
-        test_greedy_identical(DEMO, 1, 512);
+        /* the demo model copies its context within a few tokens (tiny-k25 needs long answers);
+         * on the fp8 cache the follow-up turns below compare greedy ids (33 s of CPU saved) */
+        if (cache_format == KV_CACHE_FP16)
+            test_greedy_identical(DEMO, 1, 512);
         test_context_end();
         test_follow_up_reuses_exact_cache(1);
         return check_finish();
