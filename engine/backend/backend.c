@@ -71,6 +71,13 @@ long cuda_backend_take_clamps(cuda_backend *be)
     (void)be;
     return 0;
 }
+
+int cuda_backend_decode_tokens(cuda_backend *be, const int32_t *tokens, int n, long start_pos, float *logits,
+                               kimi_err *err)
+{
+    (void)be, (void)tokens, (void)n, (void)start_pos, (void)logits;
+    return kimi_fail(err, KIMI_ERR_STATE, "%s", no_cuda);
+}
 #endif
 
 int backend_nonfinite_fail(kimi_err *err, int layer, long pos, int n)
@@ -187,13 +194,8 @@ int backend_decode_tokens(backend *be, const int32_t *tokens, int n, long start_
     if (rc)
         return rc;
     if (be->kind == BACKEND_CUDA)
-        return kimi_fail(err, KIMI_ERR_USAGE, "the CUDA backend has no multi-token decode step yet");
+        return cuda_backend_decode_tokens(be->cuda, tokens, n, start_pos, logits, err);
     return cpu_backend_forward(be->cpu, tokens, n, start_pos, rows, n, logits, 1, err);
-}
-
-int backend_decodes_tokens(const backend *be)
-{
-    return be->kind == BACKEND_CPU;
 }
 
 int backend_take_comm_census(backend *be, int rank, tp_comm_census *out, kimi_err *err)

@@ -101,11 +101,10 @@ long backend_take_cache_clamps(backend *be);
 /* Run tokens[0..n) at positions start_pos.. as n one-token decode steps would, in one pass
  * (speculative decoding verifies a draft this way): logits is [n][vocab], row j the logits
  * after token j, equal bit for bit to those of backend_forward on token j alone at
- * start_pos + j; the weights are read once for all n tokens. 1 <= n <= BACKEND_DECODE_TOKENS_MAX.
- * KIMI_ERR_USAGE on a backend without it (backend_decodes_tokens says which have it). */
+ * start_pos + j; the weights are read once for all n tokens (CUDA: once per 8 tokens, in one
+ * device step, a captured graph per n). 1 <= n <= BACKEND_DECODE_TOKENS_MAX. */
 enum { BACKEND_DECODE_TOKENS_MAX = 17 };
 int backend_decode_tokens(backend *be, const int32_t *tokens, int n, long start_pos, float *logits, kimi_err *err);
-int backend_decodes_tokens(const backend *be);
 
 /* The CPU backend's collectives on rank `rank` since the last take (engine/backend/tp_comm.h),
  * then reset: a census of what a step exchanges. KIMI_ERR_USAGE on the CUDA backend or a rank

@@ -24,7 +24,13 @@
  * embedding rows are looked up on the host (one row per token, so the 2.3 GB table never needs
  * device memory). With --dcp N the latent cache is sharded by position over groups of N ranks
  * (engine/backend/kv_shard.h): each rank stores 1/N of the rows and the attention exchanges
- * queries and partial results within the group (sharded_attention, as the CPU's forward.c). */
+ * queries and partial results within the group (sharded_attention, as the CPU's forward.c).
+ * A verify step of speculative decoding (cuda_backend_decode_tokens, up to
+ * BACKEND_DECODE_TOKENS_MAX tokens) runs every token as its one-token decode step would, bit
+ * for bit, in one step: the GEMVs read each weight once per 8 tokens but split K as one token
+ * does (linear_gemv_tokens_exact_cuda), the attention is the decode kernel per token (the
+ * sharded attention's per-token parts with --dcp), never a GEMM; it has a graph per token count
+ * of its own. */
 #include "engine/backend/backend_impl.h"
 
 #include <cuda_runtime_api.h>
@@ -107,6 +113,8 @@ typedef struct rank_device {
     atomic_size_t uploaded;     /* bytes of packed weights on the device so far */
     cudaGraphExec_t graph[DEVICE_MAX_TOKENS + 1][2]; /* [tokens][with logits]: NCCL, this rank's;
                                                         local, rank 0's holds every rank's step */
+    cudaGraphExec_t verify_graph[BACKEND_DECODE_TOKENS_MAX + 1];   /* [tokens]: the verify steps, the same way */
+    int *verify_pos;            /* device [BACKEND_DECODE_TOKENS_MAX]: a verify step's positions, *pos + t */
 } rank_device;
 
 typedef enum { JOB_OPEN, JOB_STEP, JOB_QUIT } rank_job;
@@ -147,6 +155,8 @@ struct cuda_backend {
     rank_device ranks[MAX_RANKS];
     rank_job job;
     int step_tokens, step_logits;
+    int step_verify;            /* the step is cuda_backend_decode_tokens': every token as a one-token step */
+    int verify_pos[BACKEND_DECODE_TOKENS_MAX];  /* its positions, copied to each rank's verify_pos */
     atomic_int enqueue_failed;  /* a rank of this step gave up before the meeting after its enqueue */
     atomic_int first_failed;    /* the rank that gave up first, -1 none */
     int capture_status;         /* local: rank 0's cudaStreamBeginCapture (read after a meeting) */
@@ -498,6 +508,7 @@ static int rank_open(struct cuda_backend *be, rank_device *rd, kimi_err *err)
     rd->gemv = (gemv_scratch){rd->ws + rd->layout.gemv_partials, (unsigned *)(rd->ws + rd->layout.gemv_counters),
                               device_max_gemv_rows(c, &rd->shard), be->sm_count};
     CUDA_TRY(cudaMalloc((void **)&rd->pos, sizeof(int)), "position");
+    CUDA_TRY(cudaMalloc((void **)&rd->verify_pos, BACKEND_DECODE_TOKENS_MAX * sizeof(int)), "verify positions");
     CUDA_TRY(cudaMalloc((void **)&rd->numerics, 2 * sizeof(int)), "numerics");
     CUDA_TRY(cudaMemsetAsync(rd->numerics, 0, 2 * sizeof(int), rd->stream), "numerics clear");
     size_t pairs = (size_t)(c->qk_rope_dim / 2);
@@ -607,6 +618,11 @@ static void rank_graphs_destroy(rank_device *rd)
                 cudaGraphExecDestroy(rd->graph[t][i]);
                 rd->graph[t][i] = NULL;
             }
+    for (int t = 0; t <= BACKEND_DECODE_TOKENS_MAX; t++)
+        if (rd->verify_graph[t]) {
+            cudaGraphExecDestroy(rd->verify_graph[t]);
+            rd->verify_graph[t] = NULL;
+        }
 }
 
 /* Frees what rank_open made (on the rank's thread). */
@@ -630,6 +646,7 @@ static void rank_close(struct cuda_backend *be, rank_device *rd)
     cudaFree(rd->dcp_ws);
     cudaFree(rd->ws);
     cudaFree(rd->pos);
+    cudaFree(rd->verify_pos);
     cudaFree(rd->numerics);
     cudaFree(rd->inv_freq);
     cudaFree(rd->logits);
@@ -656,6 +673,9 @@ static float *ws(rank_device *rd, size_t offset)
 static int gemv(rank_device *rd, const weight_matrix *w, const float *x, size_t x_width, float *y, int tokens,
                 cudaStream_t s)
 {
+    if (rd->be->step_verify)
+        return linear_gemv_tokens_exact_cuda(w, w->rows, 1, 0, x, 0, x_width, y, 0, (size_t)w->rows, tokens, &rd->gemv,
+                                             s);
     return linear_gemv_tokens_cuda(w, w->rows, 1, 0, x, 0, x_width, y, 0, (size_t)w->rows, tokens, &rd->gemv, s);
 }
 
@@ -665,7 +685,7 @@ static int project(struct cuda_backend *be, rank_device *rd, const weight_matrix
 {
     const device_workspace *l = &rd->layout;
     device_gemm_plan p;
-    if (!be->prefill_gemm || device_gemm_plan_make(w, tokens, (size_t)w->rows, l, &p))
+    if (!be->prefill_gemm || be->step_verify || device_gemm_plan_make(w, tokens, (size_t)w->rows, l, &p))
         return gemv(rd, w, x, x_width, y, tokens, s);
     uint16_t *hi = (uint16_t *)ws(rd, l->gemm_x), *lo = hi + (size_t)tokens * p.ldb;
     uint16_t *tile = (uint16_t *)ws(rd, l->gemm_w);
@@ -694,7 +714,7 @@ static int mlp_gemm(struct cuda_backend *be, rank_device *rd, const mlp_device *
     const model_config *c = be->cfg;
     const device_workspace *l = &rd->layout;
     device_gemm_plan p;
-    if (!be->prefill_gemm || device_gemm_plan_make(&m->gate, T, (size_t)m->gate.rows, l, &p) ||
+    if (!be->prefill_gemm || be->step_verify || device_gemm_plan_make(&m->gate, T, (size_t)m->gate.rows, l, &p) ||
         device_gemm_plan_make(&m->up, T, (size_t)m->up.rows, l, &p) ||
         device_gemm_plan_make(&m->down, T, (size_t)m->down.rows, l, &p))
         return 1;
@@ -750,6 +770,29 @@ static int sharded_attention(struct cuda_backend *be, rank_device *rd, int layer
                                       s);
 }
 
+/* A verify step's attention: each token's query runs the decode kernel as a one-token step at
+ * its position does (the same parts of its sequence, so the same sums), over the cache rows the
+ * step has just written up to its own. As many tokens per launch as the decode partials hold,
+ * each launch reading its first position from verify_pos. */
+static int verify_attention(struct cuda_backend *be, rank_device *rd, int layer, int T)
+{
+    const model_config *c = be->cfg;
+    const device_workspace *l = &rd->layout;
+    int splits = device_attention_splits_for(be->splits, 1);
+    int per_launch = (splits > DEVICE_MAX_TOKENS ? splits : DEVICE_MAX_TOKENS) / splits;
+    size_t latent = (size_t)rd->heads * (size_t)c->kv_lora_rank;
+    size_t q_row = (size_t)rd->heads * (size_t)(c->qk_nope_dim + c->qk_rope_dim);
+    for (int first = 0; first < T; first += per_launch) {
+        int count = T - first < per_launch ? T - first : per_launch;
+        STEP_TRY(mla_decode_cuda(ws(rd, l->q_latent) + (size_t)first * latent, ws(rd, l->q) + (size_t)first * q_row,
+                                 rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim, be->softmax_scale,
+                                 layer_cache(be, rd, layer), be->cache_format, rd->verify_pos + first, splits,
+                                 ws(rd, l->attn_partials), ws(rd, l->o_latent) + (size_t)first * latent, count,
+                                 rd->stream));
+    }
+    return 0;
+}
+
 /* x = rmsnorm(h) -> partial = this rank's share of o_proj(attention(x)), cache rows written;
  * for the step's T tokens at positions *pos + t. */
 static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
@@ -774,6 +817,8 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
                                T, s));
     if (be->dcp > 1)
         STEP_TRY(sharded_attention(be, rd, layer, T));
+    else if (be->step_verify && T > 1)
+        STEP_TRY(verify_attention(be, rd, layer, T));
     else if (T == 1)
         STEP_TRY(mla_decode_cuda(ws(rd, l->q_latent), q, rd->heads, c->kv_lora_rank, c->qk_rope_dim, c->qk_nope_dim,
                                  be->softmax_scale, layer_cache(be, rd, layer), be->cache_format, rd->pos,
@@ -998,6 +1043,13 @@ static int rank_step_enqueue(struct cuda_backend *be, rank_device *rd, int T, in
                             rd->stream, &rd->err);
 }
 
+/* The graph of the step's shape on this rank (NCCL) or rank 0 (local): a verify step of T tokens
+ * has its own, its attention being the decode kernel's. */
+static cudaGraphExec_t *step_graph(struct cuda_backend *be, rank_device *rd, int T, int with_logits)
+{
+    return be->step_verify ? &rd->verify_graph[T] : &rd->graph[T][with_logits];
+}
+
 /* Captures this rank's step as a graph of its shape (NCCL: every rank its own, on its own
  * stream; the collectives are captured with it). */
 static int rank_graph_capture(struct cuda_backend *be, rank_device *rd, int T, int with_logits)
@@ -1014,10 +1066,11 @@ static int rank_graph_capture(struct cuda_backend *be, rank_device *rd, int T, i
             cudaGraphDestroy(graph);
         return status ? status : cuda_fail(err, end, "graph capture");
     }
-    cudaError_t inst = cudaGraphInstantiate(&rd->graph[T][with_logits], graph, 0);
+    cudaGraphExec_t *exec = step_graph(be, rd, T, with_logits);
+    cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
     cudaGraphDestroy(graph);
     if (inst != cudaSuccess) {
-        rd->graph[T][with_logits] = NULL;
+        *exec = NULL;
         return cuda_fail(err, inst, "graph instantiate");
     }
     return 0;
@@ -1028,6 +1081,10 @@ static int rank_inputs(struct cuda_backend *be, rank_device *rd, int T)
 {
     kimi_err *err = &rd->err;
     CUDA_TRY(cudaMemcpyAsync(rd->pos, be->host_pos, sizeof(int), cudaMemcpyHostToDevice, rd->stream), "position");
+    if (be->step_verify)
+        CUDA_TRY(cudaMemcpyAsync(rd->verify_pos, be->verify_pos, (size_t)T * sizeof(int), cudaMemcpyHostToDevice,
+                                 rd->stream),
+                 "verify positions");
     CUDA_TRY(cudaMemcpyAsync(ws(rd, rd->layout.h), be->host_h, (size_t)T * (size_t)be->cfg->hidden * sizeof(float),
                              cudaMemcpyHostToDevice, rd->stream),
              "embedding");
@@ -1063,7 +1120,7 @@ static int local_step(struct cuda_backend *be, rank_device *rd, int T, int with_
 {
     kimi_err *err = &rd->err;
     int rank = rd->rank;
-    cudaGraphExec_t *exec = &be->ranks[0].graph[T][with_logits];
+    cudaGraphExec_t *exec = step_graph(be, &be->ranks[0], T, with_logits);
     int capture = graphs && !*exec;     /* read before the meeting after which rank 0 may write it */
     if (status)
         rank_gives_up(be, rd);
@@ -1216,7 +1273,7 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
     kimi_err *err = &rd->err;
     int T = be->step_tokens, with_logits = be->step_logits;
     /* GEMM steps are launched: cuBLASLt picks its kernels per shape, outside any capture */
-    int graphs = be->use_graphs && !(be->prefill_gemm && T >= DEVICE_GEMM_MIN_TOKENS);
+    int graphs = be->use_graphs && (be->step_verify || !(be->prefill_gemm && T >= DEVICE_GEMM_MIN_TOKENS));
     /* a launcher checks cudaGetLastError: clear what an earlier failed step left (its error has
      * been reported; a sticky device fault comes back from the next call anyway) */
     (void)cudaGetLastError();
@@ -1224,12 +1281,12 @@ static int rank_step(struct cuda_backend *be, rank_device *rd)
     if (!cuda_comm_is_nccl(be->comm)) {
         status = local_step(be, rd, T, with_logits, graphs, status);
     } else {
-        if (!status && graphs && !rd->graph[T][with_logits])
+        if (!status && graphs && !*step_graph(be, rd, T, with_logits))
             status = rank_graph_capture(be, rd, T, with_logits);
         else if (!status && !graphs)
             status = rank_step_enqueue(be, rd, T, with_logits);
         if (!status && graphs) {
-            cudaError_t launched = cudaGraphLaunch(rd->graph[T][with_logits], rd->stream);
+            cudaError_t launched = cudaGraphLaunch(*step_graph(be, rd, T, with_logits), rd->stream);
             if (launched != cudaSuccess)
                 status = cuda_fail(err, launched, "graph launch");
         }
@@ -1631,7 +1688,7 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
         be->cache_clamps += (long)(unsigned)be->host_numerics[0];
         if (be->host_numerics[1] > 0)
             return backend_nonfinite_fail(err, c->layers - be->host_numerics[1], start_pos + first, T);
-        if (be->prefill_trace && T > 1) {
+        if (be->prefill_trace && T > 1 && !be->step_verify) {
             long routed = 0;    /* slots of the step: tokens x top_k, every MoE layer and rank */
             for (int layer = 0; layer < c->layers; layer++)
                 routed += be->ranks[0].layers[layer].is_moe ? (long)T * c->experts_per_token * be->tp : 0;
@@ -1639,7 +1696,7 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
                     "of its %ld routed slots\n", T, start_pos + first, wanted ? " with logits" : "",
                     atomic_load(&be->traced_gemm_experts), atomic_load(&be->traced_gemm_slots), routed);
         }
-        if (n > 1 && be->on_layer && be->on_layer(be->on_layer_user, (double)(first + T)))
+        if (n > 1 && !be->step_verify && be->on_layer && be->on_layer(be->on_layer_user, (double)(first + T)))
             return BACKEND_STOPPED;
         /* rank r's logits of token t: T * col_begin[r] + t * (its columns) */
         for (int j = 0; j < n_logit_rows; j++) {
@@ -1654,6 +1711,21 @@ int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long st
         }
     }
     return 0;
+}
+
+int cuda_backend_decode_tokens(cuda_backend *be, const int32_t *tokens, int n, long start_pos, float *logits,
+                               kimi_err *err)
+{
+    int rows[BACKEND_DECODE_TOKENS_MAX];
+    for (int t = 0; t < n; t++) {
+        rows[t] = t;
+        be->verify_pos[t] = (int)(start_pos + t);
+    }
+    /* one token is a decode step as it is */
+    be->step_verify = n > 1;
+    int rc = cuda_backend_forward(be, tokens, n, start_pos, rows, n, logits, err);
+    be->step_verify = 0;
+    return rc;
 }
 
 long cuda_backend_take_clamps(cuda_backend *be)

@@ -31,6 +31,8 @@ long cuda_backend_capacity(const cuda_backend *be);
 int cuda_backend_forward(cuda_backend *be, const int32_t *tokens, int n, long start_pos, const int *logit_rows,
                          int n_logit_rows, float *logits, kimi_err *err);
 int cuda_backend_read_kv(cuda_backend *be, long n_pos, uint16_t *out, kimi_err *err);
+int cuda_backend_decode_tokens(cuda_backend *be, const int32_t *tokens, int n, long start_pos, float *logits,
+                               kimi_err *err);
 long cuda_backend_take_clamps(cuda_backend *be);
 long long cuda_backend_runtime_overhead(const cuda_backend *be, int *device);
 

@@ -802,12 +802,6 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         return rc;
     e->logits = malloc((size_t)cfg->vocab * sizeof *e->logits);
     info->speculate = opt->speculate;
-    if (opt->speculate != SPECULATE_OFF && !backend_decodes_tokens(e->be)) {
-        if (opt->speculate != SPECULATE_AUTO)
-            return kimi_fail(err, KIMI_ERR_USAGE, "--speculate %d: the %s backend has no multi-token decode step yet "
-                             "(use --speculate off or auto)", opt->speculate, backend_name(opt->backend));
-        info->speculate = SPECULATE_OFF;
-    }
     if (info->speculate != SPECULATE_OFF &&
         !(e->draft_logits = malloc((size_t)(SPECULATE_MAX_DRAFT + 1) * (size_t)cfg->vocab * sizeof *e->draft_logits)))
         return kimi_fail(err, KIMI_ERR_NOMEM, "out of memory for the speculative decoding logits");

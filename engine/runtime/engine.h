@@ -83,8 +83,7 @@ typedef struct {
     /* Speculative decoding by prompt lookup (engine/runtime/speculate.h): SPECULATE_OFF (0),
      * SPECULATE_AUTO (drafts when they are expected to pay) or a fixed draft length 1..16.
      * Greedy output is identical with it on or off; sampled output has the same distribution.
-     * A backend without a multi-token decode step (backend_decodes_tokens) runs with it off
-     * under SPECULATE_AUTO and fails to open with a fixed length. */
+     * Both backends verify a draft in one multi-token step (backend_decode_tokens). */
     int speculate;
     /* Optional: the plan, said before the long wait: called once on the thread running
      * engine_open when the checkpoint is opened and the memory plan made, before the weights

@@ -42,6 +42,13 @@ int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, int row_batc
 int linear_gemv_tokens_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x,
                             size_t x_batch, size_t x_token, float *y, size_t y_batch, size_t y_token, int tokens,
                             const gemv_scratch *scratch, void *stream);
+/* The same, but each token's y is bit for bit what the call for that token alone gives (it
+ * splits K as one token does, each token's partial sums apart in scratch, so fewer tokens share
+ * a weight read where rows * tokens would pass scratch->max_rows): the verify step of
+ * speculative decoding, whose logits equal those of one-token steps. */
+int linear_gemv_tokens_exact_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x,
+                                  size_t x_batch, size_t x_token, float *y, size_t y_batch, size_t y_token, int tokens,
+                                  const gemv_scratch *scratch, void *stream);
 
 /* Absorbed attention: q_latent[t][h][c] = sum_{i < nope} W_UK[h][i][c] * q[t][h][i], W_UK the
  * first nope rows of each head's (nope + v) rows of kv_b; q [tokens][heads][q_width],

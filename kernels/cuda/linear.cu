@@ -15,8 +15,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMaxSplit = 16;
 constexpr int kMaxTokens = 8;
 
-/* MAXT: the most tokens one launch serves (each weight decoded once for all of them); the
- * split-K path is for one token only. */
+/* MAXT: the most tokens one launch serves (each weight decoded once for all of them). Split K
+ * is what one token's GEMV takes; several tokens take it only through
+ * linear_gemv_tokens_exact_cuda, each token's partials apart. */
 template <int MAXT>
 __global__ void __launch_bounds__(kThreads, MAXT == 1 ? 4 : 1)
     gemv_kernel(weight_matrix w, int rows, int row_batch, const float *x, size_t x_batch, size_t x_token, float *y,
@@ -55,11 +56,14 @@ __global__ void __launch_bounds__(kThreads, MAXT == 1 ? 4 : 1)
         }
         return;
     }
-    float sum = sums[0];
-
+    /* token t's partial sums at [t][rows][kMaxSplit] (one token: [rows][kMaxSplit]) */
     __shared__ unsigned is_last;
-    if (row < rows && group_lane == 0)
-        partials[(size_t)row * kMaxSplit + part] = sum;
+    if (row < rows && group_lane == 0) {
+#pragma unroll
+        for (int t = 0; t < MAXT; t++)
+            if (t < tokens)
+                partials[((size_t)t * rows + row) * kMaxSplit + part] = sums[t];
+    }
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0)
@@ -69,10 +73,15 @@ __global__ void __launch_bounds__(kThreads, MAXT == 1 ? 4 : 1)
         return;
     __threadfence();
     if (row < rows && group_lane == 0) {
-        float total = 0.0f;
-        for (int i = 0; i < split; i++)
-            total += __ldcg(&partials[(size_t)row * kMaxSplit + i]);
-        y[row] = total * scale;
+#pragma unroll
+        for (int t = 0; t < MAXT; t++) {
+            if (t >= tokens)
+                break;
+            float total = 0.0f;
+            for (int i = 0; i < split; i++)
+                total += __ldcg(&partials[((size_t)t * rows + row) * kMaxSplit + i]);
+            y[(size_t)t * y_token + row] = total * scale;
+        }
     }
     if (threadIdx.x == 0)
         counters[blockIdx.x] = 0;
@@ -125,6 +134,49 @@ extern "C" int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, i
     return linear_gemv_tokens_cuda(w, rows, batches, row_batch, x, x_batch, 0, y, y_batch, 0, 1, scratch, stream);
 }
 
+/* The K split a GEMV of one token takes (1: none): the rows alone cannot fill the GPU (q_a,
+ * kv_a: few rows, long K), so the K range goes to several blocks. */
+static int gemv_split(int rows, int batches, int lanes, int blocks, int chunks, const gemv_scratch *scratch)
+{
+    if (!scratch || batches != 1 || lanes != 32 || rows > scratch->max_rows || blocks >= 2 * scratch->sm_count)
+        return 1;
+    int split = (2 * scratch->sm_count + blocks - 1) / blocks;
+    split = split > kMaxSplit ? kMaxSplit : split;
+    int most = chunks / 64; /* at least two chunks per lane in every part */
+    split = split > most ? most : split;
+    return split < 1 ? 1 : split;
+}
+
+/* Checks w and the batches; the launch shape of its rows: lanes per row, blocks, chunks. */
+static int gemv_shape(const weight_matrix *w, int rows, int batches, int *lanes, int *blocks, int *chunks)
+{
+    if (batches > 65535 || (w->format == WEIGHT_NVFP4 && (!w->scale || w->cols % 16)) || w->data_stride % 16)
+        return (int)cudaErrorInvalidValue;
+    int elements = w->format == WEIGHT_NVFP4 ? 32 : w->format == WEIGHT_F32 ? 4 : 8;
+    *chunks = (w->cols + elements - 1) / elements;
+    *lanes = gemv_lanes_per_row(*chunks);
+    int rows_per_block = kWarps * (32 / *lanes);
+    *blocks = (rows + rows_per_block - 1) / rows_per_block;
+    return 0;
+}
+
+/* One launch of up to kMaxTokens tokens. */
+static int gemv_launch(const weight_matrix *w, int rows, int batches, int row_batch, const float *x, size_t x_batch,
+                       size_t x_token, float *y, size_t y_batch, size_t y_token, int tokens, int lanes, int blocks,
+                       int split, const gemv_scratch *scratch, void *stream)
+{
+    dim3 grid((unsigned)blocks, (unsigned)split, (unsigned)batches);
+    float *partials = scratch ? scratch->partials : nullptr;
+    unsigned *counters = scratch ? scratch->counters : nullptr;
+    if (tokens == 1)
+        gemv_kernel<1><<<grid, kThreads, 0, (cudaStream_t)stream>>>(*w, rows, row_batch, x, x_batch, x_token, y, y_batch,
+                                                                    y_token, tokens, lanes, split, partials, counters);
+    else
+        gemv_kernel<kMaxTokens><<<grid, kThreads, 0, (cudaStream_t)stream>>>(
+            *w, rows, row_batch, x, x_batch, x_token, y, y_batch, y_token, tokens, lanes, split, partials, counters);
+    return (int)cudaGetLastError();
+}
+
 extern "C" int linear_gemv_tokens_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x,
                                        size_t x_batch, size_t x_token, float *y, size_t y_batch, size_t y_token,
                                        int tokens, const gemv_scratch *scratch, void *stream)
@@ -142,32 +194,36 @@ extern "C" int linear_gemv_tokens_cuda(const weight_matrix *w, int rows, int bat
         }
         return 0;
     }
-    if (batches > 65535 || (w->format == WEIGHT_NVFP4 && (!w->scale || w->cols % 16)) || w->data_stride % 16)
-        return (int)cudaErrorInvalidValue;
-    int elements = w->format == WEIGHT_NVFP4 ? 32 : w->format == WEIGHT_F32 ? 4 : 8;
-    int chunks = (w->cols + elements - 1) / elements;
-    int lanes = gemv_lanes_per_row(chunks);
-    int rows_per_block = kWarps * (32 / lanes);
-    int blocks = (rows + rows_per_block - 1) / rows_per_block;
-    int split = 1;
-    if (scratch && tokens == 1 && batches == 1 && lanes == 32 && rows <= scratch->max_rows &&
-        blocks < 2 * scratch->sm_count) {
-        split = (2 * scratch->sm_count + blocks - 1) / blocks;
-        split = split > kMaxSplit ? kMaxSplit : split;
-        int most = chunks / 64; /* at least two chunks per lane in every part */
-        split = split > most ? most : split;
-        split = split < 1 ? 1 : split;
+    int lanes, blocks, chunks;
+    int status = gemv_shape(w, rows, batches, &lanes, &blocks, &chunks);
+    if (status)
+        return status;
+    int split = tokens == 1 ? gemv_split(rows, batches, lanes, blocks, chunks, scratch) : 1;
+    return gemv_launch(w, rows, batches, row_batch, x, x_batch, x_token, y, y_batch, y_token, tokens, lanes, blocks,
+                       split, scratch, stream);
+}
+
+extern "C" int linear_gemv_tokens_exact_cuda(const weight_matrix *w, int rows, int batches, int row_batch,
+                                             const float *x, size_t x_batch, size_t x_token, float *y, size_t y_batch,
+                                             size_t y_token, int tokens, const gemv_scratch *scratch, void *stream)
+{
+    if (rows <= 0 || batches <= 0 || tokens <= 0)
+        return 0;
+    int lanes, blocks, chunks;
+    int status = gemv_shape(w, rows, batches, &lanes, &blocks, &chunks);
+    if (status)
+        return status;
+    int split = gemv_split(rows, batches, lanes, blocks, chunks, scratch);
+    /* a split launch keeps [tokens][rows][kMaxSplit] partials in scratch's [max_rows][kMaxSplit] */
+    int per_launch = split > 1 ? scratch->max_rows / rows : kMaxTokens;
+    per_launch = per_launch > kMaxTokens ? kMaxTokens : per_launch < 1 ? 1 : per_launch;
+    for (int first = 0; first < tokens && !status; first += per_launch) {
+        int count = tokens - first < per_launch ? tokens - first : per_launch;
+        status = gemv_launch(w, rows, batches, row_batch, x + (size_t)first * x_token, x_batch, x_token,
+                             y + (size_t)first * y_token, y_batch, y_token, count, lanes, blocks, split, scratch,
+                             stream);
     }
-    dim3 grid((unsigned)blocks, (unsigned)split, (unsigned)batches);
-    float *partials = scratch ? scratch->partials : nullptr;
-    unsigned *counters = scratch ? scratch->counters : nullptr;
-    if (tokens == 1)
-        gemv_kernel<1><<<grid, kThreads, 0, (cudaStream_t)stream>>>(*w, rows, row_batch, x, x_batch, x_token, y, y_batch,
-                                                                    y_token, tokens, lanes, split, partials, counters);
-    else
-        gemv_kernel<kMaxTokens><<<grid, kThreads, 0, (cudaStream_t)stream>>>(
-            *w, rows, row_batch, x, x_batch, x_token, y, y_batch, y_token, tokens, lanes, 1, partials, counters);
-    return (int)cudaGetLastError();
+    return status;
 }
 
 extern "C" int mla_absorb_q_cuda(const weight_matrix *kv_b, int heads, int nope, int v, const float *q, int q_width,

@@ -179,6 +179,48 @@ static void check_gemv(weight_format format, int rows, int cols, int sm_count, c
     check_gemv_tokens(format, rows, cols, sm_count, 1, what);
 }
 
+/* linear_gemv_tokens_exact_cuda over `tokens` tokens gives, bit for bit, what linear_gemv_cuda
+ * gives each token alone (split-K included: rows few enough that one token splits), also when
+ * scratch holds the partials of only max_rows / rows tokens per launch. */
+static void check_gemv_exact(weight_format format, int rows, int cols, int sm_count, int tokens, int max_rows,
+                             const char *what)
+{
+    test_matrix m;
+    matrix_make(&m, format, rows, cols, 0.0123f);
+    size_t ty = (size_t)tokens * rows;
+    float *x = random_floats((size_t)tokens * cols, 1.0f), *want = malloc(ty * 4), *got = malloc(ty * 4);
+    float *dx = gpu_test_upload(x, (size_t)tokens * cols * 4), *dy = NULL, *partials = NULL;
+    unsigned *counters = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dy, ty * 4));
+    CUDA_CHECK(cudaMalloc((void **)&partials, (size_t)max_rows * 16 * 4));
+    CUDA_CHECK(cudaMalloc((void **)&counters, (size_t)max_rows * 4));
+    CUDA_CHECK(cudaMemset(counters, 0, (size_t)max_rows * 4));
+    gemv_scratch scratch = {partials, counters, max_rows, sm_count};
+    for (int t = 0; t < tokens; t++)
+        CHECK_INT(linear_gemv_cuda(&m.dev, rows, 1, 0, dx + (size_t)t * cols, 0, dy + (size_t)t * rows, 0, &scratch,
+                                   NULL), 0);
+    gpu_test_download(want, dy, ty * 4);
+    CUDA_CHECK(cudaMemset(dy, 0xFF, ty * 4));
+    CHECK_INT(linear_gemv_tokens_exact_cuda(&m.dev, rows, 1, 0, dx, 0, (size_t)cols, dy, 0, (size_t)rows, tokens,
+                                            &scratch, NULL), 0);
+    gpu_test_download(got, dy, ty * 4);
+    CHECK_MSG(!memcmp(want, got, ty * 4), "%s [%d x %d], %d tokens: not the one-token results bit for bit", what, rows,
+              cols, tokens);
+    /* and the plain multi-token GEMV of a split shape does differ (else this test proved nothing) */
+    CHECK_INT(linear_gemv_tokens_cuda(&m.dev, rows, 1, 0, dx, 0, (size_t)cols, dy, 0, (size_t)rows, tokens, &scratch,
+                                      NULL), 0);
+    gpu_test_download(got, dy, ty * 4);
+    CHECK_MSG(memcmp(want, got, ty * 4), "%s: the unsplit GEMV sums alike: the shape does not split K", what);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(partials);
+    cudaFree(counters);
+    matrix_free(&m);
+    free(x);
+    free(want);
+    free(got);
+}
+
 /* The per-head W_UV product (batched GEMV) and the W_UK absorption against the CPU. */
 static void check_attention_projections(weight_format format, int heads, int nope, int v, int kv_lora)
 {
@@ -904,6 +946,9 @@ int main(int argc, char **argv)
     check_gemv_tokens(WEIGHT_BF16, 576, 7168, sm, 8, "bf16 kv_a, 8 tokens");
     check_gemv_tokens(WEIGHT_NVFP4, 37, 48, sm, 11, "nvfp4 odd, 11 tokens");
     check_gemv_tokens(WEIGHT_F16, 70, 136, sm, 5, "f16, 5 tokens");
+    /* the verify step's GEMV: split-K shapes, 8 tokens a launch, and 3 where scratch holds 3 */
+    check_gemv_exact(WEIGHT_BF16, 64, 4096, 16, 17, 1024, "bf16 exact");
+    check_gemv_exact(WEIGHT_NVFP4, 40, 8192, 16, 5, 120, "nvfp4 exact, 3 tokens a launch");
     check_attention_projections(WEIGHT_BF16, 8, 128, 128, 512);
     check_attention_projections(WEIGHT_NVFP4, 3, 32, 16, 64);
     check_rmsnorm_add_allreduce();

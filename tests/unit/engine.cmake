@@ -23,6 +23,15 @@ set_tests_properties(test_engine_speculate_fp8 PROPERTIES LABELS unit)
 # prefix reuse and cancel across the shards.
 add_test(NAME test_engine_speculate_dcp COMMAND test_engine_speculate dcp WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_engine_speculate_dcp PROPERTIES LABELS unit)
+if(KIMI_HAVE_CUDA)
+  # Speculation on the CUDA backend (its verify step), fp16 and fp8 cache: gpu label, skipped
+  # (exit 77) without a device.
+  add_test(NAME test_engine_speculate_cuda COMMAND test_engine_speculate cuda WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  add_test(NAME test_engine_speculate_cuda_fp8 COMMAND test_engine_speculate cuda fp8
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_engine_speculate_cuda test_engine_speculate_cuda_fp8 PROPERTIES LABELS gpu
+                       SKIP_RETURN_CODE 77)
+endif()
 # Both: the fp8 latent cache sharded over every rank.
 add_test(NAME test_engine_speculate_dcp_fp8 COMMAND test_engine_speculate dcp fp8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_engine_speculate_dcp_fp8 PROPERTIES LABELS unit)
