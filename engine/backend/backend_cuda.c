@@ -804,17 +804,30 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     int q_width = c->qk_nope_dim + c->qk_rope_dim, kv_b_rows = c->qk_nope_dim + c->v_head_dim;
     size_t hidden = (size_t)c->hidden, heads = (size_t)rd->heads, kv_lora = (size_t)c->kv_lora_rank;
     float *x = ws(rd, l->x), *q_a = ws(rd, l->q_a), *q = ws(rd, l->q), *kv = ws(rd, l->kv);
-    STEP_TRY(project(be, rd, &ld->q_a, x, hidden, q_a, T, s));
-    STEP_TRY(project(be, rd, &ld->kv_a, x, hidden, kv, T, s));
-    STEP_TRY(rmsnorm_cuda(q_a, q_a, ld->q_a_norm, T, c->q_lora_rank, c->rms_norm_eps, s));
-    STEP_TRY(project(be, rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
-    STEP_TRY(mla_kv_rope_cache_shard_cuda(kv, c->kv_lora_rank, c->qk_rope_dim, ld->kv_a_norm, c->rms_norm_eps, q,
-                                          rd->heads, c->qk_nope_dim, rd->inv_freq, be->cos_sin_scale, rd->pos,
-                                          layer_cache(be, rd, layer), be->cache_format, be->dcp, rd->dcp_member,
-                                          rd->dcp_ws ? rd->dcp_ws + rd->dcp_layout.foreign : NULL,
-                                          (unsigned *)rd->numerics, T, s));
-    STEP_TRY(mla_absorb_q_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, q, q_width, ws(rd, l->q_latent),
-                               T, s));
+    if (T == 1 && be->dcp == 1 && ld->q_a.format == ld->kv_a.format && ld->q_a.cols == ld->kv_a.cols) {
+        /* decode: q_a + kv_a with their norms and the cache row in one launch, q_pe's rope with
+         * the absorption (launches are a decode step's overhead: docs/CUDA.md); a sharded
+         * cache's row goes to its owner, which the unfused cache write knows */
+        mla_qkv_tail tail = {ld->q_a_norm, ld->kv_a_norm, c->rms_norm_eps, c->kv_lora_rank, c->qk_rope_dim,
+                             rd->inv_freq, be->cos_sin_scale, rd->pos, layer_cache(be, rd, layer), be->cache_format,
+                             (unsigned *)rd->numerics};
+        STEP_TRY(mla_qkv_a_cuda(&ld->q_a, &ld->kv_a, x, q_a, kv, &tail, &rd->gemv, s));
+        STEP_TRY(gemv(rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
+        STEP_TRY(mla_absorb_q_rope_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, c->qk_rope_dim, q, q_width,
+                                        ws(rd, l->q_latent), rd->inv_freq, be->cos_sin_scale, rd->pos, T, s));
+    } else {
+        STEP_TRY(project(be, rd, &ld->q_a, x, hidden, q_a, T, s));
+        STEP_TRY(project(be, rd, &ld->kv_a, x, hidden, kv, T, s));
+        STEP_TRY(rmsnorm_cuda(q_a, q_a, ld->q_a_norm, T, c->q_lora_rank, c->rms_norm_eps, s));
+        STEP_TRY(project(be, rd, &ld->q_b, q_a, (size_t)c->q_lora_rank, q, T, s));
+        STEP_TRY(mla_kv_rope_cache_shard_cuda(kv, c->kv_lora_rank, c->qk_rope_dim, ld->kv_a_norm, c->rms_norm_eps, q,
+                                              rd->heads, c->qk_nope_dim, rd->inv_freq, be->cos_sin_scale, rd->pos,
+                                              layer_cache(be, rd, layer), be->cache_format, be->dcp, rd->dcp_member,
+                                              rd->dcp_ws ? rd->dcp_ws + rd->dcp_layout.foreign : NULL,
+                                              (unsigned *)rd->numerics, T, s));
+        STEP_TRY(mla_absorb_q_cuda(&ld->kv_b, rd->heads, c->qk_nope_dim, c->v_head_dim, q, q_width,
+                                   ws(rd, l->q_latent), T, s));
+    }
     if (be->dcp > 1)
         STEP_TRY(sharded_attention(be, rd, layer, T));
     else if (be->step_verify && T > 1)
@@ -943,6 +956,21 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
     }
     int k = c->experts_per_token, moe_inter = rd->shard.moe_inter.end - rd->shard.moe_inter.begin;
     int *chosen = (int *)ws(rd, l->chosen);
+    int shared_inter = rd->shard.shared_inter.end - rd->shard.shared_inter.begin;
+    if (T == 1 && (!ld->has_shared || shared_inter == moe_inter)) {
+        /* decode: the router with the routing, the shared expert as slot k of the routed experts'
+         * launches, the weighted sum with down (launches are a decode step's overhead:
+         * docs/CUDA.md); slot_table: the table entries of the slots (moe_order is unused by one
+         * token) */
+        int *slot_table = (int *)ws(rd, l->moe_order);
+        STEP_TRY(moe_router_route_cuda(&ld->router, x, ws(rd, l->router_logits), &be->routing, ld->router_bias, chosen,
+                                       ws(rd, l->route_weights), slot_table, &rd->gemv, s));
+        int slots = k + (ld->has_shared ? 1 : 0);
+        STEP_TRY(mlp_gate_up_cuda(ld->table, slot_table, slots, slots, x, c->hidden, moe_inter, ws(rd, l->act), s));
+        return mlp_down_combine_cuda(ld->table, slot_table, k, ld->has_shared, ws(rd, l->act), c->hidden, moe_inter,
+                                     ws(rd, l->routed_y), chosen, ws(rd, l->route_weights), ws(rd, l->partial),
+                                     &rd->gemv, s);
+    }
     STEP_TRY(project(be, rd, &ld->router, x, (size_t)c->hidden, ws(rd, l->router_logits), T, s));
     STEP_TRY(moe_route_cuda(&be->routing, ws(rd, l->router_logits), ld->router_bias, chosen, ws(rd, l->route_weights),
                             T, s));
@@ -996,18 +1024,27 @@ static int launch_fail(rank_device *rd, int status, const char *what)
     } while (0)
 
 /* Every rank's partial summed (the communicator), added to this rank's h, and x = rmsnorm(h,
- * norm) in the same launch (norm NULL: the add alone). */
-static int reduce_into_h(struct cuda_backend *be, rank_device *rd, int T, const float *norm)
+ * norm) in the same launch (norm NULL: the add alone); flag_code > 0: h's non-finite check
+ * with that code (nonfinite_flag_cuda), in the same launch when there is a norm. */
+static int reduce_into_h(struct cuda_backend *be, rank_device *rd, int T, const float *norm, int flag_code)
 {
     const model_config *c = be->cfg;
     size_t n = (size_t)T * (size_t)c->hidden;
     float *h = ws(rd, rd->layout.h), *partial = ws(rd, rd->layout.partial);
     if (cuda_comm_allreduce_sum(be->comm, rd->rank, partial, n, rd->stream, &rd->err))
         return rd->err.code;
+    if (norm && flag_code > 0) {
+        LAUNCH_TRY(residual_rmsnorm_flag_cuda(h, partial, ws(rd, rd->layout.x), norm, T, c->hidden, c->rms_norm_eps,
+                                              flag_code, rd->numerics + 1, rd->stream),
+                   "residual add");
+        return 0;
+    }
     LAUNCH_TRY(norm ? residual_rmsnorm_cuda(h, partial, ws(rd, rd->layout.x), norm, T, c->hidden, c->rms_norm_eps,
                                             rd->stream)
                     : add_cuda(h, partial, n, rd->stream),
                "residual add");
+    if (flag_code > 0)
+        LAUNCH_TRY(nonfinite_flag_cuda(h, n, flag_code, rd->numerics + 1, rd->stream), "non-finite check");
     return 0;
 }
 
@@ -1023,16 +1060,13 @@ static int rank_step_enqueue(struct cuda_backend *be, rank_device *rd, int T, in
                "input norm");
     for (int layer = 0; layer < c->layers; layer++) {
         LAUNCH_TRY(attention_step(be, rd, layer, T), "attention");
-        if (reduce_into_h(be, rd, T, rd->layers[layer].post_norm))
+        if (reduce_into_h(be, rd, T, rd->layers[layer].post_norm, 0))
             return rd->err.code;
         LAUNCH_TRY(mlp_step(be, rd, layer, T), "MLP");
         int last = layer + 1 == c->layers;
         const float *next = last ? (with_logits ? rd->final_norm : NULL) : rd->layers[layer + 1].input_norm;
-        if (reduce_into_h(be, rd, T, next))
+        if (reduce_into_h(be, rd, T, next, c->layers - layer))
             return rd->err.code;
-        LAUNCH_TRY(nonfinite_flag_cuda(ws(rd, l->h), (size_t)T * (size_t)c->hidden, c->layers - layer,
-                                       rd->numerics + 1, rd->stream),
-                   "non-finite check");
     }
     if (!with_logits)
         return 0;

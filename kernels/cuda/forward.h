@@ -64,6 +64,11 @@ int rmsnorm_cuda(float *out, const float *x, const float *weight, int rows, int 
 int residual_rmsnorm_cuda(float *h, const float *delta, float *out, const float *weight, int rows, int n, float eps,
                           void *stream);
 
+/* residual_rmsnorm_cuda, and *flag (device) = max(*flag, code) when any h is NaN or infinite
+ * after the add (nonfinite_flag_cuda's check of h in the same launch). */
+int residual_rmsnorm_flag_cuda(float *h, const float *delta, float *out, const float *weight, int rows, int n,
+                               float eps, int code, int *flag, void *stream);
+
 /* h[i] += delta[i]. */
 int add_cuda(float *h, const float *delta, size_t n, void *stream);
 
@@ -85,6 +90,33 @@ int allreduce_sum_local_cuda(rank_buffers bufs, int ranks, size_t n, void *strea
 int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q, int heads,
                            int nope, const double *inv_freq, double cos_sin_scale, const int *pos,
                            void *cache, kv_cache_format cache_format, unsigned *clamps, int tokens, void *stream);
+
+/* A decode step's q_a and kv_a projections (one token) in one launch, and in its last block
+ * what follows them: q_a = rmsnorm(q_a, q_a_norm), and the kv row's tail as in
+ * mla_kv_rope_cache_cuda (latent normalised, k_pe roped, the cache row at *pos written) except
+ * q_pe, which mla_absorb_q_rope_cuda ropes. x [hidden], q_a [q_a->rows], kv [kv_a->rows]. The
+ * K split uses scratch (its partials need (q_a blocks + kv_a blocks) * 8 rows, its counters one
+ * more than the blocks; otherwise K is not split). */
+enum { GEMV_TAIL_MAX_SPLIT = 16 };   /* the K split of the GEMVs fused with a tail */
+typedef struct {
+    const float *q_a_norm, *kv_norm;
+    float eps;
+    int kv_lora, rope;
+    const double *inv_freq;
+    double cos_sin_scale;
+    const int *pos;
+    void *cache;
+    kv_cache_format cache_format;
+    unsigned *clamps;
+} mla_qkv_tail;
+int mla_qkv_a_cuda(const weight_matrix *q_a_proj, const weight_matrix *kv_a_proj, const float *x, float *q_a,
+                   float *kv, const mla_qkv_tail *tail, const gemv_scratch *scratch, void *stream);
+
+/* mla_absorb_q_cuda, and q_pe = rope(q_pe) of every head of q[t] at position *pos + t (the q
+ * part of mla_kv_rope_cache_cuda) in the same launch. */
+int mla_absorb_q_rope_cuda(const weight_matrix *kv_b, int heads, int nope, int v, int rope, float *q, int q_width,
+                           float *q_latent, const double *inv_freq, double cos_sin_scale, const int *pos, int tokens,
+                           void *stream);
 
 /* *flag (device) = max(*flag, code) when any of values[0..n) (device) is NaN or infinite: the
  * first layer whose output is non-finite, with codes falling as the layers rise. */
@@ -161,6 +193,14 @@ int mla_kv_rope_cache_shard_cuda(float *kv, int kv_lora, int rope, const float *
 int moe_route_cuda(const moe_routing_config *c, const float *logits, const float *bias, int *chosen, float *weights,
                    int tokens, void *stream);
 
+/* A decode step's router GEMV (logits [experts] = router x, one token, K split with scratch as
+ * mla_qkv_a_cuda splits it) and moe_route_cuda's routing of it in one launch; slot_table
+ * (device, [top_k + 1]) gets the mlp_device table entries of the token's slots for a table
+ * whose entry 0 is the shared expert and 1 + e routed expert e: 1 + chosen[j], then 0. */
+int moe_router_route_cuda(const weight_matrix *router, const float *x, float *logits, const moe_routing_config *c,
+                          const float *bias, int *chosen, float *weights, int *slot_table,
+                          const gemv_scratch *scratch, void *stream);
+
 /* One MLP's gate, up and down projections, selected per slot from a device table:
  * slot s < slots uses table[index ? index[s] : 0] and input x[s / slots_per_input]:
  *   act[s][i] = silu(gate . x) * (up . x)       i < inter  (gate/up rows of this rank)
@@ -172,6 +212,13 @@ int mlp_gate_up_cuda(const mlp_device *table, const int *index, int slots, int s
                      int hidden, int inter, float *act, void *stream);
 int mlp_down_cuda(const mlp_device *table, const int *index, int slots, const float *act, int hidden, int inter,
                   float *y, void *stream);
+
+/* One token's MoE output in one launch: mlp_down_cuda of its top_k routed slots (and the shared
+ * expert's slot top_k when `shared`), slot s using table[slot_table[s]], into y [slots][hidden],
+ * then moe_combine_cuda's sum of them into out [hidden] (scratch: its counters). */
+int mlp_down_combine_cuda(const mlp_device *table, const int *slot_table, int top_k, int shared, const float *act,
+                          int hidden, int inter, float *y, const int *chosen, const float *weights, float *out,
+                          const gemv_scratch *scratch, void *stream);
 
 /* The same MLPs for steps of several tokens, each expert's weights read once: moe_group_cuda
  * sorts the slots (chosen [slots], slot t * top_k + j) by expert into offsets [experts + 1]

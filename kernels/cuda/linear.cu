@@ -5,8 +5,11 @@
  * kv_a: few rows, long K) the K range is split over blocks: each writes its partial sums and
  * the last block of a row range to finish adds them in split order, so the result does not
  * depend on timing (graphs on and off agree bit for bit). */
+#include <math.h>
+
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/forward_math.h"
 
 namespace {
 
@@ -88,13 +91,25 @@ __global__ void __launch_bounds__(kThreads, MAXT == 1 ? 4 : 1)
 }
 
 /* q_latent[h][c] = sum_i (q[h][i] * scale_2) * Wuk[h][i][c], rows i in order (the CPU's
- * linear_transposed_accumulate). */
-__global__ void absorb_q_kernel(weight_matrix kv_b, int nope, int v, const float *q, int q_width, float *q_latent)
+ * linear_transposed_accumulate). inv_freq not NULL: the first block of each head also ropes its
+ * q_pe (q[h][nope..)), which no block of this launch reads, at position *pos + token, with the
+ * cos/sin of kv_rope_cache_kernel. */
+__global__ void absorb_q_kernel(weight_matrix kv_b, int nope, int v, float *q, int q_width, float *q_latent,
+                                const double *inv_freq, double cos_sin_scale, const int *pos)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x, head = blockIdx.y, heads = gridDim.y;
     int cols = kv_b.cols;
     q += (size_t)blockIdx.z * heads * q_width;
     q_latent += (size_t)blockIdx.z * heads * cols;
+    if (inv_freq && blockIdx.x == 0) {
+        double position = (double)((long)*pos + blockIdx.z);
+        float *q_pe = q + (size_t)head * q_width + nope;
+        for (int i = threadIdx.x; i < (q_width - nope) / 2; i += blockDim.x) {
+            double angle = position * inv_freq[i];
+            rope_rotate_pair(&q_pe[2 * i], &q_pe[2 * i + 1], (float)(cos(angle) * cos_sin_scale),
+                             (float)(sin(angle) * cos_sin_scale));
+        }
+    }
     if (c >= cols)
         return;
     float row_scale = kv_b.format == WEIGHT_NVFP4 ? kv_b.scale_2 : 1.0f;
@@ -233,6 +248,22 @@ extern "C" int mla_absorb_q_cuda(const weight_matrix *kv_b, int heads, int nope,
         return 0;
     const int threads = 128;
     dim3 grid((unsigned)((kv_b->cols + threads - 1) / threads), (unsigned)heads, (unsigned)tokens);
-    absorb_q_kernel<<<grid, threads, 0, (cudaStream_t)stream>>>(*kv_b, nope, v, q, q_width, q_latent);
+    absorb_q_kernel<<<grid, threads, 0, (cudaStream_t)stream>>>(*kv_b, nope, v, const_cast<float *>(q), q_width,
+                                                                 q_latent, nullptr, 0.0, nullptr);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mla_absorb_q_rope_cuda(const weight_matrix *kv_b, int heads, int nope, int v, int rope, float *q,
+                                      int q_width, float *q_latent, const double *inv_freq, double cos_sin_scale,
+                                      const int *pos, int tokens, void *stream)
+{
+    if (heads <= 0 || tokens <= 0)
+        return 0;
+    if (rope % 2 || q_width != nope + rope || !inv_freq || !pos)
+        return (int)cudaErrorInvalidValue;
+    const int threads = 128;
+    dim3 grid((unsigned)((kv_b->cols + threads - 1) / threads), (unsigned)heads, (unsigned)tokens);
+    absorb_q_kernel<<<grid, threads, 0, (cudaStream_t)stream>>>(*kv_b, nope, v, q, q_width, q_latent, inv_freq,
+                                                                 cos_sin_scale, pos);
     return (int)cudaGetLastError();
 }

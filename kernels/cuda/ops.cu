@@ -33,12 +33,10 @@ __device__ double block_sum(double value, double *shared)
     return total;
 }
 
-__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(float *out, const float *x, const float *weight, int n,
-                                                           float eps)
+/* dst = rmsnorm(row) * weight, by the whole block (dst may alias row). */
+__device__ void rmsnorm_row(float *dst, const float *row, const float *weight, int n, float eps)
 {
     __shared__ double partial[kThreads / 32];
-    const float *row = x + (size_t)blockIdx.x * n;
-    float *dst = out + (size_t)blockIdx.x * n;
     double squares = 0.0;
     for (int i = threadIdx.x; i < n; i += kThreads)
         squares += (double)row[i] * row[i];
@@ -47,21 +45,34 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(float *out, const flo
         dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
 }
 
+__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(float *out, const float *x, const float *weight, int n,
+                                                           float eps)
+{
+    rmsnorm_row(out + (size_t)blockIdx.x * n, x + (size_t)blockIdx.x * n, weight, n, eps);
+}
+
 /* h += delta, then out = rmsnorm(h) * weight: the residual add and the next block's norm in one
  * launch (the same operations as add_kernel then rmsnorm_kernel). */
+/* flag not NULL: *flag = max(*flag, code) when any h is NaN or infinite after the add
+ * (nonfinite_flag_kernel's check in the same launch). */
 __global__ void __launch_bounds__(kThreads) residual_rmsnorm_kernel(float *h, const float *delta, float *out,
-                                                                    const float *weight, int n, float eps)
+                                                                    const float *weight, int n, float eps, int code,
+                                                                    int *flag)
 {
     __shared__ double partial[kThreads / 32];
     float *row = h + (size_t)blockIdx.x * n;
     const float *add = delta + (size_t)blockIdx.x * n;
     float *dst = out + (size_t)blockIdx.x * n;
     double squares = 0.0;
+    int bad = 0;
     for (int i = threadIdx.x; i < n; i += kThreads) {
         float value = row[i] + add[i];
         row[i] = value;
         squares += (double)value * value;
+        bad |= !isfinite(value);
     }
+    if (flag && __syncthreads_or(bad) && threadIdx.x == 0)
+        atomicMax(flag, code);
     float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, partial), n, eps);
     for (int i = threadIdx.x; i < n; i += kThreads)
         dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
@@ -102,22 +113,15 @@ __global__ void nonfinite_flag_kernel(const float *values, size_t n, int code, i
         atomicMax(flag, code);
 }
 
-__global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int kv_lora, int rope,
-                                                                 const float *kv_norm, float eps, float *q, int heads,
-                                                                 int nope, const double *inv_freq,
-                                                                 double cos_sin_scale, const int *pos,
-                                                                 uint8_t *cache, int fp8, int dcp, int member,
-                                                                 uint8_t *foreign, unsigned *clamps)
+/* The MLA projections' tail for one token at `position`, by the whole block (kv and q: that
+ * token's rows; heads 0: no q_pe to rope), its cache row written to `row` (the position's slot,
+ * or with --dcp a scratch row where another member owns it: every clamp is still counted). */
+__device__ void kv_rope_cache_row(float *kv, int kv_lora, int rope, const float *kv_norm, float eps, float *q,
+                                  int heads, int nope, const double *inv_freq, double cos_sin_scale, long position,
+                                  uint8_t *row, int fp8, unsigned *clamps)
 {
     __shared__ double partial[kThreads / 32];
     __shared__ float cos_table[128], sin_table[128];
-    long position = (long)*pos + blockIdx.x;
-    kv += (size_t)blockIdx.x * (kv_lora + rope);
-    q += (size_t)blockIdx.x * heads * (nope + rope);
-    kv_cache_format format = fp8 ? KV_CACHE_FP8 : KV_CACHE_FP16;
-    size_t row_bytes = kv_row_bytes(format, kv_lora, rope);
-    uint8_t *row = kv_shard_owner(position, dcp) == member ? cache + (size_t)kv_shard_slot(position, dcp) * row_bytes
-                                                           : foreign + (size_t)blockIdx.x * row_bytes;
     uint16_t *entry = reinterpret_cast<uint16_t *>(row); /* fp16: [kv_lora | rope] */
     uint16_t *k_pe_out = fp8 ? reinterpret_cast<uint16_t *>(row + kv_lora + 4 * (size_t)kv_fp8_blocks(kv_lora))
                              : entry + kv_lora;
@@ -164,6 +168,102 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
     }
 }
 
+__global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int kv_lora, int rope,
+                                                                 const float *kv_norm, float eps, float *q, int heads,
+                                                                 int nope, const double *inv_freq,
+                                                                 double cos_sin_scale, const int *pos,
+                                                                 uint8_t *cache, int fp8, int dcp, int member,
+                                                                 uint8_t *foreign, unsigned *clamps)
+{
+    long position = (long)*pos + blockIdx.x;
+    size_t row_bytes = kv_row_bytes(fp8 ? KV_CACHE_FP8 : KV_CACHE_FP16, kv_lora, rope);
+    uint8_t *row = kv_shard_owner(position, dcp) == member ? cache + (size_t)kv_shard_slot(position, dcp) * row_bytes
+                                                           : foreign + (size_t)blockIdx.x * row_bytes;
+    kv_rope_cache_row(kv + (size_t)blockIdx.x * (kv_lora + rope), kv_lora, rope, kv_norm, eps,
+                      q + (size_t)blockIdx.x * heads * (nope + rope), heads, nope, inv_freq, cos_sin_scale, position,
+                      row, fp8, clamps);
+}
+
+/* The GEMV of one token over the rows of two matrices of the same K (blocks [0, w0_blocks)
+ * take w0's rows into y0, the rest w1's into y1; w0_blocks = gridDim.x: w0 alone), K split
+ * over blockIdx.y as linear_gemv_cuda splits it, with the same sums (a row's parts added in
+ * split order by the last of its blocks, `partials` [row slots][GEMV_TAIL_MAX_SPLIT]). Returns
+ * 1 in the block that finishes last, after every row is written, so that block can run what
+ * needs them all in the same launch (counters [gridDim.x + 1], zero before and after). */
+__device__ int gemv_rows_then_last(const weight_matrix &w0, const weight_matrix &w1, int w0_blocks, const float *x,
+                                   float *y0, float *y1, int lanes_per_row, int split, float *partials,
+                                   unsigned *counters)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int rows_per_warp = 32 / lanes_per_row, rows_per_block = kThreads / 32 * rows_per_warp;
+    int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
+    int first = (int)blockIdx.x < w0_blocks;
+    const weight_matrix &w = first ? w0 : w1;
+    float *y = first ? y0 : y1;
+    int in_block = warp * rows_per_warp + sub;
+    int row = ((int)blockIdx.x - (first ? 0 : w0_blocks)) * rows_per_block + in_block;
+    int slot = (int)blockIdx.x * rows_per_block + in_block; /* this row's place in partials */
+    int chunks = gemv_row_chunks(w), per_split = (chunks + split - 1) / split, part = blockIdx.y;
+    int c_begin = part * per_split, c_end = min(chunks, c_begin + per_split);
+    float sum = row < w.rows ? gemv_row_partial(w, row, x, c_begin, c_end, group_lane, lanes_per_row) : 0.0f;
+    sum = gemv_group_sum(sum, lanes_per_row);
+    float scale = gemv_row_scale(w);
+    __shared__ unsigned is_last;
+    if (split == 1) {
+        if (row < w.rows && group_lane == 0)
+            y[row] = sum * scale;
+    } else {
+        if (row < w.rows && group_lane == 0)
+            partials[(size_t)slot * GEMV_TAIL_MAX_SPLIT + part] = sum;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0)
+            is_last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)split - 1;
+        __syncthreads();
+        if (!is_last)
+            return 0;
+        __threadfence();
+        if (row < w.rows && group_lane == 0) {
+            float total = 0.0f;
+            for (int i = 0; i < split; i++)
+                total += __ldcg(&partials[(size_t)slot * GEMV_TAIL_MAX_SPLIT + i]);
+            y[row] = total * scale;
+        }
+        if (threadIdx.x == 0)
+            counters[blockIdx.x] = 0;
+    }
+    /* this row range is done; the last of the gridDim.x ranges goes on */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        is_last = atomicAdd(&counters[gridDim.x], 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!is_last)
+        return 0;
+    __threadfence();
+    if (threadIdx.x == 0)
+        counters[gridDim.x] = 0;
+    return 1;
+}
+
+/* A decode step's q_a and kv_a projections of x in one launch, then, in the last block to
+ * finish, the tail that needs all of both: q_a = rmsnorm(q_a) and the latent/rope/cache row of
+ * kv (kv_rope_cache_row without q_pe, which q_b has not produced yet). */
+__global__ void __launch_bounds__(kThreads) qkv_a_kernel(weight_matrix wq, weight_matrix wkv, int q_blocks,
+                                                         const float *x, float *q_a, float *kv, int lanes_per_row,
+                                                         int split, float *partials, unsigned *counters,
+                                                         mla_qkv_tail tail)
+{
+    if (!gemv_rows_then_last(wq, wkv, q_blocks, x, q_a, kv, lanes_per_row, split, partials, counters))
+        return;
+    rmsnorm_row(q_a, q_a, tail.q_a_norm, wq.rows, tail.eps);
+    kv_rope_cache_row(kv, tail.kv_lora, tail.rope, tail.kv_norm, tail.eps, nullptr, 0, 0, tail.inv_freq,
+                      tail.cos_sin_scale, (long)*tail.pos,
+                      static_cast<uint8_t *>(tail.cache) +
+                          (size_t)*tail.pos * kv_row_bytes(tail.cache_format, tail.kv_lora, tail.rope),
+                      tail.cache_format == KV_CACHE_FP8, tail.clamps);
+}
+
 /* The better of two candidates under the routing rank rule (kernels/moe_routing_math.h: larger
  * key, then lower index; taken keys and index -1 are no candidate). */
 __device__ __forceinline__ void better_of(float *value, int *index, float other_value, int other_index)
@@ -201,13 +301,12 @@ __device__ int block_arg_max(const float *values, int n, float *red_value, int *
     return index;
 }
 
-__global__ void __launch_bounds__(kThreads) route_kernel(moe_routing_config c, const float *logits,
-                                                         const float *bias, int *chosen, float *weights)
+/* One token's routing by the whole block (route_shared: moe_route_cuda's dynamic shared memory);
+ * slot_table not NULL: [top_k + 1] the mlp_device table entries of its slots (1 + chosen[j],
+ * then 0, the shared expert). */
+__device__ void route_token(const moe_routing_config &c, const float *logits, const float *bias, int *chosen,
+                            float *weights, int *slot_table, float *route_shared)
 {
-    extern __shared__ float route_shared[];
-    logits += (size_t)blockIdx.x * c.experts;
-    chosen += (size_t)blockIdx.x * c.top_k;
-    weights += (size_t)blockIdx.x * c.top_k;
     int experts = c.experts, groups = c.n_group > 1 ? c.n_group : 1, group_size = experts / groups;
     float *score = route_shared;                    /* [experts] */
     float *key = score + experts;                   /* [experts] rank key of score + bias; taken once chosen */
@@ -255,7 +354,33 @@ __global__ void __launch_bounds__(kThreads) route_kernel(moe_routing_config c, c
         moe_finish_weights(chosen_weight, c.top_k, c.norm_topk_prob, c.routed_scaling_factor);
         for (int k = 0; k < c.top_k; k++)
             weights[k] = chosen_weight[k];
+        if (slot_table) {
+            for (int k = 0; k < c.top_k; k++)
+                slot_table[k] = 1 + chosen[k];
+            slot_table[c.top_k] = 0;
+        }
     }
+}
+
+__global__ void __launch_bounds__(kThreads) route_kernel(moe_routing_config c, const float *logits,
+                                                         const float *bias, int *chosen, float *weights)
+{
+    extern __shared__ float route_shared[];
+    route_token(c, logits + (size_t)blockIdx.x * c.experts, bias, chosen + (size_t)blockIdx.x * c.top_k,
+                weights + (size_t)blockIdx.x * c.top_k, nullptr, route_shared);
+}
+
+/* A decode step's router GEMV (logits = router x, one token) and, in its last block, the
+ * routing of route_kernel. */
+__global__ void __launch_bounds__(kThreads) router_route_kernel(weight_matrix router, const float *x, float *logits,
+                                                                int lanes_per_row, int split, float *partials,
+                                                                unsigned *counters, moe_routing_config c,
+                                                                const float *bias, int *chosen, float *weights,
+                                                                int *slot_table)
+{
+    extern __shared__ float route_shared[];
+    if (gemv_rows_then_last(router, router, gridDim.x, x, logits, logits, lanes_per_row, split, partials, counters))
+        route_token(c, logits, bias, chosen, weights, slot_table, route_shared);
 }
 
 constexpr int kMlpWarps = 8;
@@ -305,6 +430,58 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_kernel(const mlp_d
     sum = gemv_group_sum(sum, lanes_per_row);
     if (row < hidden && group_lane == 0)
         y[(size_t)slot * hidden + row] = sum * gemv_row_scale(down);
+}
+
+/* One token's slots (k routed experts, then the shared expert when there is one) through
+ * down (mlp_down_kernel's rows and sums into y [slots][hidden]), and the last of a row range's
+ * blocks to finish adds them up for its rows as combine_kernel does: out[r] = 0 + shared[r],
+ * then + weights[j] * routed[j][r] in ascending expert index (counters [gridDim.x], zero before
+ * and after). */
+__global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_combine_kernel(
+    const mlp_device *table, const int *index, const float *act, int hidden, int inter, float *y, int lanes_per_row,
+    const int *chosen, const float *weights, int top_k, float *out, unsigned *counters)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
+    int rows_per_block = kMlpWarps * (32 / lanes_per_row);
+    int row = blockIdx.x * rows_per_block + warp * (32 / lanes_per_row) + sub;
+    int slot = blockIdx.y;
+    const weight_matrix down = table[index[slot]].down;
+    float sum = 0.0f;
+    if (row < hidden)
+        sum = gemv_row_partial(down, row, act + (size_t)slot * inter, 0, gemv_row_chunks(down), group_lane,
+                               lanes_per_row);
+    sum = gemv_group_sum(sum, lanes_per_row);
+    if (row < hidden && group_lane == 0)
+        y[(size_t)slot * hidden + row] = sum * gemv_row_scale(down);
+    __shared__ unsigned is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        is_last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!is_last)
+        return;
+    __threadfence();
+    int shared = (int)gridDim.y > top_k;
+    for (int r = blockIdx.x * rows_per_block + threadIdx.x; r < hidden && r < (int)(blockIdx.x + 1) * rows_per_block;
+         r += kMlpWarps * 32) {
+        float total = 0.0f;
+        if (shared)
+            total += 1.0f * __ldcg(&y[(size_t)top_k * hidden + r]);
+        int last = -1;
+        for (int done = 0; done < top_k; done++) {
+            int next = -1;
+            for (int k = 0; k < top_k; k++)
+                if (chosen[k] > last && (next < 0 || chosen[k] < chosen[next]))
+                    next = k;
+            total += weights[next] * __ldcg(&y[(size_t)next * hidden + r]);
+            last = chosen[next];
+        }
+        out[r] = total;
+    }
+    if (threadIdx.x == 0)
+        counters[blockIdx.x] = 0;
 }
 
 /* Slots (token t's j-th choice is slot t * top_k + j) grouped by expert: expert e's slots are
@@ -462,7 +639,18 @@ extern "C" int residual_rmsnorm_cuda(float *h, const float *delta, float *out, c
 {
     if (rows <= 0)
         return 0;
-    residual_rmsnorm_kernel<<<(unsigned)rows, kThreads, 0, (cudaStream_t)stream>>>(h, delta, out, weight, n, eps);
+    residual_rmsnorm_kernel<<<(unsigned)rows, kThreads, 0, (cudaStream_t)stream>>>(h, delta, out, weight, n, eps, 0,
+                                                                                    nullptr);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int residual_rmsnorm_flag_cuda(float *h, const float *delta, float *out, const float *weight, int rows,
+                                          int n, float eps, int code, int *flag, void *stream)
+{
+    if (rows <= 0)
+        return 0;
+    residual_rmsnorm_kernel<<<(unsigned)rows, kThreads, 0, (cudaStream_t)stream>>>(h, delta, out, weight, n, eps,
+                                                                                    code, flag);
     return (int)cudaGetLastError();
 }
 
@@ -506,6 +694,95 @@ extern "C" int mla_kv_rope_cache_cuda(float *kv, int kv_lora, int rope, const fl
 {
     return mla_kv_rope_cache_shard_cuda(kv, kv_lora, rope, kv_norm, eps, q, heads, nope, inv_freq, cos_sin_scale, pos,
                                         cache, cache_format, 1, 0, NULL, clamps, tokens, stream);
+}
+
+namespace {
+
+/* The K split gemv_rows_then_last uses for `blocks` blocks of rows_per_block rows of `chunks`
+ * chunks (lanes per row), as linear_gemv_cuda chooses it; -1 when scratch cannot hold the
+ * counters. */
+int tail_split(int blocks, int rows_per_block, int lanes, int chunks, const gemv_scratch *scratch)
+{
+    if (!scratch || blocks >= scratch->max_rows)
+        return -1;
+    int split = 1;
+    if (lanes == 32 && blocks * rows_per_block <= scratch->max_rows && blocks < 2 * scratch->sm_count) {
+        split = (2 * scratch->sm_count + blocks - 1) / blocks;
+        split = split > GEMV_TAIL_MAX_SPLIT ? GEMV_TAIL_MAX_SPLIT : split;
+        int most = chunks / 64; /* at least two chunks per lane in every part */
+        split = split > most ? most : split;
+        split = split < 1 ? 1 : split;
+    }
+    return split;
+}
+
+int gemv_shape_ok(const weight_matrix *w)
+{
+    return !((w->format == WEIGHT_NVFP4 && (!w->scale || w->cols % 16)) || w->data_stride % 16);
+}
+
+} // namespace
+
+extern "C" int mla_qkv_a_cuda(const weight_matrix *q_a_proj, const weight_matrix *kv_a_proj, const float *x,
+                              float *q_a, float *kv, const mla_qkv_tail *tail, const gemv_scratch *scratch,
+                              void *stream)
+{
+    if (!gemv_shape_ok(q_a_proj) || !gemv_shape_ok(kv_a_proj) || kv_a_proj->cols != q_a_proj->cols ||
+        kv_a_proj->format != q_a_proj->format)
+        return (int)cudaErrorInvalidValue;
+    if (tail->rope % 2 || tail->rope > 256 || tail->kv_lora + tail->rope != kv_a_proj->rows ||
+        (tail->cache_format == KV_CACHE_FP8 && (tail->kv_lora % 2 || tail->kv_lora > 1024)))
+        return (int)cudaErrorInvalidValue;
+    int elements = q_a_proj->format == WEIGHT_NVFP4 ? 32 : q_a_proj->format == WEIGHT_F32 ? 4 : 8;
+    int chunks = (q_a_proj->cols + elements - 1) / elements;
+    int lanes = gemv_lanes_per_row(chunks), rows_per_block = kThreads / 32 * (32 / lanes);
+    int q_blocks = (q_a_proj->rows + rows_per_block - 1) / rows_per_block;
+    int blocks = q_blocks + (kv_a_proj->rows + rows_per_block - 1) / rows_per_block;
+    int split = tail_split(blocks, rows_per_block, lanes, chunks, scratch);
+    if (split < 1)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid((unsigned)blocks, (unsigned)split);
+    qkv_a_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(*q_a_proj, *kv_a_proj, q_blocks, x, q_a, kv, lanes, split,
+                                                              scratch->partials, scratch->counters, *tail);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int moe_router_route_cuda(const weight_matrix *router, const float *x, float *logits,
+                                     const moe_routing_config *c, const float *bias, int *chosen, float *weights,
+                                     int *slot_table, const gemv_scratch *scratch, void *stream)
+{
+    int groups = c->n_group > 1 ? c->n_group : 1;
+    size_t shared = (2 * (size_t)c->experts + (size_t)groups + (size_t)c->top_k) * sizeof(float);
+    if (c->experts <= 0 || c->top_k <= 0 || c->experts % groups || shared > 48 * 1024 || router->rows != c->experts ||
+        !gemv_shape_ok(router))
+        return (int)cudaErrorInvalidValue;
+    int elements = router->format == WEIGHT_NVFP4 ? 32 : router->format == WEIGHT_F32 ? 4 : 8;
+    int chunks = (router->cols + elements - 1) / elements;
+    int lanes = gemv_lanes_per_row(chunks), rows_per_block = kThreads / 32 * (32 / lanes);
+    int blocks = (router->rows + rows_per_block - 1) / rows_per_block;
+    int split = tail_split(blocks, rows_per_block, lanes, chunks, scratch);
+    if (split < 1)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid((unsigned)blocks, (unsigned)split);
+    router_route_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(*router, x, logits, lanes, split,
+                                                                          scratch->partials, scratch->counters, *c,
+                                                                          bias, chosen, weights, slot_table);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int mlp_down_combine_cuda(const mlp_device *table, const int *slot_table, int top_k, int shared,
+                                     const float *act, int hidden, int inter, float *y, const int *chosen,
+                                     const float *weights, float *out, const gemv_scratch *scratch, void *stream)
+{
+    int lanes = gemv_lanes_per_row((inter + 31) / 32);
+    int rows_per_block = kMlpWarps * (32 / lanes);
+    int blocks = (hidden + rows_per_block - 1) / rows_per_block;
+    if (top_k <= 0 || !scratch || blocks > scratch->max_rows)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid((unsigned)blocks, (unsigned)(top_k + (shared ? 1 : 0)));
+    mlp_down_combine_kernel<<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(
+        table, slot_table, act, hidden, inter, y, lanes, chosen, weights, top_k, out, scratch->counters);
+    return (int)cudaGetLastError();
 }
 
 extern "C" int nonfinite_flag_cuda(const float *values, size_t n, int code, int *flag, void *stream)

@@ -2,7 +2,8 @@
 """census_check.py KIMI_PROBE MODEL_DIR TP [DCP]: kimi-probe bench --census --json on the CPU emulation
 of CUDA (tests/emu), one rank per emulated device, checked for consistency with itself and with
 the model's shapes, computed here independently from config.json and the safetensors headers:
-  - the keys the issue lists, layers = num_hidden_layers, launches >= layers, the per-kernel rows
+  - the keys the issue lists, layers = num_hidden_layers, layers <= launches <= 10 x layers + 16
+    (issue 20's budget for a decode step), the per-kernel rows
     add up to the launches and the bytes read, a replayed graph holds every launch;
   - collectives: 2 all-reduces per layer of hidden floats, and rank 0's gather of the logits (one
     receive per other rank of its vocabulary slice), with exactly those bytes; with DCP > 1 (the
@@ -55,6 +56,15 @@ for key in ['layers', 'launches_per_token', 'graph_nodes_per_token', 'collective
 check(c['layers'] == layers, 'layers %d = num_hidden_layers %d' % (c['layers'], layers))
 check(c.get('dcp') == dcp, 'dcp %s = %d' % (c.get('dcp'), dcp))
 check(c['launches_per_token'] >= layers, 'launches %d >= layers %d' % (c['launches_per_token'], layers))
+# issue 20's launch budget: a decode step's launches cost as much as its weights unless fused.
+# It is the replicated cache's; a sharded one adds its exchanges' launches per layer (and the
+# unfused cache write, which knows the owner), said here as a figure, not checked.
+if dcp == 1:
+    check(c['launches_per_token'] <= 10 * layers + 16,
+          'launches %d within the budget 10 x %d layers + 16 = %d' % (c['launches_per_token'], layers, 10 * layers + 16))
+else:
+    print('INFO launches %d at dcp %d (the budget 10 x %d layers + 16 = %d is the replicated cache\'s)'
+          % (c['launches_per_token'], dcp, layers, 10 * layers + 16))
 kernel_launches = sum(k['launches'] for k in c['kernels'])
 kernel_bytes = sum(k['bytes_read'] for k in c['kernels'])
 check(kernel_launches == c['launches_per_token'], 'kernel rows add up to the launches (%d)' % kernel_launches)
