@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/wide_vector_clones.h"
 #include "kernels/nvfp4_math.h"
 
 enum { BLOCK = 16 };
@@ -296,6 +297,7 @@ __attribute__((target("avx512f,avx512bw"))) static void nvfp4_rows_avx512(
  * their 16 accumulators stay in registers. */
 enum { SIMD_TOKENS = 4, SIMD_ACCUMULATORS = 4, SIMD_ROW_CHUNK = 16 };
 
+
 #define VBMI_TARGET "avx512f,avx512bw,avx512vbmi"
 
 typedef struct {
@@ -405,6 +407,40 @@ __attribute__((target(VBMI_TARGET), always_inline)) static inline void fused_row
     }
 }
 
+/* linear_transposed_accumulate for BF16 (the absorbed attention's W_UK^T q_nope): STRIP blocks
+ * of y stay in registers while every row adds coefficient * weights into them by FMA (rows in
+ * order, as in the portable loop, with one rounding per step instead of two). */
+enum { TRANSPOSED_STRIP = 8 };
+
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void bf16_transposed_strip(
+    const weight_matrix *w, const float *x, float *y, int b0, int n_blocks)
+{
+    __m512 acc[TRANSPOSED_STRIP];
+    for (int j = 0; j < n_blocks; j++)
+        acc[j] = _mm512_loadu_ps(y + (size_t)(b0 + j) * BLOCK);
+    for (int r = 0; r < w->rows; r++) {
+        const uint8_t *row = w->data + (size_t)r * w->data_stride;
+        __m512 coefficient = _mm512_set1_ps(x[r]);
+        for (int j = 0; j < n_blocks; j++)
+            acc[j] = _mm512_fmadd_ps(coefficient, bf16_block_m512(row, b0 + j), acc[j]);
+    }
+    for (int j = 0; j < n_blocks; j++)
+        _mm512_storeu_ps(y + (size_t)(b0 + j) * BLOCK, acc[j]);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void bf16_transposed_avx512(const weight_matrix *w,
+                                                                              const float *x, float *y)
+{
+    int blocks = w->cols / BLOCK, b0 = 0;
+    for (; b0 + TRANSPOSED_STRIP <= blocks; b0 += TRANSPOSED_STRIP)
+        bf16_transposed_strip(w, x, y, b0, TRANSPOSED_STRIP);
+    for (; b0 < blocks; b0++)
+        bf16_transposed_strip(w, x, y, b0, 1);
+    for (int r = 0; r < w->rows; r++)
+        for (int k = blocks * BLOCK; k < w->cols; k++)
+            y[k] += x[r] * element_decode(w, w->data + (size_t)r * w->data_stride, k);
+}
+
 __attribute__((target(VBMI_TARGET))) static void bf16_rows_fused(const weight_matrix *w, const float *x,
                                                                  size_t x_stride, int n_tokens, float *y,
                                                                  size_t y_stride, int row_begin, int row_end)
@@ -427,18 +463,8 @@ int linear_use_simd(int level)
     return level < simd_available ? level : simd_available;
 }
 
-/* On x86-64 GCC also builds an x86-64-v3 (AVX2) copy of the products, picked at load time
- * when the CPU has it: the same C vectorises twice as wide. In ISO C mode GCC fuses no
- * multiply-adds (-ffp-contract=off), so both copies give the same bits. Not under
- * ThreadSanitizer: the clones' resolver runs at load time, before the TSan runtime is up,
- * and crashes the program. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
-    !defined(__SANITIZE_THREAD__)
-#define WIDE_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define WIDE_VECTOR_CLONES
-#endif
-
+/* The products also come as an x86-64-v3 (AVX2) copy (kernels/cpu/wide_vector_clones.h): the
+ * same C vectorises twice as wide. */
 WIDE_VECTOR_CLONES
 void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_tokens,
                  float *y, size_t y_stride, int row_begin, int row_end)
@@ -480,6 +506,12 @@ void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_
 void linear_transposed_accumulate(const weight_matrix *w, const float *x, float *y)
 {
     pthread_once(&tables_once, tables_fill);
+#if KIMI_AVX512_NVFP4
+    if (w->format == WEIGHT_BF16 && (simd_allowed < simd_available ? simd_allowed : simd_available) >= LINEAR_SIMD_AVX512_VBMI) {
+        bf16_transposed_avx512(w, x, y);
+        return;
+    }
+#endif
     int blocks = w->cols / BLOCK;
     float row_scale = w->format == WEIGHT_NVFP4 ? w->scale_2 : 1.0f;
     for (int r = 0; r < w->rows; r++) {

@@ -115,6 +115,7 @@ int main(int argc, char **argv)
     printf("clock %.2f GHz (thread CPU time)\n", hz / 1e9);
     int rc = 0;
     rc |= measure("cache", WEIGHT_NVFP4, 256, 2048, 1.0, hz);     /* 288 KiB */
+    rc |= measure("cache", WEIGHT_NVFP4, 1024, 512, 1.0, hz);     /* 288 KiB: short rows (MoE down) */
     rc |= measure("cache", WEIGHT_BF16, 96, 2048, 1.0, hz);       /* 384 KiB */
     rc |= measure("memory", WEIGHT_NVFP4, 65536, 4096, 2.0, hz);  /* 144 MiB */
     rc |= measure("memory", WEIGHT_BF16, 16384, 4096, 2.0, hz);   /* 128 MiB */
