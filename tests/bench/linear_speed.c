@@ -5,7 +5,8 @@
  * the kernel keeps up with DRAM (GB/s by CPU time and by wall time). The clock is measured with
  * a chain of dependent integer additions (one per cycle on any out-of-order x86 core).
  *
- * usage: kimi-linear-bench [--portable]   (--portable: the scalar loop instead of AVX-512) */
+ * usage: kimi-linear-bench [--simd LEVEL]   (kernels/cpu/linear.h: 0 the portable loops, 1 AVX-512F/BW
+ *                                            (NVFP4 only), 2 AVX-512 VBMI; default: the best) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,14 +106,17 @@ static int measure(const char *name, weight_format format, int rows, int cols, d
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--portable") == 0)
-        linear_use_simd(0);
+    int level = LINEAR_SIMD_BEST;
+    if (argc == 3 && strcmp(argv[1], "--simd") == 0 && argv[2][0] >= '0' && argv[2][0] <= '0' + LINEAR_SIMD_BEST &&
+        !argv[2][1])
+        level = argv[2][0] - '0';
     else if (argc > 1) {
-        fprintf(stderr, "usage: kimi-linear-bench [--portable]\n");
+        fprintf(stderr, "usage: kimi-linear-bench [--simd 0-%d]\n", LINEAR_SIMD_BEST);
         return 2;
     }
+    level = linear_use_simd(level);
     double hz = clock_hz();
-    printf("clock %.2f GHz (thread CPU time)\n", hz / 1e9);
+    printf("clock %.2f GHz (thread CPU time), SIMD level %d\n", hz / 1e9, level);
     int rc = 0;
     rc |= measure("cache", WEIGHT_NVFP4, 256, 2048, 1.0, hz);     /* 288 KiB */
     rc |= measure("cache", WEIGHT_NVFP4, 1024, 512, 1.0, hz);     /* 288 KiB: short rows (MoE down) */
