@@ -14,6 +14,7 @@
 
 #include "app/probe/probe_args.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu_profile.h"
 #include "engine/backend/device_census.h"
 #include "engine/backend/device_plan.h"
 #include "engine/backend/kv_shard.h"
@@ -228,11 +229,13 @@ typedef struct {
     const uint64_t *words;      /* [n] this thread's slice */
     size_t n;
     uint64_t sum;
+    double cpu_seconds;         /* the thread's CPU time for the slice */
 } read_slice;
 
 static void *read_slice_main(void *arg)
 {
     read_slice *s = arg;
+    double cpu0 = cpu_profile_thread_seconds();
     uint64_t a = 0, b = 0, c = 0, d = 0;
     size_t i = 0;
     for (; i + 4 <= s->n; i += 4) {
@@ -244,12 +247,14 @@ static void *read_slice_main(void *arg)
     for (; i < s->n; i++)
         a += s->words[i];
     s->sum = a + b + c + d;
+    s->cpu_seconds = cpu_profile_thread_seconds() - cpu0;
     return NULL;
 }
 
 /* Streaming-read bandwidth: threads sum disjoint slices of a buffer far larger than the last
- * level cache; the best of a few passes, in GB/s (1e9 B). */
-static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *err)
+ * level cache; the best of a few passes, in GB/s (1e9 B); cpu_gb_s: the same by the slowest
+ * thread's CPU time (what a busy machine would show quiet). */
+static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, double *cpu_gb_s, kimi_err *err)
 {
     size_t n = bytes / sizeof(uint64_t);
     uint64_t *buf = malloc(n * sizeof *buf);
@@ -263,21 +268,25 @@ static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *e
     }
     for (size_t i = 0; i < n; i++)
         buf[i] = i;
-    double best = 0;
+    double best = 0, best_cpu = 0;
     uint64_t check = 0;
     for (int pass = 0; pass < 4; pass++) {
         double t0 = monotonic_seconds();
         for (int t = 0; t < threads; t++) {
             size_t begin = n * (size_t)t / (size_t)threads, end = n * (size_t)(t + 1) / (size_t)threads;
-            slices[t] = (read_slice){buf + begin, end - begin, 0};
+            slices[t] = (read_slice){buf + begin, end - begin, 0, 0};
             pthread_create(&ids[t], NULL, read_slice_main, &slices[t]);
         }
+        double slowest = 0;
         for (int t = 0; t < threads; t++) {
             pthread_join(ids[t], NULL);
             check += slices[t].sum;
+            slowest = slices[t].cpu_seconds > slowest ? slices[t].cpu_seconds : slowest;
         }
         double rate = (double)(n * sizeof *buf) / (monotonic_seconds() - t0) / 1e9;
         best = rate > best ? rate : best;
+        double cpu_rate = slowest > 0 ? (double)(n * sizeof *buf) / slowest / 1e9 : 0;
+        best_cpu = cpu_rate > best_cpu ? cpu_rate : best_cpu;
     }
     /* The sum of 0..n-1, four times: a wrong value would mean the reads were skipped. */
     int ok = check == (uint64_t)4 * ((uint64_t)n * (n - 1) / 2);
@@ -287,7 +296,51 @@ static int stream_read_gb_s(size_t bytes, int threads, double *gb_s, kimi_err *e
     if (!ok)
         return kimi_fail(err, KIMI_ERR_STATE, "bench: the streaming-read check sum is wrong");
     *gb_s = best;
+    *cpu_gb_s = best_cpu;
     return 0;
+}
+
+/* Where rank 0's decode steps spent their time (engine/backend/cpu_profile.h): per step, each
+ * phase's milliseconds, share of the step and the GB/s its weight reads ran at; the step's time
+ * outside the forward pass (the step barriers, sampling, the engine) is the measured time per
+ * token less the forward. */
+static json_t *decode_profile_json(const cpu_profile *p, double decode_tok_s, double bytes_per_token,
+                                   double read_cpu_gb_s)
+{
+    json_t *o = json_object(), *phases = json_object();
+    double steps = (double)p->steps, forward_ms = 1e3 * p->step_seconds / steps;
+    double cpu_ms = 1e3 * p->step_cpu_seconds / steps;
+    json_object_set_new(o, "steps", json_integer(p->steps));
+    json_object_set_new(o, "forward_ms", json_real(forward_ms));
+    json_object_set_new(o, "forward_cpu_ms", json_real(cpu_ms));
+    /* On a busy machine: weight bytes per rank 0's CPU time of a forward, against the read's GB/s
+     * by CPU time (1 thread per rank and tp 1: what a quiet machine would show, less the steps'
+     * time outside the forward). */
+    double cpu_gb_s = cpu_ms > 0 ? bytes_per_token / (cpu_ms / 1e3) / 1e9 : 0;
+    json_object_set_new(o, "effective_cpu_gb_s", json_real(cpu_gb_s));
+    json_object_set_new(o, "bandwidth_ratio_cpu", read_cpu_gb_s > 0 ? json_real(cpu_gb_s / read_cpu_gb_s) : json_null());
+    json_object_set_new(o, "outside_forward_ms",
+                        decode_tok_s > 0 ? json_real(1e3 / decode_tok_s - forward_ms) : json_null());
+    json_object_set_new(o, "worker_wait_ms", json_real(1e3 * p->worker_wait_seconds / steps));
+    for (int i = 0; i < CPU_PHASE_COUNT; i++) {
+        json_t *ph = json_object();
+        json_object_set_new(ph, "ms", json_real(1e3 * p->seconds[i] / steps));
+        json_object_set_new(ph, "cpu_ms", json_real(1e3 * p->cpu_seconds[i] / steps));
+        json_object_set_new(ph, "share", json_real(p->step_seconds > 0 ? p->seconds[i] / p->step_seconds : 0));
+        json_object_set_new(ph, "weight_mb", json_real(p->weight_bytes[i] / steps / 1e6));
+        json_object_set_new(ph, "gb_s", p->weight_bytes[i] > 0 && p->seconds[i] > 0
+                                            ? json_real(p->weight_bytes[i] / p->seconds[i] / 1e9)
+                                            : json_null());
+        json_object_set_new(ph, "cpu_gb_s", p->weight_bytes[i] > 0 && p->cpu_seconds[i] > 0
+                                                ? json_real(p->weight_bytes[i] / p->cpu_seconds[i] / 1e9)
+                                                : json_null());
+        json_object_set_new(phases, cpu_phase_name((cpu_phase)i), ph);
+    }
+    json_object_set_new(o, "phases", phases);
+    json_object_set_new(o, "method", json_string("rank 0's thread, wall and CPU time of each phase of every "
+                                                 "one-token decode step; gb_s, cpu_gb_s: the phase's weight bytes over "
+                                                 "them"));
+    return o;
 }
 
 /* ---- bench --census ---- */
@@ -496,12 +549,16 @@ int probe_bench(int argc, char **argv)
         engine_request req = {.tokens = warm_prompt, .n_tokens = 8, .sampling = {0, 0, 1, 0}, .max_new_tokens = 4};
         rc = run_to_done(e, &req, out, (int)n_gen, &n_out, &warm, &err);
     }
+    cpu_profile profile = {0};
     if (!rc) {
         engine_request req = {.tokens = prompt, .n_tokens = (int)n_prompt, .sampling = {0, 0, 1, 0},
                               .max_new_tokens = (int)n_gen};
+        cpu_profile_enable(opt.backend == BACKEND_CPU);
         rc = run_to_done(e, &req, out, (int)n_gen, &n_out, &st, &err);
+        cpu_profile_take(&profile);
+        cpu_profile_enable(0);
     }
-    double bytes_per_token = 0, read_gb_s = 0;
+    double bytes_per_token = 0, read_gb_s = 0, read_cpu_gb_s = 0;
     int threads = info->tp * (info->threads_per_rank > 0 ? info->threads_per_rank : 1);
     /* Peak memory of the model's run, before the bandwidth test's buffer adds to it. */
     struct rusage ru;
@@ -509,7 +566,7 @@ int probe_bench(int argc, char **argv)
     if (!rc)
         rc = decode_bytes_per_token(engine_weights(e), info->tp, &bytes_per_token, &err);
     if (!rc)
-        rc = stream_read_gb_s((size_t)read_mib << 20, threads, &read_gb_s, &err);
+        rc = stream_read_gb_s((size_t)read_mib << 20, threads, &read_gb_s, &read_cpu_gb_s, &err);
     if (!rc) {
         double effective = bytes_per_token * st.decode_tok_s / 1e9;
         json_t *o = json_object();
@@ -547,10 +604,14 @@ int probe_bench(int argc, char **argv)
         json_object_set_new(o, "effective_gb_s", json_real(effective));
         json_object_set_new(o, "stream_read_gb_s", json_real(read_gb_s));
         json_object_set_new(o, "stream_read_mib", json_integer(read_mib));
+        json_object_set_new(o, "stream_read_cpu_gb_s", json_real(read_cpu_gb_s));
         /* The read is measured on the host: a ratio only means something for the CPU backend. */
         json_object_set_new(o, "bandwidth_ratio",
                             opt.backend == BACKEND_CPU && read_gb_s > 0 ? json_real(effective / read_gb_s) : json_null());
         json_object_set_new(o, "peak_rss_mb", json_real((double)ru.ru_maxrss / 1024.0));
+        if (profile.steps > 0)
+            json_object_set_new(o, "decode_profile",
+                                decode_profile_json(&profile, st.decode_tok_s, bytes_per_token, read_cpu_gb_s));
         char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
         printf("%s\n", line);
         free(line);

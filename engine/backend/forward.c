@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/cpu_profile.h"
 #include "engine/backend/kv_shard.h"
+#include "engine/base/monotonic.h"
 #include "kernels/attention_merge_math.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/half.h"
@@ -83,6 +85,10 @@ struct rank_model {
     tp_comm *comm;
     int nonfinite_layer;        /* rank 0: the first layer with a non-finite output (RANK_ALL_FINITE) */
     long cache_clamps;          /* fp16 cache values saturated to +-65504 */
+    int profiling;              /* this step adds to cpu_profile (rank 0, one-token steps) */
+    double phase_start;         /* profiling: when the current phase began */
+    double phase_cpu_start;     /* profiling: the thread's CPU time then */
+    double phase_bytes;         /* profiling: weight bytes its products have read so far */
 
     /* Activations of one chunk, T = max_tokens. */
     float *h;                   /* [T][hidden] residual stream */
@@ -115,6 +121,38 @@ struct rank_model {
     float *logits_x;            /* [T][hidden] */
     float *logits_part;         /* [T][vocab of this rank] */
 };
+
+/* ---- profile (engine/backend/cpu_profile.h) ---- */
+
+static double weight_view_bytes(const weight_matrix *w)
+{
+    double rows = w->rows, cols = w->cols;
+    switch (w->format) {
+    case WEIGHT_NVFP4: return rows * (cols / 2 + cols / 16);
+    case WEIGHT_BF16:
+    case WEIGHT_F16: return rows * cols * 2;
+    case WEIGHT_F32: return rows * cols * 4;
+    }
+    return 0;
+}
+
+static void profile_bytes(rank_model *m, const weight_matrix *w)
+{
+    if (m->profiling)
+        m->phase_bytes += weight_view_bytes(w);
+}
+
+/* The phase that just ended: its time since the previous mark and the bytes counted in it. */
+static void profile_mark(rank_model *m, cpu_phase phase)
+{
+    if (!m->profiling)
+        return;
+    double now = monotonic_seconds(), cpu_now = cpu_profile_thread_seconds();
+    cpu_profile_add_phase(phase, now - m->phase_start, cpu_now - m->phase_cpu_start, m->phase_bytes);
+    m->phase_start = now;
+    m->phase_cpu_start = cpu_now;
+    m->phase_bytes = 0;
+}
 
 /* ---- parallel building blocks ---- */
 
@@ -153,6 +191,8 @@ static void linear_batch_worker(void *arg, int worker, int n_workers)
 
 static void run_linears(rank_model *m, const linear_task *tasks, int n_tasks)
 {
+    for (int i = 0; i < n_tasks; i++)
+        profile_bytes(m, tasks[i].w);
     linear_batch b = {tasks, n_tasks};
     worker_pool_run(m->pool, linear_batch_worker, &b);
 }
@@ -287,12 +327,16 @@ static void attention_block(rank_model *m, int layer, int n, long start_pos, int
 
     /* x = rmsnorm(h); q_a = q_a_proj(x); kv = kv_a_proj_with_mqa(x) */
     rmsnorm_rows(m->x, m->h, n, hidden, &lw->input_norm, c->rms_norm_eps);
+    profile_mark(m, CPU_PHASE_NORMS);
     run_linears(m, (linear_task[]){{&lw->q_a.w, m->x, hidden, n, m->q_a, c->q_lora_rank},
                                    {&lw->kv_a.w, m->x, hidden, n, m->kv, kv_width}}, 2);
+    profile_mark(m, CPU_PHASE_ATTENTION_GEMV);
 
     /* q = q_b_proj(rmsnorm(q_a)) for this rank's heads */
     rmsnorm_rows(m->q_a, m->q_a, n, c->q_lora_rank, &lw->q_a_norm, c->rms_norm_eps);
+    profile_mark(m, CPU_PHASE_NORMS);
     run_linears(m, (linear_task[]){{&ls->q_b, m->q_a, c->q_lora_rank, n, m->q, (size_t)m->heads * q_width}}, 1);
+    profile_mark(m, CPU_PHASE_ATTENTION_GEMV);
 
     /* c = rmsnorm(latent), k_pe = rope(k_pe) -> the cache (fp16 or fp8); q_pe = rope(q_pe) */
     for (int t = 0; t < n; t++) {
@@ -311,16 +355,22 @@ static void attention_block(rank_model *m, int layer, int n, long start_pos, int
             rope_apply(m->q + ((size_t)t * m->heads + hd) * q_width + c->qk_nope_dim, cos_t, sin_t, rope);
     }
 
+    profile_mark(m, CPU_PHASE_NORMS);
+
     /* causal attention over the cache [0, start_pos + t] */
     attention_job job = {m, layer, n, start_pos, per_token_decode};
     if (m->dcp > 1)
         sharded_attention(&job);
     else
         worker_pool_run(m->pool, attention_worker, &job);
+    profile_bytes(m, &ls->kv_b);
+    profile_mark(m, CPU_PHASE_ATTENTION);
 
     /* h += o_proj(attn), summed over the ranks' heads */
     run_linears(m, (linear_task[]){{&ls->o, m->attn, (size_t)m->heads * c->v_head_dim, n, m->partial, hidden}}, 1);
+    profile_mark(m, CPU_PHASE_ATTENTION_GEMV);
     tp_comm_allreduce_sum(m->comm, m->rank, m->partial, (size_t)n * hidden);
+    profile_mark(m, CPU_PHASE_ALLREDUCE);
     add_rows(m->h, m->partial, (size_t)n * hidden);
 }
 
@@ -429,10 +479,12 @@ static void mlp_block(rank_model *m, int layer, int n)
     int hidden = c->hidden, n_jobs;
 
     rmsnorm_rows(m->x, m->h, n, hidden, &lw->post_attn_norm, c->rms_norm_eps);
+    profile_mark(m, CPU_PHASE_NORMS);
     for (int t = 0; t < n; t++)
         m->job_tokens[t] = t;
     if (lw->is_moe) {
         n_jobs = moe_jobs(m, layer, n);
+        profile_mark(m, CPU_PHASE_ROUTING);
     } else {
         m->jobs[0] = (mlp_job){.mlp = &m->layers[layer].dense, .n = n, .tokens = m->job_tokens, .x = m->x};
         n_jobs = 1;
@@ -447,11 +499,16 @@ static void mlp_block(rank_model *m, int layer, int n)
         act += (size_t)job->n * job->mlp->inter;
         up += (size_t)job->n * job->mlp->inter;
         y += (size_t)job->n * hidden;
+        profile_bytes(m, &job->mlp->gate);
+        profile_bytes(m, &job->mlp->up);
+        profile_bytes(m, &job->mlp->down);
     }
     mlp_batch b = {m, n_jobs, n};
     worker_pool_run(m->pool, mlp_gate_up_worker, &b);
     worker_pool_run(m->pool, mlp_down_worker, &b);
+    profile_mark(m, CPU_PHASE_MLP_GEMV);
     tp_comm_allreduce_sum(m->comm, m->rank, m->partial, (size_t)n * hidden);
+    profile_mark(m, CPU_PHASE_ALLREDUCE);
     add_rows(m->h, m->partial, (size_t)n * hidden);
 }
 
@@ -466,6 +523,7 @@ static void logits_block(rank_model *m, const int *rows, int n_rows, float *cons
                 c->rms_norm_eps);
     run_linears(m, (linear_task[]){{&m->lm_head, m->logits_x, c->hidden, n_rows, m->logits_part, vocab_part}}, 1);
     tp_comm_gather_columns(m->comm, m->rank, m->logits_part, n_rows, vocab_part, m->shard.vocab.begin, logit_out);
+    profile_mark(m, CPU_PHASE_LM_HEAD);
 }
 
 /* Rank 0 notes the first layer (-1: the embeddings) whose output h holds a NaN or inf. */
@@ -487,6 +545,15 @@ void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, i
 {
     const model_config *c = m->cfg;
     int rope = c->qk_rope_dim;
+    int profiling = m->rank == 0 && n == 1 && cpu_profile_enabled();
+    if (profiling != m->profiling)
+        worker_pool_time_waits(m->pool, profiling);
+    m->profiling = profiling;
+    double step_start = profiling ? monotonic_seconds() : 0;
+    double step_cpu_start = profiling ? cpu_profile_thread_seconds() : 0;
+    m->phase_start = step_start;
+    m->phase_cpu_start = step_cpu_start;
+    m->phase_bytes = 0;
     for (int t = 0; layer_begin == 0 && t < n; t++) {
         weight_matrix_decode_row(&m->mw->embed.w, tokens[t], m->h + (size_t)t * c->hidden);
         float *cos_t = m->cos_sin + (size_t)t * rope;
@@ -494,13 +561,19 @@ void rank_forward(rank_model *m, const int32_t *tokens, int n, long start_pos, i
     }
     if (layer_begin == 0)
         watch_finite(m, -1, n);
+    profile_mark(m, CPU_PHASE_NORMS);
     for (int layer = layer_begin; layer < layer_end; layer++) {
         attention_block(m, layer, n, start_pos, per_token_decode);
         mlp_block(m, layer, n);
         watch_finite(m, layer, n);
+        profile_mark(m, CPU_PHASE_NORMS);
     }
     if (layer_end == c->layers && n_logit_rows > 0)
         logits_block(m, logit_rows, n_logit_rows, logit_out);
+    if (profiling) {
+        cpu_profile_add_worker_wait(worker_pool_take_wait_seconds(m->pool));
+        cpu_profile_add_step(monotonic_seconds() - step_start, cpu_profile_thread_seconds() - step_cpu_start);
+    }
 }
 
 int rank_model_take_nonfinite(rank_model *m)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "engine/backend/spin_barrier.h"
+#include "engine/base/monotonic.h"
 
 struct worker_pool {
     int n_workers;
@@ -12,6 +13,8 @@ struct worker_pool {
     spin_barrier start, done;
     worker_task task;           /* NULL: quit */
     void *arg;
+    int time_waits;             /* worker_pool_time_waits */
+    double waited;              /* seconds the caller waited at `done` while timing */
 };
 
 typedef struct {
@@ -91,7 +94,22 @@ void worker_pool_run(worker_pool *p, worker_task task, void *arg)
     p->arg = arg;
     spin_barrier_wait(&p->start);
     task(arg, 0, p->n_workers);
+    double t0 = p->time_waits ? monotonic_seconds() : 0;
     spin_barrier_wait(&p->done);
+    if (p->time_waits)
+        p->waited += monotonic_seconds() - t0;
+}
+
+void worker_pool_time_waits(worker_pool *p, int on)
+{
+    p->time_waits = on;
+}
+
+double worker_pool_take_wait_seconds(worker_pool *p)
+{
+    double waited = p->waited;
+    p->waited = 0;
+    return waited;
 }
 
 void worker_share(int n, int worker, int n_workers, int *begin, int *end)

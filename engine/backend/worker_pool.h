@@ -18,6 +18,11 @@ int worker_pool_size(const worker_pool *p);
 /* Run task on every worker, the caller as worker 0; returns when all have finished. */
 void worker_pool_run(worker_pool *p, worker_task task, void *arg);
 
+/* While on (off by default), worker_pool_run times how long the calling thread waits at the end
+ * for the other workers to finish their shares; take returns the total since the last take. */
+void worker_pool_time_waits(worker_pool *p, int on);
+double worker_pool_take_wait_seconds(worker_pool *p);
+
 /* The slice [*begin, *end) of n items that worker gets out of n_workers (contiguous, sizes
  * differing by at most one). */
 void worker_share(int n, int worker, int n_workers, int *begin, int *end);

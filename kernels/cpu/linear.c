@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/wide_vector_clones.h"
 #include "kernels/nvfp4_math.h"
 
 enum { BLOCK = 16 };
@@ -30,6 +31,12 @@ enum { BLOCK = 16 };
 #define KIMI_AVX512_NVFP4 0
 #endif
 
+/* C11's sanctioned bit cast; it vectorises. */
+typedef union {
+    uint32_t bits;
+    float value;
+} float_bits;
+
 /* byte -> {e2m1(low nibble), e2m1(high nibble)}, and every E4M3 code -> float; both filled
  * from nvfp4_math.h so the CPU and CUDA kernels share one definition of the formats. */
 static float nvfp4_pair_table[256][2];
@@ -37,8 +44,12 @@ static float e4m3_table[256];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static float e2m1_table[16];
-static int simd_nvfp4_available;     /* the CPU can run nvfp4_rows_avx512 */
-static int simd_nvfp4_enabled = 1;   /* linear_use_simd() */
+static int simd_available;           /* the best LINEAR_SIMD_* level this CPU runs */
+static int simd_allowed = LINEAR_SIMD_BEST; /* linear_use_simd() */
+
+/* For the VBMI NVFP4 decode (nvfp4_block_vbmi): the vpmultishiftqb control that moves nibble 2q
+ * of a block into the low byte of dword 2q and nibble 2q + 1 into that of dword 2q + 1. */
+static uint8_t nibble_shift_control[64];
 
 static void tables_fill(void)
 {
@@ -49,9 +60,14 @@ static void tables_fill(void)
     }
     for (int nibble = 0; nibble < 16; nibble++)
         e2m1_table[nibble] = nvfp4_e2m1_to_float((uint8_t)nibble);
+    for (int q = 0; q < 8; q++) {
+        nibble_shift_control[8 * q] = (uint8_t)(8 * q);
+        nibble_shift_control[8 * q + 4] = (uint8_t)(8 * q + 4);
+    }
 #if KIMI_AVX512_NVFP4
     __builtin_cpu_init();
-    simd_nvfp4_available = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+        simd_available = __builtin_cpu_supports("avx512vbmi") ? LINEAR_SIMD_AVX512_VBMI : LINEAR_SIMD_AVX512;
 #endif
 }
 
@@ -68,11 +84,7 @@ static inline void nvfp4_block_decode(const uint8_t *row, const uint8_t *scales,
 }
 
 /* Rows are 2-byte aligned (the loader checks every tensor's alignment), so BF16 and F16 are
- * read as uint16_t; the union is C11's sanctioned bit cast and vectorises. */
-typedef union {
-    uint32_t bits;
-    float value;
-} float_bits;
+ * read as uint16_t. */
 
 static inline void bf16_block_decode(const uint8_t *row, int block, float out[BLOCK])
 {
@@ -276,34 +288,197 @@ __attribute__((target("avx512f,avx512bw"))) static void nvfp4_rows_avx512(
         }
     }
 }
-#endif
 
-void linear_use_simd(int enabled)
+/* The fused kernels below (VBMI NVFP4, AVX-512 BF16) use fused multiply-adds and keep four
+ * accumulators per token, block b adding into accumulator b % 4: at ~1.5 cycles per block one
+ * accumulator's chain of 4-cycle FMAs would be the limit. They are not bit-equal to the
+ * portable loop (one rounding per product-and-add instead of two), only to themselves: a token
+ * gets the same bits alone or in a batch. SIMD_TOKENS tokens share each decoded block, so
+ * their 16 accumulators stay in registers. */
+enum { SIMD_TOKENS = 4, SIMD_ACCUMULATORS = 4, SIMD_ROW_CHUNK = 16 };
+
+
+#define VBMI_TARGET "avx512f,avx512bw,avx512vbmi"
+
+typedef struct {
+    __m512i control;        /* nibble_shift_control */
+    __m512 e2m1;            /* e2m1_table */
+} nvfp4_vbmi_consts;
+
+/* Block b (16 weights, 8 bytes) as floats in element order, times its e4m3 scale: broadcast the
+ * 8 bytes to every qword, move nibble k into the low byte of dword k (vpmultishiftqb; the bits
+ * above it are the next nibbles, which vpermps ignores) and look it up in the e2m1 table scaled
+ * by the block's scale (exact: at most 5 significant bits). */
+__attribute__((target(VBMI_TARGET), always_inline)) static inline __m512 nvfp4_block_vbmi(
+    const uint8_t *row, const uint8_t *scales, int b, const nvfp4_vbmi_consts *k)
 {
-    simd_nvfp4_enabled = enabled;
+    uint64_t packed;
+    memcpy(&packed, row + (size_t)b * (BLOCK / 2), sizeof packed);
+    __m512i nibbles = _mm512_multishift_epi64_epi8(k->control, _mm512_set1_epi64((long long)packed));
+    return _mm512_permutexvar_ps(nibbles, _mm512_mul_ps(k->e2m1, _mm512_set1_ps(e4m3_table[scales[b]])));
 }
 
-/* On x86-64 GCC also builds an x86-64-v3 (AVX2) copy of the products, picked at load time
- * when the CPU has it: the same C vectorises twice as wide. In ISO C mode GCC fuses no
- * multiply-adds (-ffp-contract=off), so both copies give the same bits. Not under
- * ThreadSanitizer: the clones' resolver runs at load time, before the TSan runtime is up,
- * and crashes the program. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
-    !defined(__SANITIZE_THREAD__)
-#define WIDE_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define WIDE_VECTOR_CLONES
+/* Block b of a BF16 row: 16 halves widened to the high halves of 16 dwords. */
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline __m512 bf16_block_m512(const uint8_t *row,
+                                                                                            int b)
+{
+    __m256i halves = _mm256_loadu_si256((const __m256i *)(row + (size_t)b * BLOCK * 2));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
+}
+
+/* One decoded block into accumulator `slot` of every token. */
+__attribute__((target("avx512f"), always_inline)) static inline void block_fma(
+    __m512 weights, const float *x, size_t x_stride, int n_tokens, int b,
+    __m512 acc[SIMD_TOKENS][SIMD_ACCUMULATORS], int slot)
+{
+    for (int t = 0; t < n_tokens; t++)
+        acc[t][slot] = _mm512_fmadd_ps(weights, _mm512_loadu_ps(x + t * x_stride + (size_t)b * BLOCK), acc[t][slot]);
+}
+
+/* Row r of an NVFP4 (vbmi != 0) or BF16 matrix against n_tokens <= SIMD_TOKENS tokens. The
+ * weights ahead are prefetched one cache line at a time, as in nvfp4_row_avx512. */
+__attribute__((target(VBMI_TARGET), always_inline)) static inline void fused_row(
+    const weight_matrix *w, int nvfp4, int r, const float *x, size_t x_stride, int n_tokens, float *y,
+    size_t y_stride, const nvfp4_vbmi_consts *k)
+{
+    const uint8_t *row = w->data + (size_t)r * w->data_stride;
+    const uint8_t *scales = nvfp4 ? w->scale + (size_t)r * w->scale_stride : NULL;
+    int blocks = w->cols / BLOCK, block_bytes = nvfp4 ? BLOCK / 2 : BLOCK * 2;
+    int blocks_per_line = 64 / block_bytes;
+    __m512 acc[SIMD_TOKENS][SIMD_ACCUMULATORS];
+    for (int t = 0; t < n_tokens; t++)
+        for (int a = 0; a < SIMD_ACCUMULATORS; a++)
+            acc[t][a] = _mm512_setzero_ps();
+    int b = 0;
+    for (; b + SIMD_ACCUMULATORS <= blocks; b += SIMD_ACCUMULATORS) {
+        for (int a = 0; a < SIMD_ACCUMULATORS; a++) {
+            if ((b + a) % blocks_per_line == 0)
+                _mm_prefetch((const char *)row + (size_t)(b + a) * block_bytes + PREFETCH_AHEAD_BYTES, _MM_HINT_T0);
+            __m512 weights = nvfp4 ? nvfp4_block_vbmi(row, scales, b + a, k) : bf16_block_m512(row, b + a);
+            block_fma(weights, x, x_stride, n_tokens, b + a, acc, a);
+        }
+    }
+    for (int a = 0; a < SIMD_ACCUMULATORS - 1 && b + a < blocks; a++)
+        block_fma(nvfp4 ? nvfp4_block_vbmi(row, scales, b + a, k) : bf16_block_m512(row, b + a), x, x_stride,
+                  n_tokens, b + a, acc, a);
+    float row_scale = nvfp4 ? w->scale_2 : 1.0f;
+    for (int t = 0; t < n_tokens; t++) {
+        float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]),
+                                                       _mm512_add_ps(acc[t][2], acc[t][3])));
+        for (int col = blocks * BLOCK; col < w->cols; col++)
+            sum += element_decode(w, row, col) * x[t * x_stride + col];
+        y[t * y_stride + r] = sum * row_scale;
+    }
+}
+
+/* fused_row over rows [row_begin, row_end) and every token: a chunk of SIMD_ROW_CHUNK rows (a
+ * few KiB, cache-resident) meets every tile of tokens before the next chunk is read, so a
+ * prefill streams the weights from memory once. A constant token count per call keeps the
+ * accumulators in registers. */
+__attribute__((target(VBMI_TARGET), always_inline)) static inline void fused_rows(
+    const weight_matrix *w, int nvfp4, const float *x, size_t x_stride, int n_tokens, float *y, size_t y_stride,
+    int row_begin, int row_end)
+{
+    nvfp4_vbmi_consts k = {_mm512_loadu_si512(nibble_shift_control), _mm512_loadu_ps(e2m1_table)};
+    for (int r0 = row_begin; r0 < row_end; r0 += SIMD_ROW_CHUNK) {
+        int r1 = row_end - r0 < SIMD_ROW_CHUNK ? row_end : r0 + SIMD_ROW_CHUNK;
+        for (int t0 = 0; t0 < n_tokens; t0 += SIMD_TOKENS) {
+            const float *xt = x + t0 * x_stride;
+            float *yt = y + t0 * y_stride;
+            switch (n_tokens - t0 < SIMD_TOKENS ? n_tokens - t0 : SIMD_TOKENS) {
+            case 1:
+                for (int r = r0; r < r1; r++)
+                    fused_row(w, nvfp4, r, xt, x_stride, 1, yt, y_stride, &k);
+                break;
+            case 2:
+                for (int r = r0; r < r1; r++)
+                    fused_row(w, nvfp4, r, xt, x_stride, 2, yt, y_stride, &k);
+                break;
+            case 3:
+                for (int r = r0; r < r1; r++)
+                    fused_row(w, nvfp4, r, xt, x_stride, 3, yt, y_stride, &k);
+                break;
+            default:
+                for (int r = r0; r < r1; r++)
+                    fused_row(w, nvfp4, r, xt, x_stride, SIMD_TOKENS, yt, y_stride, &k);
+                break;
+            }
+        }
+    }
+}
+
+/* linear_transposed_accumulate for BF16 (the absorbed attention's W_UK^T q_nope): STRIP blocks
+ * of y stay in registers while every row adds coefficient * weights into them by FMA (rows in
+ * order, as in the portable loop, with one rounding per step instead of two). */
+enum { TRANSPOSED_STRIP = 8 };
+
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void bf16_transposed_strip(
+    const weight_matrix *w, const float *x, float *y, int b0, int n_blocks)
+{
+    __m512 acc[TRANSPOSED_STRIP];
+    for (int j = 0; j < n_blocks; j++)
+        acc[j] = _mm512_loadu_ps(y + (size_t)(b0 + j) * BLOCK);
+    for (int r = 0; r < w->rows; r++) {
+        const uint8_t *row = w->data + (size_t)r * w->data_stride;
+        __m512 coefficient = _mm512_set1_ps(x[r]);
+        for (int j = 0; j < n_blocks; j++)
+            acc[j] = _mm512_fmadd_ps(coefficient, bf16_block_m512(row, b0 + j), acc[j]);
+    }
+    for (int j = 0; j < n_blocks; j++)
+        _mm512_storeu_ps(y + (size_t)(b0 + j) * BLOCK, acc[j]);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void bf16_transposed_avx512(const weight_matrix *w,
+                                                                              const float *x, float *y)
+{
+    int blocks = w->cols / BLOCK, b0 = 0;
+    for (; b0 + TRANSPOSED_STRIP <= blocks; b0 += TRANSPOSED_STRIP)
+        bf16_transposed_strip(w, x, y, b0, TRANSPOSED_STRIP);
+    for (; b0 < blocks; b0++)
+        bf16_transposed_strip(w, x, y, b0, 1);
+    for (int r = 0; r < w->rows; r++)
+        for (int k = blocks * BLOCK; k < w->cols; k++)
+            y[k] += x[r] * element_decode(w, w->data + (size_t)r * w->data_stride, k);
+}
+
+__attribute__((target(VBMI_TARGET))) static void bf16_rows_fused(const weight_matrix *w, const float *x,
+                                                                 size_t x_stride, int n_tokens, float *y,
+                                                                 size_t y_stride, int row_begin, int row_end)
+{
+    fused_rows(w, 0, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+}
+
+__attribute__((target(VBMI_TARGET))) static void nvfp4_rows_vbmi(const weight_matrix *w, const float *x,
+                                                                 size_t x_stride, int n_tokens, float *y,
+                                                                 size_t y_stride, int row_begin, int row_end)
+{
+    fused_rows(w, 1, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+}
 #endif
 
+int linear_use_simd(int level)
+{
+    pthread_once(&tables_once, tables_fill);
+    simd_allowed = level;
+    return level < simd_available ? level : simd_available;
+}
+
+/* The products also come as an x86-64-v3 (AVX2) copy (kernels/cpu/wide_vector_clones.h): the
+ * same C vectorises twice as wide. */
 WIDE_VECTOR_CLONES
 void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_tokens,
                  float *y, size_t y_stride, int row_begin, int row_end)
 {
     pthread_once(&tables_once, tables_fill);
+    int simd = simd_allowed < simd_available ? simd_allowed : simd_available;
     switch (w->format) {
     case WEIGHT_NVFP4:
 #if KIMI_AVX512_NVFP4
-        if (simd_nvfp4_available && simd_nvfp4_enabled) {
+        if (simd >= LINEAR_SIMD_AVX512_VBMI) {
+            nvfp4_rows_vbmi(w, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+            break;
+        }
+        if (simd >= LINEAR_SIMD_AVX512) {
             nvfp4_rows_avx512(w, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
             break;
         }
@@ -311,6 +486,12 @@ void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_
         rows_of_format(w, WEIGHT_NVFP4, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
         break;
     case WEIGHT_BF16:
+#if KIMI_AVX512_NVFP4
+        if (simd >= LINEAR_SIMD_AVX512_VBMI) {
+            bf16_rows_fused(w, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+            break;
+        }
+#endif
         rows_of_format(w, WEIGHT_BF16, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
         break;
     case WEIGHT_F16:
@@ -325,6 +506,12 @@ void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_
 void linear_transposed_accumulate(const weight_matrix *w, const float *x, float *y)
 {
     pthread_once(&tables_once, tables_fill);
+#if KIMI_AVX512_NVFP4
+    if (w->format == WEIGHT_BF16 && (simd_allowed < simd_available ? simd_allowed : simd_available) >= LINEAR_SIMD_AVX512_VBMI) {
+        bf16_transposed_avx512(w, x, y);
+        return;
+    }
+#endif
     int blocks = w->cols / BLOCK;
     float row_scale = w->format == WEIGHT_NVFP4 ? w->scale_2 : 1.0f;
     for (int r = 0; r < w->rows; r++) {

@@ -16,9 +16,18 @@ enum { LINEAR_TOKEN_TILE = 8 };
 void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_tokens,
                  float *y, size_t y_stride, int row_begin, int row_end);
 
-/* Turn the x86 AVX-512 NVFP4 path off (0) or back on (1, the default where the CPU has it);
- * for tests and benchmarks that compare it with the portable loop. */
-void linear_use_simd(int enabled);
+/* The x86 SIMD kernels linear_rows may use, for tests and benchmarks that compare them:
+ *   LINEAR_SIMD_NONE         the portable loops (the only ones off x86-64);
+ *   LINEAR_SIMD_AVX512       AVX-512F/BW: NVFP4 decoded with vpermps, the same bits as the portable
+ *                            loop (products and sums in the same order);
+ *   LINEAR_SIMD_AVX512_VBMI  + VBMI: NVFP4 (vpermb) and BF16 with fused multiply-adds and four
+ *                            accumulators per token: the fastest, within float rounding of the
+ *                            others (a token still gets the same bits alone or in a batch).
+ * linear_use_simd(level) allows up to `level` (the default: LINEAR_SIMD_BEST) and returns the
+ * level in effect, which is also capped by what this CPU has. Not thread-safe: call it while no
+ * linear_rows runs. */
+enum { LINEAR_SIMD_NONE, LINEAR_SIMD_AVX512, LINEAR_SIMD_AVX512_VBMI, LINEAR_SIMD_BEST = LINEAR_SIMD_AVX512_VBMI };
+int linear_use_simd(int level);
 
 /* y[k] += sum_r W[r][k] * x[r] for all rows r and columns k of w: the transposed product the
  * absorbed attention needs (q_nope through W_UK). x: [w->rows], y: [w->cols]. */

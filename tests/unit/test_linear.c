@@ -189,8 +189,8 @@ static void check_nvfp4_by_hand(void)
     CHECK_NEAR(y, -3.5, 0);
 }
 
-/* The AVX-512 NVFP4 path (where this CPU has it) and the portable loop give the same bits, for
- * token counts below, at and above the tile and for a K range inside a wider tensor. */
+/* The AVX-512F/BW NVFP4 path (where this CPU has it) and the portable loop give the same bits,
+ * for token counts below, at and above the tile and for a K range inside a wider tensor. */
 static void check_nvfp4_simd_matches_portable(void)
 {
     tensor t = make_tensor(WEIGHT_NVFP4, 23, 176); /* 11 blocks: an odd one at the end */
@@ -209,11 +209,11 @@ static void check_nvfp4_simd_matches_portable(void)
             float *portable = malloc((size_t)n * y_stride * sizeof *portable);
             for (size_t i = 0; i < (size_t)n * x_stride; i++)
                 x[i] = uniform();
-            linear_use_simd(1);
+            linear_use_simd(LINEAR_SIMD_AVX512);
             linear_rows(views[v], x, x_stride, n, simd, y_stride, 0, 23);
-            linear_use_simd(0);
+            linear_use_simd(LINEAR_SIMD_NONE);
             linear_rows(views[v], x, x_stride, n, portable, y_stride, 0, 23);
-            linear_use_simd(1);
+            linear_use_simd(LINEAR_SIMD_BEST);
             CHECK_MSG(!memcmp(simd, portable, (size_t)n * y_stride * sizeof *simd),
                       "view %d, %d tokens: SIMD and portable NVFP4 products differ", v, n);
             free(x);
@@ -225,17 +225,19 @@ static void check_nvfp4_simd_matches_portable(void)
 }
 
 /* A token's products have the same bits alone (a decode step) and at any place in a batch
- * (prefill, speculative verification: greedy output must not change with speculation), on the
- * AVX-512 path and the portable one, for every format and an odd and an even block count. */
+ * (prefill, speculative verification: greedy output must not change with speculation), on every
+ * SIMD level this CPU has and the portable loops, for every format and block counts that leave
+ * 0, 1, 2 and 3 blocks past the last group of four (the fused kernels' accumulators). */
 static void check_token_alone_equals_batched(void)
 {
     static const weight_format formats[] = {WEIGHT_NVFP4, WEIGHT_BF16, WEIGHT_F16, WEIGHT_F32};
-    static const int cols[] = {176, 160};
+    static const int cols[] = {176, 160, 192, 208};
     enum { ROWS = 19, TOKENS = 2 * LINEAR_TOKEN_TILE + 5 };
-    for (int simd = 0; simd < 2; simd++)
+    for (int simd = LINEAR_SIMD_NONE; simd <= LINEAR_SIMD_BEST; simd++)
         for (int f = 0; f < 4; f++)
-            for (int c = 0; c < 2; c++) {
-                linear_use_simd(simd);
+            for (int c = 0; c < 4; c++) {
+                if (linear_use_simd(simd) != simd)
+                    continue; /* this CPU lacks it: the level below already ran */
                 tensor t = make_tensor(formats[f], ROWS, cols[c]);
                 size_t x_stride = (size_t)cols[c];
                 float *x = malloc(TOKENS * x_stride * sizeof *x);
@@ -252,17 +254,25 @@ static void check_token_alone_equals_batched(void)
                 free(t.data);
                 free(t.scale);
             }
-    linear_use_simd(1);
+    linear_use_simd(LINEAR_SIMD_BEST);
 }
 
 int main(void)
 {
-    check_nvfp4_by_hand();
     check_nvfp4_simd_matches_portable();
     check_token_alone_equals_batched();
-    check_format("nvfp4", WEIGHT_NVFP4, 37, 96);
-    check_format("bf16", WEIGHT_BF16, 29, 72);  /* 72: a tail of 8 past the last 16-block */
-    check_format("f16", WEIGHT_F16, 21, 53);
-    check_format("f32", WEIGHT_F32, 17, 40);
+    /* Every kernel against the float64 product: the portable loops and each SIMD level the CPU has. */
+    for (int simd = LINEAR_SIMD_NONE; simd <= LINEAR_SIMD_BEST; simd++) {
+        if (linear_use_simd(simd) != simd)
+            continue;
+        check_nvfp4_by_hand();
+        check_format("nvfp4", WEIGHT_NVFP4, 37, 96);
+        check_format("nvfp4", WEIGHT_NVFP4, 21, 112); /* 7 blocks: 3 past the last group of four */
+        check_format("bf16", WEIGHT_BF16, 29, 72);    /* 72: a tail of 8 past the last 16-block */
+        check_format("bf16", WEIGHT_BF16, 18, 200);
+        check_format("f16", WEIGHT_F16, 21, 53);
+        check_format("f32", WEIGHT_F32, 17, 40);
+    }
+    linear_use_simd(LINEAR_SIMD_BEST);
     return check_finish();
 }
