@@ -334,8 +334,7 @@ static void on_tool_approval(void *user, const app_tool_call *c)
     if (b >= 0)
         set_tool(t, b, APP_TOOL_WAITING, NULL, 0, -1, NULL, 0);
     t->approval = c->index;
-    t->approval_always = 0;
-    t->approval_stray_at = 0;
+    t->approval_always = 0;         /* approval_stray_at stays: keys typed just before count */
     snprintf(t->approval_name, sizeof t->approval_name, "%s", c->name);
     t->state = GEN_APPROVAL;
     render_model_scroll_to_bottom(t->rm);

@@ -100,7 +100,8 @@ struct tui {
     char progress[200];
     int approval;                   /* call index waiting for y/a/n, -1 none */
     int approval_always;            /* "a" pressed once: a second "a" allows it for the session */
-    double approval_stray_at;       /* when a key that is no answer last came, 0 none */
+    double approval_stray_at;       /* when a key that is no answer (or any key before the
+                                       question) last came, 0 none */
     char approval_name[96];
     char save_state[24];
 
