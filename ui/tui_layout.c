@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/base/monotonic.h"
+#include "engine/text/utf8.h"
 #include "ui/text_width.h"
 
 void tui_layout(tui *t)
@@ -114,7 +115,9 @@ int tui_status_text(tui *t, char *buf, size_t cap, int room)
         size_t n = strlen(base);
         if (n > 5 && !strcmp(base + n - 5, ".json"))
             n -= 5;
-        snprintf(name, sizeof name, "%.*s", (int)(n < 48 ? n : 48), base);
+        /* the file name is the user's, or a --load argument's: one line, no control
+           characters (a \b or \n would move the cursor), cut at a character */
+        utf8_one_line(base, n, name, 52);
     }
     for (int level = 0; level < 9; level++) {
         buf[0] = 0;
