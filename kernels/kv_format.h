@@ -127,25 +127,38 @@ static inline KIMI_HOST_DEVICE const uint8_t *kv_fp8_row_rope(const uint8_t *row
     return row + kv_lora + 4 * (size_t)kv_fp8_blocks(kv_lora);
 }
 
-/* One block of the latent: codes[i] = e4m3(values[i] / scale), scale stored by the caller. */
-static inline KIMI_HOST_DEVICE void kv_fp8_encode_block(const float *values, int n, float scale, uint8_t *codes)
+/* Whether a latent code reads back saturated: its value (code x scale, finite) is beyond fp16,
+ * which kv_fp8_decode_half clips to +-65504; the cache counts it as the fp16 cache counts its
+ * own saturations (cache_clamps). */
+static inline KIMI_HOST_DEVICE int kv_fp8_reads_saturated(uint8_t code, float scale)
 {
-    for (int i = 0; i < n; i++)
-        codes[i] = kv_e4m3_from_float(values[i] / scale);
+    return half_math_overflows(nvfp4_e4m3_to_float(code) * scale);
 }
 
-/* values [kv_lora | rope] -> one fp8 row; returns the k_pe values saturated to +-65504 (the
- * latent cannot overflow: its scale follows its range). */
+/* One block of the latent: codes[i] = e4m3(values[i] / scale), scale stored by the caller;
+ * returns the codes that read back saturated. */
+static inline KIMI_HOST_DEVICE int kv_fp8_encode_block(const float *values, int n, float scale, uint8_t *codes)
+{
+    int clamps = 0;
+    for (int i = 0; i < n; i++) {
+        codes[i] = kv_e4m3_from_float(values[i] / scale);
+        clamps += kv_fp8_reads_saturated(codes[i], scale);
+    }
+    return clamps;
+}
+
+/* values [kv_lora | rope] -> one fp8 row; returns the values saturated to +-65504: k_pe's when
+ * stored, the latent's when read (its scale follows its range, but it is read as fp16). */
 static inline KIMI_HOST_DEVICE int kv_fp8_encode_row(const float *values, int kv_lora, int rope, uint8_t *row)
 {
+    int clamps = 0;
     for (int b = 0; b < kv_fp8_blocks(kv_lora); b++) {
         int first = b * KV_FP8_BLOCK, n = kv_lora - first < KV_FP8_BLOCK ? kv_lora - first : KV_FP8_BLOCK;
         float scale = kv_fp8_block_scale(values + first, n);
-        kv_fp8_encode_block(values + first, n, scale, row + first);
+        clamps += kv_fp8_encode_block(values + first, n, scale, row + first);
         memcpy(row + kv_lora + 4 * (size_t)b, &scale, sizeof scale);
     }
     uint8_t *rope_out = row + kv_lora + 4 * (size_t)kv_fp8_blocks(kv_lora);
-    int clamps = 0;
     for (int i = 0; i < rope; i++) {
         float v = values[kv_lora + i];
         clamps += half_math_overflows(v);

@@ -151,8 +151,12 @@ __device__ void kv_rope_cache_row(float *kv, int kv_lora, int rope, const float 
             memcpy(row + kv_lora + 4 * (size_t)b, &block_scale[b], sizeof(float));
         }
         __syncthreads();
-        for (int i = threadIdx.x; i < kv_lora; i += kThreads)
-            row[i] = kv_e4m3_from_float(kv[i] / block_scale[i / KV_FP8_BLOCK]);
+        for (int i = threadIdx.x; i < kv_lora; i += kThreads) {
+            float scale = block_scale[i / KV_FP8_BLOCK];
+            row[i] = kv_e4m3_from_float(kv[i] / scale);
+            if (clamps && kv_fp8_reads_saturated(row[i], scale))
+                atomicAdd(clamps, 1u);
+        }
     }
     float *k_pe = kv + kv_lora;
     for (int i = threadIdx.x; i < rope / 2; i += kThreads) {

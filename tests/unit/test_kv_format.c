@@ -89,6 +89,17 @@ int main(void)
         CHECK(back[KV_LORA + i] == half_from_float_saturate(values[KV_LORA + i]));
     CHECK_INT(back[KV_LORA + 3], 0x7BFF);
 
+    /* a latent beyond fp16: the block's scale holds it, but it reads back as +-65504 (fp16),
+     * so it is counted as a saturation, as the fp16 cache counts it (with the k_pe one) */
+    float huge[KV_LORA + ROPE];
+    memcpy(huge, values, sizeof huge);
+    huge[KV_FP8_BLOCK + 1] = 1e30f;
+    huge[3 * KV_FP8_BLOCK + 2] = -1e5f;  /* its own block: read back -65504 */
+    CHECK_INT(kv_fp8_encode_row(huge, KV_LORA, ROPE, row), 3);
+    kv_row_to_half(KV_CACHE_FP8, row, KV_LORA, ROPE, back);
+    CHECK_INT(back[KV_FP8_BLOCK + 1], 0x7BFF);
+    CHECK_INT(back[3 * KV_FP8_BLOCK + 2], 0xFBFF);
+
     /* NaN and infinity in a block: NaN where they were, the finite neighbours unharmed */
     values[10] = NAN;
     values[11] = INFINITY;
