@@ -727,8 +727,9 @@ static void focus_key(tui *t, int key, int is_char)
  * y, n and a twice answer; Esc and Ctrl-C stop the turn and the view's keys (scrolling, the
  * mouse, Tab focus) work as ever; every other key, Enter too, types nothing and says what the
  * question wants. A y, a or n within APPROVAL_TYPING_S of such a key is a word being typed
- * ("Cancel"), not an answer; so is one within APPROVAL_TYPING_S of a key typed before the
- * question came (a message being typed or queued while the model answers). */
+ * ("Cancel"), not an answer; so is one within APPROVAL_TYPING_S of a character typed before
+ * the question came (a message being typed or queued while the model answers; Enter ends a
+ * word, so a y right after sending is an answer). */
 #define APPROVAL_TYPING_S 0.5      /* keys closer than this to a non-answer are typing */
 
 static int approval_key(tui *t, int key, int is_char, int alt)
@@ -822,8 +823,8 @@ void tui_handle_key(tui *t, int key, int is_char, int alt)
         sessions_key(t, key, is_char, alt);
         return;
     }
-    if (t->approval < 0)            /* typing: a y just after the question appears is part of it */
-        t->approval_stray_at = monotonic_seconds();
+    if (t->approval < 0)    /* a word being typed (Enter or any other key ends it) */
+        t->approval_stray_at = is_char && key >= ' ' && !alt ? monotonic_seconds() : 0;
     else if (approval_key(t, key, is_char, alt))
         return;
     if (t->search_mode && search_key(t, key, is_char, alt))
