@@ -375,8 +375,9 @@ __global__ void __launch_bounds__(kThreads) route_kernel(moe_routing_config c, c
 }
 
 /* A decode step's router GEMV (logits = router x, one token) and, in its last block, the
- * routing of route_kernel. */
-__global__ void __launch_bounds__(kThreads) router_route_kernel(weight_matrix router, const float *x, float *logits,
+ * routing of route_kernel. One block per multiprocessor is all it needs: without saying so,
+ * sm_90's ptxas held it to 32 registers and spilled (cuda_ptxas_report). */
+__global__ void __launch_bounds__(kThreads, 1) router_route_kernel(weight_matrix router, const float *x, float *logits,
                                                                 int lanes_per_row, int split, float *partials,
                                                                 unsigned *counters, moe_routing_config c,
                                                                 const float *bias, int *chosen, float *weights,
