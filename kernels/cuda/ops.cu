@@ -419,15 +419,16 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_gate_up_kernel(const ml
         act[(size_t)slot * inter + row] = silu_gate_element(gate * gate_scale, up * up_scale);
 }
 
-__global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_kernel(const mlp_device *table, const int *index,
-                                                                  const float *act, int hidden, int inter, float *y,
-                                                                  int lanes_per_row)
+/* This block's rows of slot blockIdx.y through expert's down projection into y [slots][hidden]
+ * (the body of mlp_down_kernel and mlp_down_combine_kernel). */
+__device__ __forceinline__ void down_rows(const mlp_device *table, int expert, const float *act, int hidden,
+                                          int inter, float *y, int lanes_per_row)
 {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
     int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
     int slot = blockIdx.y;
-    const weight_matrix down = table[index ? index[slot] : 0].down;
+    const weight_matrix down = table[expert].down;
     float sum = 0.0f;
     if (row < hidden)
         sum = gemv_row_partial(down, row, act + (size_t)slot * inter, 0, gemv_row_chunks(down), group_lane,
@@ -435,6 +436,13 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_kernel(const mlp_d
     sum = gemv_group_sum(sum, lanes_per_row);
     if (row < hidden && group_lane == 0)
         y[(size_t)slot * hidden + row] = sum * gemv_row_scale(down);
+}
+
+__global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_kernel(const mlp_device *table, const int *index,
+                                                                  const float *act, int hidden, int inter, float *y,
+                                                                  int lanes_per_row)
+{
+    down_rows(table, index ? index[blockIdx.y] : 0, act, hidden, inter, y, lanes_per_row);
 }
 
 /* One token's slots (k routed experts, then the shared expert when there is one) through
@@ -446,19 +454,8 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_combine_kernel(
     const mlp_device *table, const int *index, const float *act, int hidden, int inter, float *y, int lanes_per_row,
     const int *chosen, const float *weights, int top_k, float *out, unsigned *counters)
 {
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int sub = lane / lanes_per_row, group_lane = lane % lanes_per_row;
     int rows_per_block = kMlpWarps * (32 / lanes_per_row);
-    int row = blockIdx.x * rows_per_block + warp * (32 / lanes_per_row) + sub;
-    int slot = blockIdx.y;
-    const weight_matrix down = table[index[slot]].down;
-    float sum = 0.0f;
-    if (row < hidden)
-        sum = gemv_row_partial(down, row, act + (size_t)slot * inter, 0, gemv_row_chunks(down), group_lane,
-                               lanes_per_row);
-    sum = gemv_group_sum(sum, lanes_per_row);
-    if (row < hidden && group_lane == 0)
-        y[(size_t)slot * hidden + row] = sum * gemv_row_scale(down);
+    down_rows(table, index[blockIdx.y], act, hidden, inter, y, lanes_per_row);
     __shared__ unsigned is_last;
     __threadfence();
     __syncthreads();
