@@ -602,24 +602,11 @@ static int session_names(char ***names)
 {
     *names = NULL;
     char *dir = paths_sessions_dir(NULL);
-    session_entry *entries = NULL;
     int n = 0;
-    if (!dir || session_list(dir, &entries, &n, NULL) || !(*names = calloc((size_t)n + 1, sizeof **names))) {
-        free(dir);
-        session_list_free(entries, n);
-        return 0;
-    }
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-        const char *base = strrchr(entries[i].path, '/');
-        base = base ? base + 1 : entries[i].path;
-        size_t len = strlen(base);
-        if (len > 5 && !strcmp(base + len - 5, ".json") && ((*names)[k] = strndup(base, len - 5)))
-            k++;
-    }
-    session_list_free(entries, n);
+    if (dir && session_list_names(dir, names, &n, NULL))
+        n = 0;
     free(dir);
-    return k;
+    return n;
 }
 
 /* Tab on an input that starts with '/': complete the word before the cursor (one candidate:
@@ -677,9 +664,7 @@ static int complete(tui *t)
         completion_free(&c);
     }
     free(tools);
-    for (int i = 0; i < n_sessions; i++)
-        free(sessions[i]);
-    free(sessions);
+    session_names_free(sessions, n_sessions);
     free(theme_list);
     return 1;
 }

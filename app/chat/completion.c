@@ -58,7 +58,7 @@ static int add_files(completion *c, int *cap, const char *word, size_t len, kimi
     DIR *d = opendir(dir);
     int rc = 0;
     for (struct dirent *e; !rc && d && (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (e->d_name[0] == '.' && prefix[0] != '.') ||
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (e->d_name[0] == '.' && (!prefix_len || prefix[0] != '.')) ||
             !starts_with(e->d_name, prefix, prefix_len))
             continue;
         int is_dir = e->d_type == DT_DIR;

@@ -1494,11 +1494,18 @@ void session_list_free(session_entry *entries, int n)
 }
 
 /* One file of the folder as a list entry; *skip when it is not a session file at all. */
+/* Whether a folder entry's name is a session file's: *.json, hidden ones excepted. */
+static int session_file_name(const char *name)
+{
+    size_t len = strlen(name);
+    return name[0] != '.' && len > 5 && !strcmp(name + len - 5, ".json");
+}
+
 static int list_one(const char *dir, const char *name, listed *out, int *skip, kimi_err *err)
 {
     size_t len = strlen(name);
     *skip = 1;
-    if (name[0] == '.' || len <= 5 || strcmp(name + len - 5, ".json"))
+    if (!session_file_name(name))
         return 0;
     *out = (listed){0};
     size_t plen = strlen(dir) + len + 2;
@@ -1580,6 +1587,66 @@ int session_list(const char *dir, session_entry **out, int *n_out, kimi_err *err
     *out = entries;
     *n_out = (int)n;
     return 0;
+}
+
+/* As session_list's stat: links to files count, folders and links to them do not. */
+static int regular_file_entry(const char *dir, const struct dirent *e)
+{
+    if (e->d_type == DT_REG)
+        return 1;
+    if (e->d_type != DT_UNKNOWN && e->d_type != DT_LNK)
+        return 0;
+    char *path = NULL;
+    struct stat st;
+    int regular = asprintf(&path, "%s/%s", dir, e->d_name) >= 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    free(path);
+    return regular;
+}
+
+static int name_order(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int session_list_names(const char *dir, char ***out, int *n_out, kimi_err *err)
+{
+    *out = NULL;
+    *n_out = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT)
+            return 0;
+        return kimi_fail(err, KIMI_ERR_IO, "%s: cannot list the sessions: %s", dir, strerror(errno));
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        if (!session_file_name(e->d_name) || !regular_file_entry(dir, e))
+            continue;
+        if (n >= INT_MAX - 1 || array_reserve(&names, &cap, n + 1, sizeof *names) ||
+            !(names[n] = strndup(e->d_name, strlen(e->d_name) - 5)))
+            rc = kimi_fail(err, KIMI_ERR_NOMEM, "%s: out of memory", dir);
+        else
+            n++;
+    }
+    closedir(d);
+    if (rc) {
+        session_names_free(names, (int)n);
+        return rc;
+    }
+    if (n)
+        qsort(names, n, sizeof *names, name_order);
+    *out = names;
+    *n_out = (int)n;
+    return 0;
+}
+
+void session_names_free(char **names, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
 }
 
 char *session_new_path(const char *dir, const char *kind, time_t t)

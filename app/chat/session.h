@@ -163,6 +163,10 @@ typedef struct {
  * "(unreadable: <why>)". A missing dir is an empty list. */
 int session_list(const char *dir, session_entry **out, int *n_out, kimi_err *err);
 void session_list_free(session_entry *entries, int n);
+/* Only the names of those files, without ".json", in name order, read from the folder alone
+ * (no file is opened: Tab completion asks on every press). A missing dir is an empty list. */
+int session_list_names(const char *dir, char ***out, int *n_out, kimi_err *err);
+void session_names_free(char **names, int n);
 
 /* A new file name in dir for a session started at t: dir/KIND2026-12-01T11-40-03.json (UTC, as
  * meta.created; with -2, -3, ... when taken; kind "" for a chat, "prompt-" for a --prompt

@@ -75,6 +75,15 @@ int main(void)
     CHECK_INT(start, 6);
     CHECK_STR(complete("/load .h", NULL), ".hidden.json");
     CHECK_STR(complete("/load ./s", NULL), "./sub/");
+    /* the word ends at the cursor: a '.' after it asks for no hidden file */
+    completion c;
+    kimi_err err = {0};
+    const char *before_dot = "/load ./.h";
+    CHECK(completion_find(before_dot, 8, &src, &c, &err) == 0);
+    CHECK_INT(c.n, 3);
+    for (int i = 0; i < c.n; i++)
+        CHECK_MSG(c.items[i][2] != '.', "%s", c.items[i]);
+    completion_free(&c);
     CHECK_STR(complete("/load nowhere/x", NULL), "");
     CHECK_STR(complete("/export ", NULL), "json md notes.d/ notes.json sub/");
     CHECK_STR(complete("/export json no", NULL), "notes.d/ notes.json");
@@ -83,8 +92,6 @@ int main(void)
     CHECK_STR(complete("/export out.md --force ", NULL), "");
 
     /* the prefix all candidates share */
-    completion c;
-    kimi_err err = {0};
     CHECK(completion_find("/load no", 8, &src, &c, &err) == 0);
     CHECK_INT(completion_common_prefix(&c), 4);               /* "note" */
     completion_free(&c);

@@ -927,7 +927,27 @@ static void test_list_and_new_path(void)
         CHECK_STR(list[2].path, with_slash);
         CHECK_STR(list[3].path, older);
     }
+
+    /* the names alone (Tab completion): the same files, in name order, none opened */
+    char **names = NULL;
+    int n_names = -1;
+    CHECK_MSG(session_list_names(dir, &names, &n_names, &err) == 0, "%s", err.msg);
+    CHECK_INT(n_names, n);
+    for (int i = 0; i < n_names && i < n; i++) {
+        if (i)
+            CHECK_MSG(strcmp(names[i - 1], names[i]) < 0, "%s %s", names[i - 1], names[i]);
+        int found = 0;
+        for (int j = 0; j < n; j++) {
+            const char *base = strrchr(list[j].path, '/') + 1;
+            found |= strlen(base) == strlen(names[i]) + 5 && !strncmp(base, names[i], strlen(names[i]));
+        }
+        CHECK_MSG(found, "%s", names[i]);
+    }
+    session_names_free(names, n_names);
     session_list_free(list, n);
+    char *gone = path_in("nowhere");
+    CHECK(session_list_names(gone, &names, &n_names, &err) == 0 && n_names == 0 && !names);
+    free(gone);
 
     unlink(older);
     unlink(third);
