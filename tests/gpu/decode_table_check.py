@@ -127,6 +127,12 @@ def main():
             else:
                 check(ratio == "-" and float(m_us) == 0, f"context {ctx}: {key} has no bytes but a ratio or a time")
             check(float(m_us) >= 0 and float(r_us) >= 0, f"context {ctx}: {key} negative time")
+            # the projection: the time less its launches scaled by bandwidth, the launches at the empty kernel's
+            streaming = max(0.0, float(m_us) - float(k) * empty_us)
+            want_rtx = streaming * bandwidth / 1.8e12 + float(k) * empty_us
+            # to the printing's precision: times 0.001 us, the bandwidth 0.001 GB/s
+            check(close(float(r_us), want_rtx, rel=3e-4, abs_tol=0.002 + float(k) * 6e-4),
+                  f"context {ctx}: {key} projection {r_us} us, computed {want_rtx:.3f} us")
             measured += float(m_us)
             floor += float(f_us)
             rtx += float(r_us)
