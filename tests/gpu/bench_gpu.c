@@ -11,11 +11,17 @@
  *     tokens, experts with 64+ tokens as GEMMs; =steps: steps of 64 on the decode kernels), and
  *     the projection for 8x RTX PRO 6000 (per-layer time scaled by bandwidth to
  *     1.8 TB/s, 61 layers, plus 122 all-reduces at a stated cost) next to the seeds' ~60 tok/s;
+ *   - the decode table (tests/gpu/decode_table.h): per item of issue 20's table, one rank's
+ *     measured us per token at 0/32k/128k context next to its floor, and the projection for 8x
+ *     RTX PRO 6000, for Kimi-K2.5 at TP 8 (the config built in below) or --table-config DIR at
+ *     --tp N; with --model, the items against the checkpoint's measured decode step;
  *   - with --model and --nccl N (N visible devices): one NCCL all-reduce of `hidden` floats over
  *     devices 0..N-1 (issued from one thread, as the backend's ranks issue theirs in parallel),
  *     the decode step of the model at TP N over NCCL (graphs on), and the all-reduces' share of
  *     that step (two per layer).
- * usage: bench_gpu [--model DIR] [--quick] [--nccl N]     (exit 77 without a device) */
+ * usage: bench_gpu [--model DIR] [--quick] [--nccl N] [--table-config DIR] [--tp N] [--table-only]
+ *   --quick: fewer steps and instances, a 64 MiB copy; --table-only: the copy bandwidth and the
+ *   decode table alone (exit 77 without a device) */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,6 +30,8 @@
 #include "engine/backend/device_plan.h"
 #include "engine/model/weights.h"
 #include "kernels/cuda/forward.h"
+#include "tests/gpu/bench_device.h"
+#include "tests/gpu/decode_table.h"
 #include "tests/gpu/gpu_test.h"
 
 #ifdef KIMI_HAVE_NCCL
@@ -44,9 +52,9 @@ static double now(void)
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static void measure_copy_bandwidth(void)
+static void measure_copy_bandwidth(int quick)
 {
-    size_t bytes = (size_t)2 << 30;
+    size_t bytes = quick ? (size_t)64 << 20 : (size_t)2 << 30;
     void *a = NULL, *b = NULL;
     CUDA_CHECK(cudaMalloc(&a, bytes));
     CUDA_CHECK(cudaMalloc(&b, bytes));
@@ -55,7 +63,7 @@ static void measure_copy_bandwidth(void)
     cudaEventCreate(&start);
     cudaEventCreate(&stop);
     float best = 1e30f;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < (quick ? 2 : 6); i++) {
         cudaEventRecord(start, NULL);
         cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
         cudaEventRecord(stop, NULL);
@@ -70,33 +78,6 @@ static void measure_copy_bandwidth(void)
     cudaFree(b);
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
-}
-
-/* A device matrix of random bytes in the packed layout (values are irrelevant to speed; E4M3
- * scales are set to 1.0 so no NaN slows anything). */
-static weight_matrix device_matrix(weight_format format, int rows, int cols, size_t *bytes)
-{
-    weight_matrix v = {format, rows, cols, NULL, format == WEIGHT_NVFP4 ? (size_t)cols / 2 : (size_t)cols * 2,
-                       NULL, (size_t)cols / 16, 1.0f};
-    packed_layout l;
-    packed_layout_of(&v, &l);
-    uint8_t *d = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&d, l.bytes));
-    CUDA_CHECK(cudaMemset(d, 0x35, l.data_bytes));
-    if (l.scale_bytes)
-        CUDA_CHECK(cudaMemset(d + l.data_bytes, 0x38, l.scale_bytes));
-    *bytes = (size_t)rows * (v.data_stride + (format == WEIGHT_NVFP4 ? (size_t)cols / 16 : 0));
-    return packed_view(&v, &l, d, d + l.data_bytes);
-}
-
-static float *device_floats(size_t n, float value)
-{
-    float *host = malloc(n * sizeof *host), *d;
-    for (size_t i = 0; i < n; i++)
-        host[i] = value * (float)((i % 7) + 1) * 0.1f;
-    d = gpu_test_upload(host, n * sizeof *host);
-    free(host);
-    return d;
 }
 
 typedef int (*kernel_fn)(void *ctx);
@@ -159,10 +140,10 @@ static void bench_gemv(const char *what, weight_format format, int rows, int col
 {
     size_t bytes;
     gemv_ctx g = {0};
-    g.w = device_matrix(format, rows, cols, &bytes);
-    g.x = device_floats((size_t)cols, 1.0f);
-    g.y = device_floats((size_t)rows, 0.0f);
-    g.scratch.partials = device_floats((size_t)rows * 16, 0.0f);
+    g.w = bench_device_matrix(format, rows, cols, &bytes);
+    g.x = bench_device_floats((size_t)cols, 1.0f);
+    g.y = bench_device_floats((size_t)rows, 0.0f);
+    g.scratch.partials = bench_device_floats((size_t)rows * 16, 0.0f);
     CUDA_CHECK(cudaMalloc((void **)&g.scratch.counters, (size_t)rows * 4));
     CUDA_CHECK(cudaMemset(g.scratch.counters, 0, (size_t)rows * 4));
     g.scratch.max_rows = rows;
@@ -211,26 +192,26 @@ static void bench_moe(int sm)
     m.hidden = hidden;
     m.inter = inter;
     size_t router_bytes, expert_bytes = 0, b;
-    m.router = device_matrix(WEIGHT_BF16, experts, hidden, &router_bytes);
+    m.router = bench_device_matrix(WEIGHT_BF16, experts, hidden, &router_bytes);
     mlp_device *table = malloc((size_t)(experts + 1) * sizeof *table);
     for (int e = 0; e <= experts; e++) {
-        table[e].gate = device_matrix(WEIGHT_NVFP4, inter, hidden, &b);
-        table[e].up = device_matrix(WEIGHT_NVFP4, inter, hidden, &b);
-        table[e].down = device_matrix(WEIGHT_NVFP4, hidden, inter, &b);
+        table[e].gate = bench_device_matrix(WEIGHT_NVFP4, inter, hidden, &b);
+        table[e].up = bench_device_matrix(WEIGHT_NVFP4, inter, hidden, &b);
+        table[e].down = bench_device_matrix(WEIGHT_NVFP4, hidden, inter, &b);
     }
     expert_bytes = 3 * b; /* all three have the same byte count */
     m.table = gpu_test_upload(table, (size_t)(experts + 1) * sizeof *table);
     /* router logits favour no one: the choice still costs what it costs */
-    m.x = device_floats((size_t)hidden, 1.0f);
-    m.logits = device_floats((size_t)experts, 0.0f);
-    m.weights = device_floats(8, 0.0f);
-    m.act = device_floats((size_t)8 * inter, 0.0f);
-    m.y = device_floats((size_t)8 * hidden, 0.0f);
-    m.shared_act = device_floats((size_t)inter, 0.0f);
-    m.shared_y = device_floats((size_t)hidden, 0.0f);
-    m.out = device_floats((size_t)hidden, 0.0f);
+    m.x = bench_device_floats((size_t)hidden, 1.0f);
+    m.logits = bench_device_floats((size_t)experts, 0.0f);
+    m.weights = bench_device_floats(8, 0.0f);
+    m.act = bench_device_floats((size_t)8 * inter, 0.0f);
+    m.y = bench_device_floats((size_t)8 * hidden, 0.0f);
+    m.shared_act = bench_device_floats((size_t)inter, 0.0f);
+    m.shared_y = bench_device_floats((size_t)hidden, 0.0f);
+    m.out = bench_device_floats((size_t)hidden, 0.0f);
     CUDA_CHECK(cudaMalloc((void **)&m.chosen, 8 * sizeof(int)));
-    m.scratch.partials = device_floats((size_t)experts * 16, 0.0f);
+    m.scratch.partials = bench_device_floats((size_t)experts * 16, 0.0f);
     CUDA_CHECK(cudaMalloc((void **)&m.scratch.counters, (size_t)experts * 4));
     CUDA_CHECK(cudaMemset(m.scratch.counters, 0, (size_t)experts * 4));
     m.scratch.max_rows = experts;
@@ -268,11 +249,11 @@ static void bench_attention(long positions, int sm)
     size_t cache_elems = (size_t)positions * 576;
     CUDA_CHECK(cudaMalloc((void **)&a.cache, cache_elems * 2));
     CUDA_CHECK(cudaMemset(a.cache, 0x11, cache_elems * 2));
-    a.q_latent = device_floats(8 * 512, 0.01f);
-    a.q = device_floats(8 * 192, 0.01f);
+    a.q_latent = bench_device_floats(8 * 512, 0.01f);
+    a.q = bench_device_floats(8 * 192, 0.01f);
     a.splits = device_attention_splits(positions, sm);
-    a.partials = device_floats(mla_decode_partial_floats(a.splits, 8, 512), 0.0f);
-    a.out = device_floats(8 * 512, 0.0f);
+    a.partials = bench_device_floats(mla_decode_partial_floats(a.splits, 8, 512), 0.0f);
+    a.out = bench_device_floats(8 * 512, 0.0f);
     int pos = (int)positions - 1;
     a.pos = gpu_test_upload(&pos, sizeof pos);
     double t = time_kernel(run_attention, &a, 20);
@@ -312,11 +293,11 @@ static void bench_prefill_attention(long context, int tokens, int sm)
     CUDA_CHECK(cudaMalloc((void **)&a.cache, cache_elems * 2));
     CUDA_CHECK(cudaMemset(a.cache, 0x11, cache_elems * 2));
     a.tokens = tokens;
-    a.q_latent = device_floats((size_t)tokens * 8 * 512, 0.01f);
-    a.q = device_floats((size_t)tokens * 8 * 192, 0.01f);
+    a.q_latent = bench_device_floats((size_t)tokens * 8 * 512, 0.01f);
+    a.q = bench_device_floats((size_t)tokens * 8 * 192, 0.01f);
     a.parts = device_prefill_attention_parts(device_attention_splits(positions, sm), tokens, 8);
-    a.partials = device_floats(mla_prefill_partial_floats(a.parts, tokens, 8, 512) + 1, 0.0f);
-    a.out = device_floats((size_t)tokens * 8 * 512, 0.0f);
+    a.partials = bench_device_floats(mla_prefill_partial_floats(a.parts, tokens, 8, 512) + 1, 0.0f);
+    a.out = bench_device_floats((size_t)tokens * 8 * 512, 0.0f);
     int pos = (int)context;
     a.pos = gpu_test_upload(&pos, sizeof pos);
     double t = time_kernel(run_prefill_attention, &a, 10);
@@ -397,7 +378,7 @@ static void bench_prefill(const model_weights *mw, const char *path)
     unsetenv("KIMI_CUDA_PREFILL");
 }
 
-static void bench_model(const char *dir, int quick)
+static void bench_model(const char *dir, int quick, const decode_table *table)
 {
     model_weights mw;
     kimi_err err = {0};
@@ -437,6 +418,12 @@ static void bench_model(const char *dir, int quick)
         backend_close(be);
     }
     unsetenv("KIMI_CUDA_GRAPHS");
+    if (table && per_layer[1][0] > 0) {
+        double step_s[DECODE_TABLE_CONTEXTS];
+        for (int i = 0; i < DECODE_TABLE_CONTEXTS; i++)
+            step_s[i] = per_layer[1][i] * c->layers;
+        decode_table_compare(table, c, step_s);
+    }
     bench_prefill(&mw, "gemm");
     bench_prefill(&mw, "steps");
     if (per_layer[1][0] > 0) {
@@ -462,7 +449,7 @@ static void bench_model(const char *dir, int quick)
 static double nccl_allreduce_seconds(int ranks, size_t n)
 {
     ncclComm_t comms[8];
-    int devices[8];
+    int devices[8] = {0};
     float *bufs[8];
     cudaStream_t streams[8];
     for (int d = 0; d < ranks; d++)
@@ -543,11 +530,54 @@ static void bench_nccl(const char *dir, int ranks)
 #endif
 }
 
+/* Kimi-K2.5's language model (the text_config of moonshotai/Kimi-K2.5's config.json): the
+ * decode table's default shapes and layer counts. */
+static const char k25_config[] =
+    "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 7168, \"num_hidden_layers\": 61,"
+    " \"num_attention_heads\": 64, \"num_key_value_heads\": 64, \"q_lora_rank\": 1536, \"kv_lora_rank\": 512,"
+    " \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128, \"n_routed_experts\": 384,"
+    " \"n_shared_experts\": 1, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 2048,"
+    " \"intermediate_size\": 18432, \"first_k_dense_replace\": 1, \"moe_layer_freq\": 1, \"n_group\": 1,"
+    " \"topk_group\": 1, \"topk_method\": \"noaux_tc\", \"scoring_func\": \"sigmoid\", \"norm_topk_prob\": true,"
+    " \"routed_scaling_factor\": 2.827, \"rms_norm_eps\": 1e-05, \"rope_theta\": 50000.0,"
+    " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 64.0, \"original_max_position_embeddings\": 4096,"
+    " \"beta_fast\": 32.0, \"beta_slow\": 1.0, \"mscale\": 1.0, \"mscale_all_dim\": 1.0},"
+    " \"max_position_embeddings\": 262144, \"tie_word_embeddings\": false, \"vocab_size\": 163840}";
+
+/* The decode table for the config in dir (NULL: Kimi-K2.5) at tp ranks; 0 or 1. */
+static int bench_table(const char *dir, int tp, int quick, decode_table *table)
+{
+    model_config cfg;
+    kimi_err err = {0};
+    config_init(&cfg);
+    int rc = dir ? config_load(&cfg, dir, &err)
+                 : config_parse_text(&cfg, "config.json", k25_config, sizeof k25_config - 1, &err);
+    if (rc) {
+        printf("bench_gpu: %s\n", err.msg);
+        config_free(&cfg);
+        return 1;
+    }
+    char source[300];
+    snprintf(source, sizeof source, "%s", dir ? dir : "Kimi-K2.5 (built-in config)");
+    decode_table_options opt = {.source = source, .tp = tp, .copy_bandwidth = copy_bandwidth, .quick = quick};
+#ifdef KIMI_HAVE_NCCL
+    int visible = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&visible));
+    if (visible > 1) {
+        opt.allreduce_ranks = visible < 8 ? visible : 8;
+        opt.allreduce_s = nccl_allreduce_seconds(opt.allreduce_ranks, (size_t)cfg.hidden);
+    }
+#endif
+    rc = decode_table_run(&cfg, &opt, table);
+    config_free(&cfg);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     gpu_test_require_device();
-    const char *model = NULL;
-    int quick = 0, nccl_ranks = 0;
+    const char *model = NULL, *table_config = NULL;
+    int quick = 0, nccl_ranks = 0, tp = 8, table_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
@@ -555,6 +585,16 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--nccl") && i + 1 < argc)
             nccl_ranks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--table-config") && i + 1 < argc)
+            table_config = argv[++i];
+        else if (!strcmp(argv[i], "--tp") && i + 1 < argc)
+            tp = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--table-only"))
+            table_only = 1;
+        else {
+            printf("bench_gpu: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
     }
     if (nccl_ranks) {
         int visible = 0;
@@ -568,7 +608,12 @@ int main(int argc, char **argv)
     }
     int sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
-    measure_copy_bandwidth();
+    measure_copy_bandwidth(quick);
+    decode_table table;
+    if (table_only) {
+        CHECK_INT(bench_table(table_config, tp, quick, &table), 0);
+        return check_finish();
+    }
     bench_gemv("NVFP4 GEMV dense gate slice [2304 x 7168]", WEIGHT_NVFP4, 2304, 7168, sm);
     bench_gemv("NVFP4 GEMV down slice [7168 x 2304]", WEIGHT_NVFP4, 7168, 2304, sm);
     bench_gemv("BF16 GEMV q_a [1536 x 7168]", WEIGHT_BF16, 1536, 7168, sm);
@@ -579,7 +624,9 @@ int main(int argc, char **argv)
     bench_attention(131072, sm);
     bench_prefill_attention(1024, 512, sm);
     bench_prefill_attention(8192, 512, sm);
+    int have_table = !bench_table(table_config, tp, quick, &table);
+    CHECK(have_table);
     if (model)
-        bench_model(model, quick);
+        bench_model(model, quick, have_table ? &table : NULL);
     return check_finish();
 }

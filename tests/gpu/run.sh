@@ -8,7 +8,9 @@
 # kernel's bandwidth as a fraction of the measured copy bandwidth (and the prefill attention's
 # arithmetic rate), decode time per layer with graphs on/off at 0/32k/128k context, prefill tok/s
 # at 1k/8k on both prefill paths (GEMM: steps of up to 512 tokens; steps: 64), and the 8x RTX PRO
-# 6000 projection; then kimi-probe load --backend cuda on the rank checkpoint (the load's GB/s
+# 6000 projection; the decode table (per item of issue 20's table, one TP 8 rank's measured us per
+# token at 0/32k/128k next to its floor and the 8x RTX PRO 6000 projection, and the items against
+# the rank checkpoint's decode step); then kimi-probe load --backend cuda on the rank checkpoint (the load's GB/s
 # next to the storage's own read). Where more than one GPU is visible: kimi-probe golden at TP 2/4/8 over NCCL (a
 # device per rank) and the NCCL share of the decode step (bench_gpu --nccl). Ends with a short
 # summary.
@@ -112,7 +114,8 @@ case $bench_rc in
     *) bench_state="failed (exit $bench_rc)" ;;
 esac
 printf '%-36s %s\n' "bench_gpu" "$bench_state"
-grep -E "of copy bandwidth|TFLOP/s|per layer|tok/s|slower|projection" "$build/bench-gpu.log" | sed 's/^/  /'
+grep -E "of copy bandwidth|TFLOP/s|per layer|tok/s|slower|projection|^context|cache-read bound|unexplained" \
+    "$build/bench-gpu.log" | sed 's/^/  /'
 printf '%s\n' "load: $load_line"
 for line in "${multi_lines[@]}"; do printf '%s\n' "$line"; done
 printf '%-36s %s\n' "wall (s)" "$((SECONDS - start))"
