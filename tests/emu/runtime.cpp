@@ -628,11 +628,16 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
-    CUstream_st *stream = nullptr;
+    CUstream_st *stream = nullptr;     /* the stream of the last record; nullptr once it is destroyed */
     unsigned long long mark = 0;
     bool recorded = false, timing = true;
     std::atomic<double> at{0.0};
 };
+
+/* Every event, so that a destroyed stream is forgotten by the events recorded on it: CUDA lets
+ * an event outlive its stream (destroyed, queried, waited for), its work done by then. */
+static std::mutex events_lock;
+static std::vector<CUevent_st *> live_events;
 
 namespace emu {
 
@@ -1178,6 +1183,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
         std::lock_guard<std::mutex> hold(streams_lock);
         live_streams.erase(std::find(live_streams.begin(), live_streams.end(), stream));
     }  /* the queued work finishes first, as on the device */
+    {
+        std::lock_guard<std::mutex> hold(events_lock);
+        for (CUevent_st *e : live_events)
+            if (e->stream == stream)
+                e->stream = nullptr;
+    }
     if (stream->capture)
         device_captures[stream->device]--;
     delete stream->capture;
@@ -1230,6 +1241,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
         return result(cudaErrorInvalidValue);
     *event = new CUevent_st;
     (*event)->timing = !(flags & cudaEventDisableTiming);
+    std::lock_guard<std::mutex> hold(events_lock);
+    live_events.push_back(*event);
     return cudaSuccess;
 }
 
@@ -1244,6 +1257,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
         return result(cudaErrorInvalidResourceHandle);
     if (event->stream)
         event->stream->wait_for(event->mark);   /* the mark still refers to the event */
+    {
+        std::lock_guard<std::mutex> hold(events_lock);
+        live_events.erase(std::find(live_events.begin(), live_events.end(), event));
+    }
     delete event;
     return cudaSuccess;
 }

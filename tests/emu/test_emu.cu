@@ -147,11 +147,31 @@ static void check_graphs(void)
     cudaStreamDestroy(s);
 }
 
+/* An event outlives the stream it was recorded on: queried, waited for and destroyed after it
+ * (the emulator once followed the freed stream and hung). */
+static void check_event_after_stream(void)
+{
+    cudaStream_t s;
+    cudaEvent_t e;
+    CHECK_INT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), 0);
+    CHECK_INT(cudaEventCreate(&e), 0);
+    int *x;
+    cudaMalloc((void **)&x, sizeof *x);
+    add_one<<<1, 1, 0, s>>>(x, 1);
+    CHECK_INT(cudaEventRecord(e, s), 0);
+    CHECK_INT(cudaStreamDestroy(s), 0);
+    CHECK_INT(cudaEventQuery(e), cudaSuccess);
+    CHECK_INT(cudaEventSynchronize(e), cudaSuccess);
+    CHECK_INT(cudaEventDestroy(e), cudaSuccess);
+    cudaFree(x);
+}
+
 int main(void)
 {
     check_shuffles();
     check_half();
     check_shared_limit();
     check_graphs();
+    check_event_after_stream();
     return check_finish();
 }
