@@ -347,6 +347,75 @@ static void check_rmsnorm_add_allreduce(void)
     free(got);
 }
 
+/* RMSNorm's fp32 sums (kernels/cuda/norm_core.cuh) against the CPU's double sums on hostile rows
+ * at Kimi-K2.5's widths (hidden 7168, q_lora 1536, kv_lora 512): K2.5-sized activations, 1e4
+ * outliers among them, magnitudes spread log-uniformly over 1e-6..1e4, one 3e4 value among
+ * 1e-3s, and a row of 1e-4s where eps counts. Element 0 of every row is 1 with weight 1, so
+ * out[0] is the row's scale (1 / rms) itself: both the scale and every output are held to 2e-6
+ * relative (rmsnorm_cuda, and residual_rmsnorm_cuda adding zeros to the row). Prints the largest
+ * differences seen. */
+static void check_rmsnorm_hostile(int n)
+{
+    enum { ROWS = 5 };
+    float *x = malloc((size_t)ROWS * n * 4), *w = random_floats((size_t)n, 1.0f);
+    for (int r = 0; r < ROWS; r++) {
+        float *row = x + (size_t)r * n;
+        for (int i = 0; i < n; i++) {
+            float u = gpu_test_uniform(), sign = u < 0.0f ? -1.0f : 1.0f;
+            switch (r) {
+            case 0: row[i] = 3.0f * u; break;
+            case 1: row[i] = i % 997 == 5 ? sign * 1e4f : 3.0f * u; break;
+            case 2: row[i] = sign * powf(10.0f, -6.0f + 5.0f * (gpu_test_uniform() + 1.0f)); break;
+            case 3: row[i] = i == n / 2 ? 3e4f : 1e-3f * u; break;
+            default: row[i] = 1e-4f * u; break;
+            }
+        }
+        row[0] = 1.0f;
+    }
+    w[0] = 1.0f;
+    float *want = malloc((size_t)ROWS * n * 4), *got = malloc((size_t)ROWS * n * 4);
+    weight_vector wv = {DTYPE_F32, n, w};
+    for (int r = 0; r < ROWS; r++)
+        rmsnorm(want + (size_t)r * n, x + (size_t)r * n, &wv, 1e-6f);
+    float *zeros = calloc((size_t)ROWS * n, 4);
+    float *dx = gpu_test_upload(x, (size_t)ROWS * n * 4), *dw = gpu_test_upload(w, (size_t)n * 4);
+    float *dh = gpu_test_upload(x, (size_t)ROWS * n * 4), *dd = gpu_test_upload(zeros, (size_t)ROWS * n * 4);
+    float *dout = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)ROWS * n * 4));
+    for (int fused = 0; fused < 2; fused++) {
+        if (fused)
+            CHECK_INT(residual_rmsnorm_cuda(dh, dd, dout, dw, ROWS, n, 1e-6f, NULL), 0);
+        else
+            CHECK_INT(rmsnorm_cuda(dout, dx, dw, ROWS, n, 1e-6f, NULL), 0);
+        gpu_test_download(got, dout, (size_t)ROWS * n * 4);
+        double worst_scale = 0.0, worst = 0.0;
+        for (int r = 0; r < ROWS; r++) {
+            const float *g = got + (size_t)r * n, *e = want + (size_t)r * n;
+            double scale_diff = fabs((double)g[0] - e[0]) / fabs((double)e[0]);
+            worst_scale = scale_diff > worst_scale ? scale_diff : worst_scale;
+            for (int i = 0; i < n; i++)
+                if (e[i] != 0.0f) {
+                    double d = fabs((double)g[i] - e[i]) / fabs((double)e[i]);
+                    worst = d > worst ? d : worst;
+                }
+        }
+        printf("rmsnorm%s n=%d hostile rows: scale max relative difference %.3g, outputs %.3g\n",
+               fused ? " (residual)" : "", n, worst_scale, worst);
+        CHECK_MSG(worst_scale <= 2e-6 && worst <= 2e-6, "rmsnorm%s n=%d: scale %.3g, outputs %.3g relative",
+                  fused ? " (residual)" : "", n, worst_scale, worst);
+    }
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dh);
+    cudaFree(dd);
+    cudaFree(dout);
+    free(x);
+    free(w);
+    free(want);
+    free(got);
+    free(zeros);
+}
+
 /* The latent norm, rope of k_pe and q_pe, and the cache rows (fp16, or fp8: kernels/kv_format.h)
  * of `tokens` tokens at positions position + t; norm_scale 1e5 pushes latents past the fp16
  * range, which both backends saturate to +-65504 and count alike (fp8: its block scale holds
@@ -952,6 +1021,9 @@ int main(int argc, char **argv)
     check_attention_projections(WEIGHT_BF16, 8, 128, 128, 512);
     check_attention_projections(WEIGHT_NVFP4, 3, 32, 16, 64);
     check_rmsnorm_add_allreduce();
+    check_rmsnorm_hostile(7168);
+    check_rmsnorm_hostile(1536);
+    check_rmsnorm_hostile(512);
     check_kv_rope_cache(0, 1, 1.0f, KV_CACHE_FP16);
     check_kv_rope_cache(4097, 1, 1.0f, KV_CACHE_FP16);
     check_kv_rope_cache(131071, 1, 1.0f, KV_CACHE_FP16);
