@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/cuda/rope_core.cuh"
 #include "kernels/forward_math.h"
 
 namespace {
@@ -102,12 +103,12 @@ __global__ void absorb_q_kernel(weight_matrix kv_b, int nope, int v, float *q, i
     q += (size_t)blockIdx.z * heads * q_width;
     q_latent += (size_t)blockIdx.z * heads * cols;
     if (inv_freq && blockIdx.x == 0) {
-        double position = (double)((long)*pos + blockIdx.z);
+        long position = (long)*pos + blockIdx.z;
         float *q_pe = q + (size_t)head * q_width + nope;
         for (int i = threadIdx.x; i < (q_width - nope) / 2; i += blockDim.x) {
-            double angle = position * inv_freq[i];
-            rope_rotate_pair(&q_pe[2 * i], &q_pe[2 * i + 1], (float)(cos(angle) * cos_sin_scale),
-                             (float)(sin(angle) * cos_sin_scale));
+            float c, s;
+            rope_cos_sin_f32(position, inv_freq[i], (float)cos_sin_scale, &c, &s);
+            rope_rotate_pair(&q_pe[2 * i], &q_pe[2 * i + 1], c, s);
         }
     }
     if (c >= cols)

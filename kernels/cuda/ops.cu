@@ -10,6 +10,7 @@
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemv_core.cuh"
 #include "kernels/cuda/norm_core.cuh"
+#include "kernels/cuda/rope_core.cuh"
 #include "kernels/forward_math.h"
 #include "kernels/kv_format.h"
 #include "kernels/kv_shard_math.h"
@@ -96,11 +97,8 @@ __device__ void kv_rope_cache_row(float *kv, int kv_lora, int rope, const float 
     uint16_t *entry = reinterpret_cast<uint16_t *>(row); /* fp16: [kv_lora | rope] */
     uint16_t *k_pe_out = fp8 ? reinterpret_cast<uint16_t *>(row + kv_lora + 4 * (size_t)kv_fp8_blocks(kv_lora))
                              : entry + kv_lora;
-    for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
-        double angle = (double)position * inv_freq[i];
-        cos_table[i] = (float)(cos(angle) * cos_sin_scale);
-        sin_table[i] = (float)(sin(angle) * cos_sin_scale);
-    }
+    for (int i = threadIdx.x; i < rope / 2; i += kThreads)
+        rope_cos_sin_f32(position, inv_freq[i], (float)cos_sin_scale, &cos_table[i], &sin_table[i]);
     float squares = 0.0f;
     for (int i = threadIdx.x; i < kv_lora; i += kThreads)
         squares += kv[i] * kv[i];

@@ -511,6 +511,59 @@ static void check_kv_rope_cache(long position, int tokens, float norm_scale, kv_
     free(got_rows);
 }
 
+/* The rotary cos/sin (kernels/cuda/rope_core.cuh: fp32 after an exact reduction of the angle)
+ * against the CPU's, computed in double, at positions position + t for Kimi-K2.5's rope table
+ * (pair 0 turns by 1 rad a position: 262143 rad at the longest context, where an fp32 angle
+ * would be off by ~0.016 rad). q_pe's pairs are (1, 0), so the kernel's rotation leaves
+ * exactly (cos, sin) there. Within 1e-6 (the values are at most 1); prints the largest difference. */
+static void check_rope_angles(long position, int tokens)
+{
+    int kv_lora = 512, rope = 64;
+    size_t row_bytes = kv_row_bytes(KV_CACHE_FP16, kv_lora, rope);
+    rope_config rc = {rope, 50000.0, 1, 64.0, 4096, 32.0, 1.0, 1.0, 1.0};
+    rope_table table;
+    CHECK_INT(rope_table_init(&table, &rc), 0);
+    float *kv = random_floats((size_t)tokens * (kv_lora + rope), 1.0f), *norm = random_floats((size_t)kv_lora, 1.0f);
+    float *q = calloc((size_t)tokens * rope, 4), *got = malloc((size_t)tokens * rope * 4);
+    for (int i = 0; i < tokens * rope; i += 2)
+        q[i] = 1.0f;
+    float *dkv = gpu_test_upload(kv, (size_t)tokens * (kv_lora + rope) * 4);
+    float *dq = gpu_test_upload(q, (size_t)tokens * rope * 4);
+    float *dnorm = gpu_test_upload(norm, (size_t)kv_lora * 4);
+    double *dfreq = gpu_test_upload(table.inv_freq, (size_t)(rope / 2) * sizeof(double));
+    int pos = (int)position;
+    int *dpos = gpu_test_upload(&pos, sizeof pos);
+    uint8_t *dcache = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dcache, ((size_t)position + tokens) * row_bytes));
+    CHECK_INT(mla_kv_rope_cache_cuda(dkv, kv_lora, rope, dnorm, 1e-6f, dq, 1, 0, dfreq, table.cos_sin_scale, dpos,
+                                     dcache, KV_CACHE_FP16, NULL, tokens, NULL), 0);
+    gpu_test_download(got, dq, (size_t)tokens * rope * 4);
+    double worst = 0.0;
+    for (int t = 0; t < tokens; t++) {
+        float cos_t[128], sin_t[128];
+        rope_cos_sin(&table, position + t, cos_t, sin_t);
+        for (int i = 0; i < rope / 2; i++) {
+            double dc = fabs((double)got[(size_t)t * rope + 2 * i] - cos_t[i]);
+            double ds = fabs((double)got[(size_t)t * rope + 2 * i + 1] - sin_t[i]);
+            worst = dc > worst ? dc : worst;
+            worst = ds > worst ? ds : worst;
+        }
+    }
+    printf("rope cos/sin at positions %ld..%ld: max difference %.3g\n", position, position + tokens - 1, worst);
+    CHECK_MSG(worst <= 1e-6, "rope cos/sin at positions %ld..%ld: %.3g from the CPU's", position,
+              position + tokens - 1, worst);
+    cudaFree(dkv);
+    cudaFree(dq);
+    cudaFree(dnorm);
+    cudaFree(dfreq);
+    cudaFree(dpos);
+    cudaFree(dcache);
+    free(kv);
+    free(norm);
+    free(q);
+    free(got);
+}
+
 /* poison: token t's logits are made non-finite by pattern t % 4 (none; all NaN; NaN at every
  * third expert and +inf at one; -inf and NaN halves), so both backends must follow the one
  * ranking rule of kernels/moe_routing_math.h. */
@@ -1029,6 +1082,10 @@ int main(int argc, char **argv)
     check_kv_rope_cache(131071, 1, 1.0f, KV_CACHE_FP16);
     check_kv_rope_cache(100, 8, 1.0f, KV_CACHE_FP16);
     check_kv_rope_cache(100, 8, 1e5f, KV_CACHE_FP16);
+    check_kv_rope_cache(262136, 8, 1.0f, KV_CACHE_FP16);
+    check_rope_angles(0, 8);
+    check_rope_angles(65531, 8);
+    check_rope_angles(262136, 8);
     check_route(384, 8, 1, 1, 1, 1, 0);
     check_route(16, 4, 4, 2, 1, 1, 0);
     check_route(64, 6, 8, 3, 0, 1, 0);
