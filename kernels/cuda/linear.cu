@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/cuda/launch_grid.h"
 #include "kernels/cuda/rope_core.cuh"
 #include "kernels/forward_math.h"
 
@@ -154,13 +155,10 @@ extern "C" int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, i
  * kv_a: few rows, long K), so the K range goes to several blocks. */
 static int gemv_split(int rows, int batches, int lanes, int blocks, int chunks, const gemv_scratch *scratch)
 {
-    if (!scratch || batches != 1 || lanes != 32 || rows > scratch->max_rows || blocks >= 2 * scratch->sm_count)
+    if (!scratch || batches != 1 || lanes != 32 || rows > scratch->max_rows)
         return 1;
-    int split = (2 * scratch->sm_count + blocks - 1) / blocks;
-    split = split > kMaxSplit ? kMaxSplit : split;
     int most = chunks / 64; /* at least two chunks per lane in every part */
-    split = split > most ? most : split;
-    return split < 1 ? 1 : split;
+    return launch_grid_split(blocks, scratch->sm_count, most < kMaxSplit ? most : kMaxSplit);
 }
 
 /* Checks w and the batches; the launch shape of its rows: lanes per row, blocks, chunks. */

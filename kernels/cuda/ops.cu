@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/cuda/launch_grid.h"
 #include "kernels/cuda/norm_core.cuh"
 #include "kernels/cuda/rope_core.cuh"
 #include "kernels/forward_math.h"
@@ -676,15 +677,10 @@ int tail_split(int blocks, int rows_per_block, int lanes, int chunks, const gemv
 {
     if (!scratch || blocks >= scratch->max_rows)
         return -1;
-    int split = 1;
-    if (lanes == 32 && blocks * rows_per_block <= scratch->max_rows && blocks < 2 * scratch->sm_count) {
-        split = (2 * scratch->sm_count + blocks - 1) / blocks;
-        split = split > GEMV_TAIL_MAX_SPLIT ? GEMV_TAIL_MAX_SPLIT : split;
-        int most = chunks / 64; /* at least two chunks per lane in every part */
-        split = split > most ? most : split;
-        split = split < 1 ? 1 : split;
-    }
-    return split;
+    if (lanes != 32 || blocks * rows_per_block > scratch->max_rows)
+        return 1;
+    int most = chunks / 64; /* at least two chunks per lane in every part */
+    return launch_grid_split(blocks, scratch->sm_count, most < GEMV_TAIL_MAX_SPLIT ? most : GEMV_TAIL_MAX_SPLIT);
 }
 
 int gemv_shape_ok(const weight_matrix *w)
