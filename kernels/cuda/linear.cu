@@ -9,6 +9,8 @@
 
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/cuda/launch_grid.h"
+#include "kernels/cuda/rope_core.cuh"
 #include "kernels/forward_math.h"
 
 namespace {
@@ -102,12 +104,12 @@ __global__ void absorb_q_kernel(weight_matrix kv_b, int nope, int v, float *q, i
     q += (size_t)blockIdx.z * heads * q_width;
     q_latent += (size_t)blockIdx.z * heads * cols;
     if (inv_freq && blockIdx.x == 0) {
-        double position = (double)((long)*pos + blockIdx.z);
+        long position = (long)*pos + blockIdx.z;
         float *q_pe = q + (size_t)head * q_width + nope;
         for (int i = threadIdx.x; i < (q_width - nope) / 2; i += blockDim.x) {
-            double angle = position * inv_freq[i];
-            rope_rotate_pair(&q_pe[2 * i], &q_pe[2 * i + 1], (float)(cos(angle) * cos_sin_scale),
-                             (float)(sin(angle) * cos_sin_scale));
+            float c, s;
+            rope_cos_sin_f32(position, inv_freq[i], (float)cos_sin_scale, &c, &s);
+            rope_rotate_pair(&q_pe[2 * i], &q_pe[2 * i + 1], c, s);
         }
     }
     if (c >= cols)
@@ -153,13 +155,10 @@ extern "C" int linear_gemv_cuda(const weight_matrix *w, int rows, int batches, i
  * kv_a: few rows, long K), so the K range goes to several blocks. */
 static int gemv_split(int rows, int batches, int lanes, int blocks, int chunks, const gemv_scratch *scratch)
 {
-    if (!scratch || batches != 1 || lanes != 32 || rows > scratch->max_rows || blocks >= 2 * scratch->sm_count)
+    if (!scratch || batches != 1 || lanes != 32 || rows > scratch->max_rows)
         return 1;
-    int split = (2 * scratch->sm_count + blocks - 1) / blocks;
-    split = split > kMaxSplit ? kMaxSplit : split;
     int most = chunks / 64; /* at least two chunks per lane in every part */
-    split = split > most ? most : split;
-    return split < 1 ? 1 : split;
+    return launch_grid_split(blocks, scratch->sm_count, most < kMaxSplit ? most : kMaxSplit);
 }
 
 /* Checks w and the batches; the launch shape of its rows: lanes per row, blocks, chunks. */

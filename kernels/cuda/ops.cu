@@ -9,6 +9,9 @@
 
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/cuda/launch_grid.h"
+#include "kernels/cuda/norm_core.cuh"
+#include "kernels/cuda/rope_core.cuh"
 #include "kernels/forward_math.h"
 #include "kernels/kv_format.h"
 #include "kernels/kv_shard_math.h"
@@ -17,38 +20,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-/* Sum over the block (kThreads threads) in double; every thread gets the total. */
-__device__ double block_sum(double value, double *shared)
-{
-    for (int offset = 16; offset > 0; offset /= 2)
-        value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    __syncthreads();
-    if (lane == 0)
-        shared[warp] = value;
-    __syncthreads();
-    double total = 0.0;
-    for (int i = 0; i < kThreads / 32; i++)
-        total += shared[i];
-    return total;
-}
-
-/* dst = rmsnorm(row) * weight, by the whole block (dst may alias row). */
-__device__ void rmsnorm_row(float *dst, const float *row, const float *weight, int n, float eps)
-{
-    __shared__ double partial[kThreads / 32];
-    double squares = 0.0;
-    for (int i = threadIdx.x; i < n; i += kThreads)
-        squares += (double)row[i] * row[i];
-    float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, partial), n, eps);
-    for (int i = threadIdx.x; i < n; i += kThreads)
-        dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
-}
-
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(float *out, const float *x, const float *weight, int n,
                                                            float eps)
 {
-    rmsnorm_row(out + (size_t)blockIdx.x * n, x + (size_t)blockIdx.x * n, weight, n, eps);
+    norm_block_rmsnorm(out + (size_t)blockIdx.x * n, x + (size_t)blockIdx.x * n, weight, n, eps);
 }
 
 /* h += delta, then out = rmsnorm(h) * weight: the residual add and the next block's norm in one
@@ -59,21 +34,20 @@ __global__ void __launch_bounds__(kThreads) residual_rmsnorm_kernel(float *h, co
                                                                     const float *weight, int n, float eps, int code,
                                                                     int *flag)
 {
-    __shared__ double partial[kThreads / 32];
     float *row = h + (size_t)blockIdx.x * n;
     const float *add = delta + (size_t)blockIdx.x * n;
     float *dst = out + (size_t)blockIdx.x * n;
-    double squares = 0.0;
+    float squares = 0.0f;
     int bad = 0;
     for (int i = threadIdx.x; i < n; i += kThreads) {
         float value = row[i] + add[i];
         row[i] = value;
-        squares += (double)value * value;
+        squares += value * value;
         bad |= !isfinite(value);
     }
     if (flag && __syncthreads_or(bad) && threadIdx.x == 0)
         atomicMax(flag, code);
-    float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, partial), n, eps);
+    float inverse_rms = norm_block_inverse_rms(squares, n, eps);
     for (int i = threadIdx.x; i < n; i += kThreads)
         dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
 }
@@ -120,20 +94,16 @@ __device__ void kv_rope_cache_row(float *kv, int kv_lora, int rope, const float 
                                   int heads, int nope, const double *inv_freq, double cos_sin_scale, long position,
                                   uint8_t *row, int fp8, unsigned *clamps)
 {
-    __shared__ double partial[kThreads / 32];
     __shared__ float cos_table[128], sin_table[128];
     uint16_t *entry = reinterpret_cast<uint16_t *>(row); /* fp16: [kv_lora | rope] */
     uint16_t *k_pe_out = fp8 ? reinterpret_cast<uint16_t *>(row + kv_lora + 4 * (size_t)kv_fp8_blocks(kv_lora))
                              : entry + kv_lora;
-    for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
-        double angle = (double)position * inv_freq[i];
-        cos_table[i] = (float)(cos(angle) * cos_sin_scale);
-        sin_table[i] = (float)(sin(angle) * cos_sin_scale);
-    }
-    double squares = 0.0;
+    for (int i = threadIdx.x; i < rope / 2; i += kThreads)
+        rope_cos_sin_f32(position, inv_freq[i], (float)cos_sin_scale, &cos_table[i], &sin_table[i]);
+    float squares = 0.0f;
     for (int i = threadIdx.x; i < kv_lora; i += kThreads)
-        squares += (double)kv[i] * kv[i];
-    float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, partial), kv_lora, eps);
+        squares += kv[i] * kv[i];
+    float inverse_rms = norm_block_inverse_rms(squares, kv_lora, eps);
     for (int i = threadIdx.x; i < kv_lora; i += kThreads) {
         float value = rmsnorm_element(kv[i], inverse_rms, kv_norm[i]);
         kv[i] = value;
@@ -260,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) qkv_a_kernel(weight_matrix wq, weigh
 {
     if (!gemv_rows_then_last(wq, wkv, q_blocks, x, q_a, kv, lanes_per_row, split, partials, counters))
         return;
-    rmsnorm_row(q_a, q_a, tail.q_a_norm, wq.rows, tail.eps);
+    norm_block_rmsnorm(q_a, q_a, tail.q_a_norm, wq.rows, tail.eps);
     kv_rope_cache_row(kv, tail.kv_lora, tail.rope, tail.kv_norm, tail.eps, nullptr, 0, 0, tail.inv_freq,
                       tail.cos_sin_scale, (long)*tail.pos,
                       static_cast<uint8_t *>(tail.cache) +
@@ -707,15 +677,10 @@ int tail_split(int blocks, int rows_per_block, int lanes, int chunks, const gemv
 {
     if (!scratch || blocks >= scratch->max_rows)
         return -1;
-    int split = 1;
-    if (lanes == 32 && blocks * rows_per_block <= scratch->max_rows && blocks < 2 * scratch->sm_count) {
-        split = (2 * scratch->sm_count + blocks - 1) / blocks;
-        split = split > GEMV_TAIL_MAX_SPLIT ? GEMV_TAIL_MAX_SPLIT : split;
-        int most = chunks / 64; /* at least two chunks per lane in every part */
-        split = split > most ? most : split;
-        split = split < 1 ? 1 : split;
-    }
-    return split;
+    if (lanes != 32 || blocks * rows_per_block > scratch->max_rows)
+        return 1;
+    int most = chunks / 64; /* at least two chunks per lane in every part */
+    return launch_grid_split(blocks, scratch->sm_count, most < GEMV_TAIL_MAX_SPLIT ? most : GEMV_TAIL_MAX_SPLIT);
 }
 
 int gemv_shape_ok(const weight_matrix *w)

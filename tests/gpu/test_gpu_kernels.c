@@ -347,6 +347,75 @@ static void check_rmsnorm_add_allreduce(void)
     free(got);
 }
 
+/* RMSNorm's fp32 sums (kernels/cuda/norm_core.cuh) against the CPU's double sums on hostile rows
+ * at Kimi-K2.5's widths (hidden 7168, q_lora 1536, kv_lora 512): K2.5-sized activations, 1e4
+ * outliers among them, magnitudes spread log-uniformly over 1e-6..1e4, one 3e4 value among
+ * 1e-3s, and a row of 1e-4s where eps counts. Element 0 of every row is 1 with weight 1, so
+ * out[0] is the row's scale (1 / rms) itself: both the scale and every output are held to 2e-6
+ * relative (rmsnorm_cuda, and residual_rmsnorm_cuda adding zeros to the row). Prints the largest
+ * differences seen. */
+static void check_rmsnorm_hostile(int n)
+{
+    enum { ROWS = 5 };
+    float *x = malloc((size_t)ROWS * n * 4), *w = random_floats((size_t)n, 1.0f);
+    for (int r = 0; r < ROWS; r++) {
+        float *row = x + (size_t)r * n;
+        for (int i = 0; i < n; i++) {
+            float u = gpu_test_uniform(), sign = u < 0.0f ? -1.0f : 1.0f;
+            switch (r) {
+            case 0: row[i] = 3.0f * u; break;
+            case 1: row[i] = i % 997 == 5 ? sign * 1e4f : 3.0f * u; break;
+            case 2: row[i] = sign * powf(10.0f, -6.0f + 5.0f * (gpu_test_uniform() + 1.0f)); break;
+            case 3: row[i] = i == n / 2 ? 3e4f : 1e-3f * u; break;
+            default: row[i] = 1e-4f * u; break;
+            }
+        }
+        row[0] = 1.0f;
+    }
+    w[0] = 1.0f;
+    float *want = malloc((size_t)ROWS * n * 4), *got = malloc((size_t)ROWS * n * 4);
+    weight_vector wv = {DTYPE_F32, n, w};
+    for (int r = 0; r < ROWS; r++)
+        rmsnorm(want + (size_t)r * n, x + (size_t)r * n, &wv, 1e-6f);
+    float *zeros = calloc((size_t)ROWS * n, 4);
+    float *dx = gpu_test_upload(x, (size_t)ROWS * n * 4), *dw = gpu_test_upload(w, (size_t)n * 4);
+    float *dh = gpu_test_upload(x, (size_t)ROWS * n * 4), *dd = gpu_test_upload(zeros, (size_t)ROWS * n * 4);
+    float *dout = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)ROWS * n * 4));
+    for (int fused = 0; fused < 2; fused++) {
+        if (fused)
+            CHECK_INT(residual_rmsnorm_cuda(dh, dd, dout, dw, ROWS, n, 1e-6f, NULL), 0);
+        else
+            CHECK_INT(rmsnorm_cuda(dout, dx, dw, ROWS, n, 1e-6f, NULL), 0);
+        gpu_test_download(got, dout, (size_t)ROWS * n * 4);
+        double worst_scale = 0.0, worst = 0.0;
+        for (int r = 0; r < ROWS; r++) {
+            const float *g = got + (size_t)r * n, *e = want + (size_t)r * n;
+            double scale_diff = fabs((double)g[0] - e[0]) / fabs((double)e[0]);
+            worst_scale = scale_diff > worst_scale ? scale_diff : worst_scale;
+            for (int i = 0; i < n; i++)
+                if (e[i] != 0.0f) {
+                    double d = fabs((double)g[i] - e[i]) / fabs((double)e[i]);
+                    worst = d > worst ? d : worst;
+                }
+        }
+        printf("rmsnorm%s n=%d hostile rows: scale max relative difference %.3g, outputs %.3g\n",
+               fused ? " (residual)" : "", n, worst_scale, worst);
+        CHECK_MSG(worst_scale <= 2e-6 && worst <= 2e-6, "rmsnorm%s n=%d: scale %.3g, outputs %.3g relative",
+                  fused ? " (residual)" : "", n, worst_scale, worst);
+    }
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dh);
+    cudaFree(dd);
+    cudaFree(dout);
+    free(x);
+    free(w);
+    free(want);
+    free(got);
+    free(zeros);
+}
+
 /* The latent norm, rope of k_pe and q_pe, and the cache rows (fp16, or fp8: kernels/kv_format.h)
  * of `tokens` tokens at positions position + t; norm_scale 1e5 pushes latents past the fp16
  * range, which both backends saturate to +-65504 and count alike (fp8: its block scale holds
@@ -440,6 +509,59 @@ static void check_kv_rope_cache(long position, int tokens, float norm_scale, kv_
     free(got_cache);
     free(want_rows);
     free(got_rows);
+}
+
+/* The rotary cos/sin (kernels/cuda/rope_core.cuh: fp32 after an exact reduction of the angle)
+ * against the CPU's, computed in double, at positions position + t for Kimi-K2.5's rope table
+ * (pair 0 turns by 1 rad a position: 262143 rad at the longest context, where an fp32 angle
+ * would be off by ~0.016 rad). q_pe's pairs are (1, 0), so the kernel's rotation leaves
+ * exactly (cos, sin) there. Within 1e-6 (the values are at most 1); prints the largest difference. */
+static void check_rope_angles(long position, int tokens)
+{
+    int kv_lora = 512, rope = 64;
+    size_t row_bytes = kv_row_bytes(KV_CACHE_FP16, kv_lora, rope);
+    rope_config rc = {rope, 50000.0, 1, 64.0, 4096, 32.0, 1.0, 1.0, 1.0};
+    rope_table table;
+    CHECK_INT(rope_table_init(&table, &rc), 0);
+    float *kv = random_floats((size_t)tokens * (kv_lora + rope), 1.0f), *norm = random_floats((size_t)kv_lora, 1.0f);
+    float *q = calloc((size_t)tokens * rope, 4), *got = malloc((size_t)tokens * rope * 4);
+    for (int i = 0; i < tokens * rope; i += 2)
+        q[i] = 1.0f;
+    float *dkv = gpu_test_upload(kv, (size_t)tokens * (kv_lora + rope) * 4);
+    float *dq = gpu_test_upload(q, (size_t)tokens * rope * 4);
+    float *dnorm = gpu_test_upload(norm, (size_t)kv_lora * 4);
+    double *dfreq = gpu_test_upload(table.inv_freq, (size_t)(rope / 2) * sizeof(double));
+    int pos = (int)position;
+    int *dpos = gpu_test_upload(&pos, sizeof pos);
+    uint8_t *dcache = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&dcache, ((size_t)position + tokens) * row_bytes));
+    CHECK_INT(mla_kv_rope_cache_cuda(dkv, kv_lora, rope, dnorm, 1e-6f, dq, 1, 0, dfreq, table.cos_sin_scale, dpos,
+                                     dcache, KV_CACHE_FP16, NULL, tokens, NULL), 0);
+    gpu_test_download(got, dq, (size_t)tokens * rope * 4);
+    double worst = 0.0;
+    for (int t = 0; t < tokens; t++) {
+        float cos_t[128], sin_t[128];
+        rope_cos_sin(&table, position + t, cos_t, sin_t);
+        for (int i = 0; i < rope / 2; i++) {
+            double dc = fabs((double)got[(size_t)t * rope + 2 * i] - cos_t[i]);
+            double ds = fabs((double)got[(size_t)t * rope + 2 * i + 1] - sin_t[i]);
+            worst = dc > worst ? dc : worst;
+            worst = ds > worst ? ds : worst;
+        }
+    }
+    printf("rope cos/sin at positions %ld..%ld: max difference %.3g\n", position, position + tokens - 1, worst);
+    CHECK_MSG(worst <= 1e-6, "rope cos/sin at positions %ld..%ld: %.3g from the CPU's", position,
+              position + tokens - 1, worst);
+    cudaFree(dkv);
+    cudaFree(dq);
+    cudaFree(dnorm);
+    cudaFree(dfreq);
+    cudaFree(dpos);
+    cudaFree(dcache);
+    free(kv);
+    free(norm);
+    free(q);
+    free(got);
 }
 
 /* poison: token t's logits are made non-finite by pattern t % 4 (none; all NaN; NaN at every
@@ -952,11 +1074,18 @@ int main(int argc, char **argv)
     check_attention_projections(WEIGHT_BF16, 8, 128, 128, 512);
     check_attention_projections(WEIGHT_NVFP4, 3, 32, 16, 64);
     check_rmsnorm_add_allreduce();
+    check_rmsnorm_hostile(7168);
+    check_rmsnorm_hostile(1536);
+    check_rmsnorm_hostile(512);
     check_kv_rope_cache(0, 1, 1.0f, KV_CACHE_FP16);
     check_kv_rope_cache(4097, 1, 1.0f, KV_CACHE_FP16);
     check_kv_rope_cache(131071, 1, 1.0f, KV_CACHE_FP16);
     check_kv_rope_cache(100, 8, 1.0f, KV_CACHE_FP16);
     check_kv_rope_cache(100, 8, 1e5f, KV_CACHE_FP16);
+    check_kv_rope_cache(262136, 8, 1.0f, KV_CACHE_FP16);
+    check_rope_angles(0, 8);
+    check_rope_angles(65531, 8);
+    check_rope_angles(262136, 8);
     check_route(384, 8, 1, 1, 1, 1, 0);
     check_route(16, 4, 4, 2, 1, 1, 0);
     check_route(64, 6, 8, 3, 0, 1, 0);
