@@ -4,9 +4,10 @@
  * prefix). The cache is shared by every head, so a block takes one query, a group of up to 8
  * heads and one part of the sequence: it stages CHUNK positions at a time in shared memory (one contiguous read
  * of the cache), scores them against all its heads and folds them into a running (online)
- * softmax, like the CPU's mla_decode; a second kernel merges the parts. The number of parts is
- * fixed when a graph is captured and the position is read from device memory, so parts past
- * the current length are simply empty. The prefill kernel does the same for blocks of 16 query
+ * softmax, like the CPU's mla_decode; a second kernel merges the parts. The most parts a query
+ * may use is fixed when a graph is captured; how many of them hold positions follows from the
+ * length, read from device memory (decode_active_splits): at least kMinChunksPerSplit chunks
+ * each, so a short context uses few parts and its merge reads only those. The prefill kernel does the same for blocks of 16 query
  * rows (tokens x heads) at once, so a step's queries share each staged chunk. */
 #include <cuda_fp16.h>
 #include <math.h>
@@ -23,6 +24,78 @@ constexpr int kThreads = 256;
 constexpr int kChunk = 16;
 constexpr int kHeadsPerBlock = 8;
 constexpr int kMaxLatentPerThread = 4; /* kv_lora <= 1024 */
+/* A part of the sequence holds at least this many chunks (a short context: few parts, each
+ * worth a block's start and its part's merge), unless the sequence has fewer. */
+constexpr int kMinChunksPerSplit = 4;
+constexpr int kMergeThreads = 128;     /* one column of a head's merge per thread */
+constexpr int kMaxMergeParts = 4096;   /* the merge's weights and sums in shared memory: 32 KiB */
+
+/* The chunks each part of a sequence of n_pos positions takes when it may be cut into at most
+ * `splits` parts, and how many parts that gives (0 for no positions): parts [0, active) hold
+ * positions, the rest none. The length alone decides, so a graph captured for any `splits`
+ * replays right at every length, and lengths up to kMinChunksPerSplit * splits chunks are cut
+ * the same way whatever `splits` is. */
+__device__ __forceinline__ long decode_chunks_per_split(long n_pos, int splits)
+{
+    long chunks = (n_pos + kChunk - 1) / kChunk;
+    long per_split = (chunks + splits - 1) / splits;
+    return per_split > kMinChunksPerSplit ? per_split : kMinChunksPerSplit;
+}
+
+__device__ __forceinline__ int decode_active_splits(long n_pos, int splits)
+{
+    long chunks = (n_pos + kChunk - 1) / kChunk, per_split = decode_chunks_per_split(n_pos, splits);
+    return (int)((chunks + per_split - 1) / per_split);
+}
+
+/* The merge of parts [0, n) of one head (part s at parts + s * part_stride), with
+ * kernels/attention_merge_math.h's arithmetic (max, weights e^(m_s - M), total and every element
+ * summed in part order), but each part's weight computed once per block instead of once per
+ * element: weights and sums [2][n] in shared memory. Every thread of the block calls it;
+ * returns M and sets *total (thread 0 sums it, as attention_parts_total does). */
+__device__ float merge_weights(const float *parts, int n, size_t part_stride, float *weights, float *sums,
+                               float *total)
+{
+    __shared__ float block_max[32], block_total;
+    float local = -INFINITY;
+    for (int s = threadIdx.x; s < n; s += blockDim.x)
+        local = fmaxf(local, parts[(size_t)s * part_stride]);
+    for (int offset = 16; offset > 0; offset /= 2)
+        local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, offset));
+    if (threadIdx.x % 32 == 0)
+        block_max[threadIdx.x / 32] = local;
+    __syncthreads();
+    float global_max = -INFINITY;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++)
+        global_max = fmaxf(global_max, block_max[w]);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        const float *part = parts + (size_t)s * part_stride;
+        sums[s] = part[1];
+        weights[s] = attention_part_weight(part, global_max);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int s = 0; s < n; s++)
+            if (sums[s] != 0.0f)
+                t += sums[s] * weights[s];
+        block_total = t;
+    }
+    __syncthreads();
+    *total = block_total;
+    return global_max;
+}
+
+/* Element c of the merged parts, summed in part order (attention_parts_merge_element). */
+__device__ __forceinline__ float merge_element(const float *parts, int n, size_t part_stride, const float *weights,
+                                               const float *sums, float inverse_total, int c)
+{
+    float sum = 0.0f;
+    for (int s = 0; s < n; s++)
+        if (sums[s] != 0.0f)
+            sum += parts[(size_t)s * part_stride + 2 + c] * weights[s];
+    return sum * inverse_total;
+}
 
 /* Element c of cache row j of an fp8 cache as the fp16 the CPU decodes it to (kernels/kv_format.h),
  * so the kernels stage fp8 rows in shared memory exactly as they stage fp16 ones. */
@@ -57,6 +130,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
     q_latent += token * heads * latent_stride;
     q_pe += token * heads * pe_stride;
     partials += token * (size_t)splits * heads * ((size_t)kv_lora + 2);
+    long n_pos = kv_shard_local_count((long)*pos + (long)(token % (size_t)period) + 1, dcp, member);
+    if (split >= decode_active_splits(n_pos, splits))
+        return; /* a part past the length: the merge reads parts [0, active) only */
     int head0 = blockIdx.y * kHeadsPerBlock;
     int group = heads - head0 < kHeadsPerBlock ? heads - head0 : kHeadsPerBlock;
     uint16_t *chunk = reinterpret_cast<uint16_t *>(mla_shared);        /* [kChunk][row], 16-byte aligned */
@@ -82,9 +158,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
         for (int k = 0; k < kMaxLatentPerThread; k++)
             acc[g][k] = 0.0f;
 
-    long n_pos = kv_shard_local_count((long)*pos + (long)(token % (size_t)period) + 1, dcp, member);
     long chunks = (n_pos + kChunk - 1) / kChunk;
-    long per_split = (chunks + splits - 1) / splits;
+    long per_split = decode_chunks_per_split(n_pos, splits);
     long first_chunk = split * per_split;
     long end_chunk = first_chunk + per_split < chunks ? first_chunk + per_split : chunks;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -180,40 +255,66 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
 }
 
 /* o_latent[h]: the parts of each head merged (kernels/attention_merge_math.h); token y's part s
- * of head h at partials + y * token_stride + s * part_stride + h * ATTENTION_PART_FLOATS. */
-__global__ void __launch_bounds__(kThreads) mla_merge_kernel(const float *partials, int splits, size_t token_stride,
-                                                             size_t part_stride, int heads, int kv_lora,
-                                                             float *o_latent)
+ * of head h at partials + y * token_stride + s * part_stride + h * ATTENTION_PART_FLOATS. pos
+ * NULL: all `splits` parts; else a decode step's (token y at *pos + y), whose parts past the
+ * length (decode_active_splits) are not read. Block (head, token, columns z * kMergeThreads..);
+ * dynamic shared memory: 2 * splits floats. */
+__global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(const float *partials, int splits,
+                                                                  size_t token_stride, size_t part_stride, int heads,
+                                                                  int kv_lora, float *o_latent, const int *pos)
 {
+    extern __shared__ float merge_shared[];
     int head = blockIdx.x;
+    int n = pos ? decode_active_splits((long)*pos + (long)blockIdx.y + 1, splits) : splits;
     size_t stride = ATTENTION_PART_FLOATS(kv_lora);
     partials += (size_t)blockIdx.y * token_stride + (size_t)head * stride;
     o_latent += (size_t)blockIdx.y * heads * kv_lora;
-    float global_max = attention_parts_max(partials, splits, part_stride);
-    float inverse = attention_parts_inverse_total(partials, splits, part_stride, global_max);
-    for (int c = threadIdx.x; c < kv_lora; c += kThreads)
+    float total;
+    merge_weights(partials, n, part_stride, merge_shared, merge_shared + n, &total);
+    float inverse = 1.0f / total;
+    int c = blockIdx.z * kMergeThreads + threadIdx.x;
+    if (c < kv_lora)
         o_latent[(size_t)head * kv_lora + c] =
-            attention_parts_merge_element(partials, splits, part_stride, global_max, inverse, c);
+            merge_element(partials, n, part_stride, merge_shared, merge_shared + n, inverse, c);
 }
 
 /* Decode context parallelism: the splits of each query row merged into one part, left
  * unnormalised ([max | sum | acc], kernels/attention_merge_math.h) for the group's merge:
- * parts [queries][heads][ATTENTION_PART_FLOATS], partials as mla_partial_kernel wrote them. */
-__global__ void __launch_bounds__(kThreads) mla_part_combine_kernel(const float *partials, int splits, int heads,
-                                                                    int kv_lora, float *parts)
+ * parts [queries][heads][ATTENTION_PART_FLOATS], partials as mla_partial_kernel wrote them for
+ * query y at position *pos + y % period over member `member`'s slots (parts past its local
+ * length not written, not read). Block (head, query, columns); shared as mla_merge_kernel. */
+__global__ void __launch_bounds__(kMergeThreads) mla_part_combine_kernel(const float *partials, int splits, int heads,
+                                                                         int kv_lora, const int *pos, int period,
+                                                                         int dcp, int member, float *parts)
 {
+    extern __shared__ float merge_shared[];
     int head = blockIdx.x;
+    long n_pos = kv_shard_local_count((long)*pos + (long)(blockIdx.y % (unsigned)period) + 1, dcp, member);
+    int n = decode_active_splits(n_pos, splits);
     size_t stride = ATTENTION_PART_FLOATS(kv_lora), part_stride = (size_t)heads * stride;
     partials += (size_t)blockIdx.y * splits * heads * stride + (size_t)head * stride;
     parts += ((size_t)blockIdx.y * heads + head) * stride;
-    float global_max = attention_parts_max(partials, splits, part_stride);
-    float total = attention_parts_total(partials, splits, part_stride, global_max);
-    if (threadIdx.x == 0) {
+    float total;
+    float global_max = merge_weights(partials, n, part_stride, merge_shared, merge_shared + n, &total);
+    if (blockIdx.z == 0 && threadIdx.x == 0) {
         parts[0] = total > 0.0f ? global_max : -INFINITY;
         parts[1] = total;
     }
-    for (int c = threadIdx.x; c < kv_lora; c += kThreads)
-        parts[2 + c] = attention_parts_merge_element(partials, splits, part_stride, global_max, 1.0f, c);
+    int c = blockIdx.z * kMergeThreads + threadIdx.x;
+    if (c < kv_lora)
+        parts[2 + c] = merge_element(partials, n, part_stride, merge_shared, merge_shared + n, 1.0f, c);
+}
+
+/* One launch of mla_merge_kernel. */
+int merge_launch(const float *partials, int splits, size_t token_stride, size_t part_stride, int heads, int kv_lora,
+                 float *o_latent, const int *pos, int tokens, cudaStream_t stream)
+{
+    if (splits > kMaxMergeParts)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid((unsigned)heads, (unsigned)tokens, (unsigned)((kv_lora + kMergeThreads - 1) / kMergeThreads));
+    mla_merge_kernel<<<grid, kMergeThreads, 2 * (size_t)splits * sizeof(float), stream>>>(
+        partials, splits, token_stride, part_stride, heads, kv_lora, o_latent, pos);
+    return (int)cudaGetLastError();
 }
 
 /* ---- prefill: a block of kPrefillRows query rows (row i of the step: token i / heads, head
@@ -511,8 +612,8 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
 {
     if (tokens <= 0)
         return 0;
-    if (heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > 65535 || tokens > 65535 ||
-        (cache_format == KV_CACHE_FP8 && kv_lora % 2))
+    if (heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > kMaxMergeParts ||
+        tokens > 65535 || (cache_format == KV_CACHE_FP8 && kv_lora % 2))
         return (int)cudaErrorInvalidValue;
     size_t shared = partial_shared_bytes(kv_lora, rope);    /* above 48 KiB: mla_attention_setup_cuda */
     dim3 grid((unsigned)tokens, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)splits);
@@ -523,10 +624,8 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
     if (status != cudaSuccess)
         return (int)status;
     size_t part = ATTENTION_PART_FLOATS(kv_lora);
-    dim3 merge_grid((unsigned)heads, (unsigned)tokens);
-    mla_merge_kernel<<<merge_grid, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, (size_t)splits * heads * part,
-                                                                        (size_t)heads * part, heads, kv_lora, o_latent);
-    return (int)cudaGetLastError();
+    return merge_launch(partials, splits, (size_t)splits * heads * part, (size_t)heads * part, heads, kv_lora, o_latent,
+                        pos, tokens, (cudaStream_t)stream);
 }
 
 extern "C" size_t mla_attention_shared_bytes(int kv_lora, int rope)
@@ -562,7 +661,7 @@ extern "C" int mla_prefill_cuda(const float *q_latent, const float *q, int heads
     if (tokens <= 0)
         return 0;
     if (heads <= 0 || parts <= 0 || parts > 65535 || tokens > 65535 || kv_lora <= 0 || rope < 0 ||
-        kv_lora > kThreads * 4 || (long)tokens * heads > 0x7FFFFFFFL - kPrefillRows ||
+        kv_lora > kThreads * 4 || (long)tokens * heads > 0x7FFFFFFFL - kPrefillRows || parts > kMaxMergeParts ||
         (cache_format == KV_CACHE_FP8 && kv_lora % 2))
         return (int)cudaErrorInvalidValue;
     cudaStream_t s = (cudaStream_t)stream;
@@ -576,10 +675,8 @@ extern "C" int mla_prefill_cuda(const float *q_latent, const float *q, int heads
     if (status || parts == 1)
         return status;
     size_t part = ATTENTION_PART_FLOATS(kv_lora);
-    dim3 merge_grid((unsigned)heads, (unsigned)tokens);
-    mla_merge_kernel<<<merge_grid, kThreads, 0, s>>>(partials, parts, (size_t)parts * heads * part, (size_t)heads * part,
-                                                     heads, kv_lora, o_latent);
-    return (int)cudaGetLastError();
+    return merge_launch(partials, parts, (size_t)parts * heads * part, (size_t)heads * part, heads, kv_lora, o_latent,
+                        nullptr, tokens, s);
 }
 
 /* ---- decode context parallelism (kernels/kv_shard_math.h): a member's partial attention over
@@ -617,7 +714,7 @@ extern "C" int mla_decode_shard_cuda(const float *q_group, int queries, int peri
     if (queries <= 0)
         return 0;
     if (heads <= 0 || splits <= 0 || period <= 0 || dcp <= 0 || member < 0 || member >= dcp ||
-        kv_lora > kThreads * kMaxLatentPerThread || splits > 65535 || queries > 65535 ||
+        kv_lora > kThreads * kMaxLatentPerThread || splits > kMaxMergeParts || queries > 65535 ||
         (cache_format == KV_CACHE_FP8 && kv_lora % 2))
         return (int)cudaErrorInvalidValue;
     size_t shared = partial_shared_bytes(kv_lora, rope);
@@ -635,8 +732,9 @@ extern "C" int mla_decode_shard_cuda(const float *q_group, int queries, int peri
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess)
         return (int)status;
-    dim3 combine_grid((unsigned)heads, (unsigned)queries);
-    mla_part_combine_kernel<<<combine_grid, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, heads, kv_lora, parts);
+    dim3 combine_grid((unsigned)heads, (unsigned)queries, (unsigned)((kv_lora + kMergeThreads - 1) / kMergeThreads));
+    mla_part_combine_kernel<<<combine_grid, kMergeThreads, 2 * (size_t)splits * sizeof(float), (cudaStream_t)stream>>>(
+        partials, splits, heads, kv_lora, pos, period, dcp, member, parts);
     return (int)cudaGetLastError();
 }
 
@@ -648,9 +746,6 @@ extern "C" int mla_merge_shard_parts_cuda(const float *parts, int dcp, int heads
     if (heads <= 0 || dcp <= 0 || tokens > 65535)
         return (int)cudaErrorInvalidValue;
     size_t part = ATTENTION_PART_FLOATS(kv_lora);
-    dim3 merge_grid((unsigned)heads, (unsigned)tokens);
-    mla_merge_kernel<<<merge_grid, kThreads, 0, (cudaStream_t)stream>>>(parts, dcp, (size_t)heads * part,
-                                                                        (size_t)tokens * heads * part, heads, kv_lora,
-                                                                        o_latent);
-    return (int)cudaGetLastError();
+    return merge_launch(parts, dcp, (size_t)heads * part, (size_t)tokens * heads * part, heads, kv_lora, o_latent,
+                        nullptr, tokens, (cudaStream_t)stream);
 }
