@@ -128,7 +128,7 @@ int nonfinite_flag_cuda(const float *values, size_t n, int code, int *flag, void
  * q_latent [tokens][heads][kv_lora] (W_UK absorbed), q [tokens][heads][nope | rope] (q_pe
  * roped); o_latent [tokens][heads][kv_lora] = the softmax-weighted sum of the latents. Each
  * query's sequence is cut into at most `splits` parts (fixed at capture) of at least 4 chunks
- * of 16 positions each, as many as its length fills (read on the device: the blocks of the
+ * of 32 positions each, as many as its length fills (read on the device: the blocks of the
  * others end at once), whose partial (max, sum, weighted latent) go to `partials`
  * [tokens][splits][heads][kv_lora + 2] and are merged by a second kernel, which reads only
  * those. splits <= 4096. */
