@@ -156,7 +156,8 @@ int device_max_gemv_rows(const model_config *cfg, const tp_shard *shard)
 
 int device_attention_splits(long capacity, int sm_count)
 {
-    /* 16 positions per staged chunk; at least four chunks per part; two blocks per multiprocessor */
+    /* parts of at least 64 positions (the prefill's; the decode kernel fills as many parts of at least
+     * 128 as the length needs, up to this count: kernels/cuda/mla.cu); two blocks per multiprocessor */
     long chunks = (capacity + 15) / 16;
     long splits = (chunks + 3) / 4;
     long most = 2L * (sm_count > 0 ? sm_count : 1);

@@ -127,9 +127,11 @@ int nonfinite_flag_cuda(const float *values, size_t n, int code, int *flag, void
  * queries of tokens t < tokens at positions *pos + t (causal: keys 0..*pos + t):
  * q_latent [tokens][heads][kv_lora] (W_UK absorbed), q [tokens][heads][nope | rope] (q_pe
  * roped); o_latent [tokens][heads][kv_lora] = the softmax-weighted sum of the latents. Each
- * query's sequence is cut into `splits` parts (fixed at capture; parts past its length are
- * empty), whose partial (max, sum, weighted latent) go to `partials`
- * [tokens][splits][heads][kv_lora + 2] and are merged by a second kernel. */
+ * query's sequence is cut into at most `splits` parts (fixed at capture) of at least 4 chunks
+ * of 32 positions each, as many as its length fills (read on the device: the blocks of the
+ * others end at once), whose partial (max, sum, weighted latent) go to `partials`
+ * [tokens][splits][heads][kv_lora + 2] and are merged by a second kernel, which reads only
+ * those. splits <= 4096. */
 size_t mla_decode_partial_floats(int splits, int heads, int kv_lora);   /* per token */
 int mla_decode_cuda(const float *q_latent, const float *q, int heads, int kv_lora, int rope, int nope,
                     float softmax_scale, const void *cache, kv_cache_format cache_format, const int *pos, int splits,

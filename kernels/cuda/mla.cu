@@ -4,9 +4,10 @@
  * prefix). The cache is shared by every head, so a block takes one query, a group of up to 8
  * heads and one part of the sequence: it stages CHUNK positions at a time in shared memory (one contiguous read
  * of the cache), scores them against all its heads and folds them into a running (online)
- * softmax, like the CPU's mla_decode; a second kernel merges the parts. The number of parts is
- * fixed when a graph is captured and the position is read from device memory, so parts past
- * the current length are simply empty. The prefill kernel does the same for blocks of 16 query
+ * softmax, like the CPU's mla_decode; a second kernel merges the parts. The most parts a query
+ * may use is fixed when a graph is captured; how many of them hold positions follows from the
+ * length, read from device memory (decode_active_splits): at least kMinChunksPerSplit chunks
+ * each, so a short context uses few parts and its merge reads only those. The prefill kernel does the same for blocks of 16 query
  * rows (tokens x heads) at once, so a step's queries share each staged chunk. */
 #include <cuda_fp16.h>
 #include <math.h>
@@ -20,9 +21,81 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kChunk = 16;
-constexpr int kHeadsPerBlock = 8;
-constexpr int kMaxLatentPerThread = 4; /* kv_lora <= 1024 */
+constexpr int kChunk = 32;              /* positions staged at a time */
+constexpr int kHeadsPerBlock = 8;       /* K2.5 at TP 8: all of a rank's heads share each staged chunk */
+constexpr int kMaxLatentPerThread = 4;  /* kv_lora <= 1024 */
+/* A part of the sequence holds at least this many chunks (a short context: few parts, each
+ * worth a block's start and its part's merge), unless the sequence has fewer. */
+constexpr int kMinChunksPerSplit = 4;
+constexpr int kMergeThreads = 128;     /* one column of a head's merge per thread */
+constexpr int kMaxMergeParts = 4096;   /* the merge's weights and sums in shared memory: 32 KiB */
+
+/* The chunks each part of a sequence of n_pos positions takes when it may be cut into at most
+ * `splits` parts, and how many parts that gives (0 for no positions): parts [0, active) hold
+ * positions, the rest none. The length alone decides, so a graph captured for any `splits`
+ * replays right at every length, and lengths up to kMinChunksPerSplit * splits chunks are cut
+ * the same way whatever `splits` is. */
+__device__ __forceinline__ long decode_chunks_per_split(long n_pos, int splits)
+{
+    long chunks = (n_pos + kChunk - 1) / kChunk;
+    long per_split = (chunks + splits - 1) / splits;
+    return per_split > kMinChunksPerSplit ? per_split : kMinChunksPerSplit;
+}
+
+__device__ __forceinline__ int decode_active_splits(long n_pos, int splits)
+{
+    long chunks = (n_pos + kChunk - 1) / kChunk, per_split = decode_chunks_per_split(n_pos, splits);
+    return (int)((chunks + per_split - 1) / per_split);
+}
+
+/* The merge of parts [0, n) of one head (part s at parts + s * part_stride), with
+ * kernels/attention_merge_math.h's arithmetic (max, weights e^(m_s - M), total and every element
+ * summed in part order), but each part's weight computed once per block instead of once per
+ * element: weights and sums [2][n] in shared memory. Every thread of the block calls it;
+ * returns M and sets *total (thread 0 sums it, as attention_parts_total does). */
+__device__ float merge_weights(const float *parts, int n, size_t part_stride, float *weights, float *sums,
+                               float *total)
+{
+    __shared__ float block_max[32], block_total;
+    float local = -INFINITY;
+    for (int s = threadIdx.x; s < n; s += blockDim.x)
+        local = fmaxf(local, parts[(size_t)s * part_stride]);
+    for (int offset = 16; offset > 0; offset /= 2)
+        local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, offset));
+    if (threadIdx.x % 32 == 0)
+        block_max[threadIdx.x / 32] = local;
+    __syncthreads();
+    float global_max = -INFINITY;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++)
+        global_max = fmaxf(global_max, block_max[w]);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        const float *part = parts + (size_t)s * part_stride;
+        sums[s] = part[1];
+        weights[s] = attention_part_weight(part, global_max);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int s = 0; s < n; s++)
+            if (sums[s] != 0.0f)
+                t += sums[s] * weights[s];
+        block_total = t;
+    }
+    __syncthreads();
+    *total = block_total;
+    return global_max;
+}
+
+/* Element c of the merged parts, summed in part order (attention_parts_merge_element). */
+__device__ __forceinline__ float merge_element(const float *parts, int n, size_t part_stride, const float *weights,
+                                               const float *sums, float inverse_total, int c)
+{
+    float sum = 0.0f;
+    for (int s = 0; s < n; s++)
+        if (sums[s] != 0.0f)
+            sum += parts[(size_t)s * part_stride + 2 + c] * weights[s];
+    return sum * inverse_total;
+}
 
 /* Element c of cache row j of an fp8 cache as the fp16 the CPU decodes it to (kernels/kv_format.h),
  * so the kernels stage fp8 rows in shared memory exactly as they stage fp16 ones. */
@@ -34,13 +107,82 @@ __device__ __forceinline__ uint16_t fp8_row_half(const uint8_t *cache, size_t ro
     return reinterpret_cast<const uint16_t *>(kv_fp8_row_rope(at, kv_lora))[c - kv_lora];
 }
 
-/* One block per multiprocessor pass is enough here, and lets ptxas keep the 32 accumulators in
- * registers (with the default target it spills). */
-/* Query row i (token i / heads, head i % heads) is q_latent + i * latent_stride and q_pe + i *
+__device__ __forceinline__ float half_low(uint32_t two)
+{
+    return __half2float(__ushort_as_half((unsigned short)(two & 0xFFFFu)));
+}
+
+__device__ __forceinline__ float half_high(uint32_t two)
+{
+    return __half2float(__ushort_as_half((unsigned short)(two >> 16)));
+}
+
+__device__ __forceinline__ float warp_max(float value)
+{
+    for (int offset = 16; offset > 0; offset /= 2)
+        value = fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, offset));
+    return value;
+}
+
+__device__ __forceinline__ float warp_sum(float value)
+{
+    for (int offset = 16; offset > 0; offset /= 2)
+        value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
+    return value;
+}
+
+/* One step of warp_transpose_sum: lanes with bit kHalf set keep values [kHalf, 2 kHalf) and
+ * send [0, kHalf), the others the reverse; the kept half ends in values [0, kHalf). */
+template <int kHalf>
+__device__ __forceinline__ void transpose_sum_step(float (&values)[32], int lane)
+{
+    bool upper = lane & kHalf;
+#pragma unroll
+    for (int i = 0; i < kHalf; i++) {
+        float low = values[i], high = values[i + kHalf]; /* both read, then chosen: no indexed registers */
+        float send = upper ? low : high, keep = upper ? high : low;
+        values[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, kHalf);
+    }
+}
+
+/* values[i] (i < 32) of every lane of a warp summed over the warp, sum i ending in lane i: five
+ * steps in which each lane keeps half of its values and adds its partner's share of them (31
+ * shuffles for 32 sums instead of 160; the order of the additions is fixed). */
+__device__ __forceinline__ float warp_transpose_sum(float (&values)[32], int lane)
+{
+    transpose_sum_step<16>(values, lane);
+    transpose_sum_step<8>(values, lane);
+    transpose_sum_step<4>(values, lane);
+    transpose_sum_step<2>(values, lane);
+    transpose_sum_step<1>(values, lane);
+    return values[0];
+}
+
+/* Shared-memory row width of the decode kernel, in elements: cache rows and queries padded with
+ * zeros to whole 16-byte units of halves (each lane reads a key 8 values at a time). */
+__host__ __device__ int decode_row_stride(int row)
+{
+    return (row + 7) / 8 * 8;
+}
+
+constexpr int kDecodeWarps = kThreads / 32;
+constexpr int kPositionsPerWarp = kChunk / kDecodeWarps;
+static_assert(kHeadsPerBlock == kDecodeWarps, "the softmax takes a warp per head");
+static_assert(kChunk == 32, "the softmax takes a lane per position");
+static_assert(kPositionsPerWarp * kHeadsPerBlock == 32, "a warp's scores: one per lane");
+
+/* One block per multiprocessor pass is enough here, and lets ptxas keep the accumulators in
+ * registers. kCols: the latent columns each thread accumulates (kThreads * kCols >= kv_lora).
+ * Query row i (token i / heads, head i % heads) is q_latent + i * latent_stride and q_pe + i *
  * pe_stride; the query of token x sits at position *pos + x % period (a decode step: period =
  * tokens; decode context parallelism: the group's queries, member by member, each member's
  * period tokens long) and sees the positions of [0, that position] that member `member` of a
- * group of dcp stores (kernels/kv_shard_math.h), the cache's slots [0, count). */
+ * group of dcp stores (kernels/kv_shard_math.h), the cache's slots [0, count).
+ * Per staged chunk: scores with warp w taking positions w + 8p (p < 4) against all of the
+ * block's heads (each key converted once, 16-byte loads of keys and queries, products fused),
+ * the online softmax with warp g taking head g, a lane per position, then each thread's kCols
+ * columns of every head's accumulator. */
+template <int kCols>
 __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q_latent, size_t latent_stride,
                                                                const float *q_pe, size_t pe_stride, int heads,
                                                                int kv_lora, int rope, float softmax_scale,
@@ -49,45 +191,49 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
                                                                float *partials)
 {
     extern __shared__ uint4 mla_shared[];
-    int row = kv_lora + rope;
+    const int row = kv_lora + rope, stride = decode_row_stride(row), units = stride / 8;
     /* x: the query (fastest, so a step's queries read each cache chunk at about the same time
      * and all but the first find it in L2), y: the head group, z: the part of the sequence */
     size_t token = blockIdx.x;
     int split = blockIdx.z;
+    long n_pos = kv_shard_local_count((long)*pos + (long)(token % (size_t)period) + 1, dcp, member);
+    if (split >= decode_active_splits(n_pos, splits))
+        return; /* a part past the length: the merge reads parts [0, active) only */
     q_latent += token * heads * latent_stride;
     q_pe += token * heads * pe_stride;
     partials += token * (size_t)splits * heads * ((size_t)kv_lora + 2);
     int head0 = blockIdx.y * kHeadsPerBlock;
     int group = heads - head0 < kHeadsPerBlock ? heads - head0 : kHeadsPerBlock;
-    uint16_t *chunk = reinterpret_cast<uint16_t *>(mla_shared);        /* [kChunk][row], 16-byte aligned */
-    float *query = reinterpret_cast<float *>(chunk + kChunk * row);    /* [group][kv_lora | rope] */
-    float *scores = query + kHeadsPerBlock * row;                       /* [group][kChunk] */
-    float *max_state = scores + kHeadsPerBlock * kChunk;                /* [group] */
-    float *sum_state = max_state + kHeadsPerBlock;                      /* [group] */
-    float *rescale = sum_state + kHeadsPerBlock;                        /* [group] */
+    uint16_t *chunk = reinterpret_cast<uint16_t *>(mla_shared);          /* [kChunk][stride], 16-byte rows */
+    float *query = reinterpret_cast<float *>(chunk + kChunk * stride);   /* [kHeadsPerBlock][stride] */
+    float *probs = query + kHeadsPerBlock * stride;                       /* [kChunk][kHeadsPerBlock] */
+    float *rescale = probs + kChunk * kHeadsPerBlock;                     /* [kHeadsPerBlock] */
 
-    for (int i = threadIdx.x; i < group * row; i += kThreads) {
-        int g = i / row, c = i % row;
-        query[i] = c < kv_lora ? q_latent[(size_t)(head0 + g) * latent_stride + c]
-                               : q_pe[(size_t)(head0 + g) * pe_stride + (c - kv_lora)];
+    for (int i = threadIdx.x; i < kHeadsPerBlock * stride; i += kThreads) {
+        int g = i / stride, c = i % stride;
+        float value = 0.0f;
+        if (g < group && c < row)
+            value = c < kv_lora ? q_latent[(size_t)(head0 + g) * latent_stride + c]
+                                : q_pe[(size_t)(head0 + g) * pe_stride + (c - kv_lora)];
+        query[i] = value;
     }
-    if (threadIdx.x < kHeadsPerBlock) {
-        max_state[threadIdx.x] = -INFINITY;
-        sum_state[threadIdx.x] = 0.0f;
-    }
-    float acc[kHeadsPerBlock][kMaxLatentPerThread];
+    /* key columns past the row: read by a row's last 16-byte unit, zero, never staged */
+    const int pad = stride - row;
+    for (int i = threadIdx.x; i < kChunk * pad; i += kThreads)
+        chunk[(i / pad) * stride + row + i % pad] = 0;
+    float acc[kHeadsPerBlock][kCols];
 #pragma unroll
     for (int g = 0; g < kHeadsPerBlock; g++)
 #pragma unroll
-        for (int k = 0; k < kMaxLatentPerThread; k++)
+        for (int k = 0; k < kCols; k++)
             acc[g][k] = 0.0f;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, col0 = threadIdx.x * kCols;
+    float max_state = -INFINITY, sum_state = 0.0f; /* warp g's head g, the same in every lane */
 
-    long n_pos = kv_shard_local_count((long)*pos + (long)(token % (size_t)period) + 1, dcp, member);
     long chunks = (n_pos + kChunk - 1) / kChunk;
-    long per_split = (chunks + splits - 1) / splits;
+    long per_split = decode_chunks_per_split(n_pos, splits);
     long first_chunk = split * per_split;
     long end_chunk = first_chunk + per_split < chunks ? first_chunk + per_split : chunks;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     for (long ch = first_chunk; ch < end_chunk; ch++) {
         long first = ch * kChunk;
@@ -97,123 +243,187 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
         if (fp8) {
             size_t row_bytes = kv_row_bytes(KV_CACHE_FP8, kv_lora, rope);
             for (int i = threadIdx.x; i < n * row; i += kThreads)
-                chunk[i] = fp8_row_half(cache, row_bytes, first + i / row, i % row, kv_lora);
-        } else if (row % 8 == 0) { /* rows of whole 16-byte words: cache and chunk are 16-byte aligned */
+                chunk[(i / row) * stride + i % row] = fp8_row_half(cache, row_bytes, first + i / row, i % row, kv_lora);
+        } else if (row == stride) { /* rows of whole 16-byte words: cache and chunk are 16-byte aligned */
             const uint4 *from = reinterpret_cast<const uint4 *>(source);
             uint4 *to = reinterpret_cast<uint4 *>(chunk);
-            for (int i = threadIdx.x; i < n * row / 8; i += kThreads)
+            for (int i = threadIdx.x; i < n * units; i += kThreads)
                 to[i] = from[i];
         } else {
             for (int i = threadIdx.x; i < n * row; i += kThreads)
-                chunk[i] = source[i];
+                chunk[(i / row) * stride + i % row] = source[i];
         }
         __syncthreads();
-        /* scores[g][j] = (q_latent . latent_j + q_pe . k_pe_j) * scale, one warp per pair */
-        for (int pair = warp; pair < group * n; pair += kThreads / 32) {
-            int g = pair / n, j = pair % n;
-            const float *qg = query + g * row;
-            const uint16_t *kj = chunk + j * row;
-            float latent_dot = 0.0f, rope_dot = 0.0f;
-            for (int c = lane; c < kv_lora; c += 32)
-                latent_dot += qg[c] * half_to_float(kj[c]);
-            for (int c = kv_lora + lane; c < row; c += 32)
-                rope_dot += qg[c] * half_to_float(kj[c]);
-            for (int offset = 16; offset > 0; offset /= 2) {
-                latent_dot += __shfl_xor_sync(0xFFFFFFFFu, latent_dot, offset);
-                rope_dot += __shfl_xor_sync(0xFFFFFFFFu, rope_dot, offset);
-            }
-            if (lane == 0)
-                scores[g * kChunk + j] = (latent_dot + rope_dot) * softmax_scale;
-        }
-        __syncthreads();
-        /* online softmax: rescale by e^(m_old - m_new), p_j = e^(s_j - m_new) */
-        if (threadIdx.x < group) {
-            int g = threadIdx.x;
-            float chunk_max = -INFINITY;
-            for (int j = 0; j < n; j++)
-                chunk_max = fmaxf(chunk_max, scores[g * kChunk + j]);
-            float new_max = chunk_max > max_state[g] ? chunk_max : max_state[g];
-            float r = expf(max_state[g] - new_max);
-            float sum = sum_state[g] * r;
-            for (int j = 0; j < n; j++) {
-                float p = expf(scores[g * kChunk + j] - new_max);
-                scores[g * kChunk + j] = p;
-                sum += p;
-            }
-            sum_state[g] = sum;
-            max_state[g] = new_max;
-            rescale[g] = r;
-        }
-        __syncthreads();
+        /* scores[j][g] = (q_latent . latent_j + q_pe . k_pe_j) * scale: lane l sums 16-byte units
+         * l, l + 32, .. of its warp's positions against every head, then the warp's 32 sums are
+         * added across the lanes, lane l ending with position warp + 8 (l / 8), head l % 8 (a
+         * position past the chunk's end scores what its row holds, which the softmax skips) */
+        {
+            float dots[kPositionsPerWarp * kHeadsPerBlock];
 #pragma unroll
-        for (int g = 0; g < kHeadsPerBlock; g++) {
+            for (int i = 0; i < kPositionsPerWarp * kHeadsPerBlock; i++)
+                dots[i] = 0.0f;
+            for (int u = lane; u < units; u += 32) {
+                float key[kPositionsPerWarp][8];
 #pragma unroll
-            for (int k = 0; k < kMaxLatentPerThread; k++) {
-                int c = threadIdx.x + k * kThreads;
-                if (g < group && c < kv_lora) {
-                    float a = acc[g][k] * rescale[g];
-                    for (int j = 0; j < n; j++)
-                        a += scores[g * kChunk + j] * half_to_float(chunk[j * row + c]);
-                    acc[g][k] = a;
+                for (int p = 0; p < kPositionsPerWarp; p++) {
+                    uint4 raw = reinterpret_cast<const uint4 *>(chunk + (warp + kDecodeWarps * p) * stride)[u];
+                    uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        key[p][2 * e] = half_low(words[e]);
+                        key[p][2 * e + 1] = half_high(words[e]);
+                    }
                 }
+#pragma unroll
+                for (int g = 0; g < kHeadsPerBlock; g++) {
+                    const float4 *qg = reinterpret_cast<const float4 *>(query + g * stride) + 2 * u;
+                    float4 a = qg[0], b = qg[1];
+                    float q8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                    for (int p = 0; p < kPositionsPerWarp; p++)
+#pragma unroll
+                        for (int e = 0; e < 8; e++)
+                            dots[p * kHeadsPerBlock + g] = fmaf(q8[e], key[p][e], dots[p * kHeadsPerBlock + g]);
+                }
+            }
+            float score = warp_transpose_sum(dots, lane);
+            probs[(warp + kDecodeWarps * (lane / kHeadsPerBlock)) * kHeadsPerBlock + lane % kHeadsPerBlock] =
+                score * softmax_scale;
+        }
+        __syncthreads();
+        /* online softmax of head g in warp g: rescale by e^(m_old - m_new), p_j = e^(s_j - m_new) */
+        {
+            float *p_at = probs + lane * kHeadsPerBlock + warp;
+            if (warp < group) {
+                float score = lane < n ? *p_at : -INFINITY;
+                float new_max = fmaxf(max_state, warp_max(score));
+                float r = expf(max_state - new_max);
+                float p = lane < n ? expf(score - new_max) : 0.0f;
+                sum_state = sum_state * r + warp_sum(p);
+                max_state = new_max;
+                *p_at = p;
+                if (lane == 0)
+                    rescale[warp] = r;
+            } else { /* a head past the group: nothing to add */
+                *p_at = 0.0f;
+                if (lane == 0)
+                    rescale[warp] = 1.0f;
+            }
+        }
+        __syncthreads();
+        /* acc[g][c] = acc[g][c] * rescale[g] + sum_j p[j][g] * latent_j[c], c = col0 + k */
+        if (col0 < kv_lora) {
+#pragma unroll
+            for (int g = 0; g < kHeadsPerBlock; g++) {
+                float r = rescale[g];
+#pragma unroll
+                for (int k = 0; k < kCols; k++)
+                    acc[g][k] *= r;
+            }
+            for (int j = 0; j < n; j++) {
+                float latent[kCols];
+                const uint16_t *at = chunk + j * stride + col0;
+                if (kCols == 2) {
+                    uint32_t two = *reinterpret_cast<const uint32_t *>(at);
+                    latent[0] = half_low(two);
+                    latent[kCols - 1] = half_high(two);
+                } else {
+                    uint2 four = *reinterpret_cast<const uint2 *>(at);
+#pragma unroll
+                    for (int k = 0; k < kCols; k++)
+                        latent[k] = k % 2 ? half_high(k / 2 ? four.y : four.x) : half_low(k / 2 ? four.y : four.x);
+                }
+                const float4 *pj = reinterpret_cast<const float4 *>(probs + j * kHeadsPerBlock);
+                float4 pa = pj[0], pb = pj[1];
+                float p[kHeadsPerBlock] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+#pragma unroll
+                for (int g = 0; g < kHeadsPerBlock; g++)
+#pragma unroll
+                    for (int k = 0; k < kCols; k++)
+                        acc[g][k] = fmaf(p[g], latent[k], acc[g][k]);
             }
         }
     }
-    __syncthreads();
-    size_t stride = (size_t)kv_lora + 2;
+    size_t part_floats = (size_t)kv_lora + 2;
+    if (warp < group && lane == 0) {
+        float *out = partials + ((size_t)split * heads + head0 + warp) * part_floats;
+        out[0] = max_state;
+        out[1] = sum_state;
+    }
 #pragma unroll
     for (int g = 0; g < kHeadsPerBlock; g++) {
         if (g >= group)
             continue;
-        float *out = partials + ((size_t)split * heads + head0 + g) * stride;
-        if (threadIdx.x == 0) {
-            out[0] = max_state[g];
-            out[1] = sum_state[g];
-        }
+        float *out = partials + ((size_t)split * heads + head0 + g) * part_floats;
 #pragma unroll
-        for (int k = 0; k < kMaxLatentPerThread; k++) {
-            int c = threadIdx.x + k * kThreads;
-            if (c < kv_lora)
-                out[2 + c] = acc[g][k];
-        }
+        for (int k = 0; k < kCols; k++)
+            if (col0 + k < kv_lora)
+                out[2 + col0 + k] = acc[g][k];
     }
 }
 
 /* o_latent[h]: the parts of each head merged (kernels/attention_merge_math.h); token y's part s
- * of head h at partials + y * token_stride + s * part_stride + h * ATTENTION_PART_FLOATS. */
-__global__ void __launch_bounds__(kThreads) mla_merge_kernel(const float *partials, int splits, size_t token_stride,
-                                                             size_t part_stride, int heads, int kv_lora,
-                                                             float *o_latent)
+ * of head h at partials + y * token_stride + s * part_stride + h * ATTENTION_PART_FLOATS. pos
+ * NULL: all `splits` parts; else a decode step's (token y at *pos + y), whose parts past the
+ * length (decode_active_splits) are not read. Block (head, token, columns z * kMergeThreads..);
+ * dynamic shared memory: 2 * splits floats. */
+__global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(const float *partials, int splits,
+                                                                  size_t token_stride, size_t part_stride, int heads,
+                                                                  int kv_lora, float *o_latent, const int *pos)
 {
+    extern __shared__ float merge_shared[];
     int head = blockIdx.x;
+    int n = pos ? decode_active_splits((long)*pos + (long)blockIdx.y + 1, splits) : splits;
     size_t stride = ATTENTION_PART_FLOATS(kv_lora);
     partials += (size_t)blockIdx.y * token_stride + (size_t)head * stride;
     o_latent += (size_t)blockIdx.y * heads * kv_lora;
-    float global_max = attention_parts_max(partials, splits, part_stride);
-    float inverse = attention_parts_inverse_total(partials, splits, part_stride, global_max);
-    for (int c = threadIdx.x; c < kv_lora; c += kThreads)
+    float total;
+    merge_weights(partials, n, part_stride, merge_shared, merge_shared + n, &total);
+    float inverse = 1.0f / total;
+    int c = blockIdx.z * kMergeThreads + threadIdx.x;
+    if (c < kv_lora)
         o_latent[(size_t)head * kv_lora + c] =
-            attention_parts_merge_element(partials, splits, part_stride, global_max, inverse, c);
+            merge_element(partials, n, part_stride, merge_shared, merge_shared + n, inverse, c);
 }
 
 /* Decode context parallelism: the splits of each query row merged into one part, left
  * unnormalised ([max | sum | acc], kernels/attention_merge_math.h) for the group's merge:
- * parts [queries][heads][ATTENTION_PART_FLOATS], partials as mla_partial_kernel wrote them. */
-__global__ void __launch_bounds__(kThreads) mla_part_combine_kernel(const float *partials, int splits, int heads,
-                                                                    int kv_lora, float *parts)
+ * parts [queries][heads][ATTENTION_PART_FLOATS], partials as mla_partial_kernel wrote them for
+ * query y at position *pos + y % period over member `member`'s slots (parts past its local
+ * length not written, not read). Block (head, query, columns); shared as mla_merge_kernel. */
+__global__ void __launch_bounds__(kMergeThreads) mla_part_combine_kernel(const float *partials, int splits, int heads,
+                                                                         int kv_lora, const int *pos, int period,
+                                                                         int dcp, int member, float *parts)
 {
+    extern __shared__ float merge_shared[];
     int head = blockIdx.x;
+    long n_pos = kv_shard_local_count((long)*pos + (long)(blockIdx.y % (unsigned)period) + 1, dcp, member);
+    int n = decode_active_splits(n_pos, splits);
     size_t stride = ATTENTION_PART_FLOATS(kv_lora), part_stride = (size_t)heads * stride;
     partials += (size_t)blockIdx.y * splits * heads * stride + (size_t)head * stride;
     parts += ((size_t)blockIdx.y * heads + head) * stride;
-    float global_max = attention_parts_max(partials, splits, part_stride);
-    float total = attention_parts_total(partials, splits, part_stride, global_max);
-    if (threadIdx.x == 0) {
+    float total;
+    float global_max = merge_weights(partials, n, part_stride, merge_shared, merge_shared + n, &total);
+    if (blockIdx.z == 0 && threadIdx.x == 0) {
         parts[0] = total > 0.0f ? global_max : -INFINITY;
         parts[1] = total;
     }
-    for (int c = threadIdx.x; c < kv_lora; c += kThreads)
-        parts[2 + c] = attention_parts_merge_element(partials, splits, part_stride, global_max, 1.0f, c);
+    int c = blockIdx.z * kMergeThreads + threadIdx.x;
+    if (c < kv_lora)
+        parts[2 + c] = merge_element(partials, n, part_stride, merge_shared, merge_shared + n, 1.0f, c);
+}
+
+/* One launch of mla_merge_kernel. */
+int merge_launch(const float *partials, int splits, size_t token_stride, size_t part_stride, int heads, int kv_lora,
+                 float *o_latent, const int *pos, int tokens, cudaStream_t stream)
+{
+    if (splits > kMaxMergeParts)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid((unsigned)heads, (unsigned)tokens, (unsigned)((kv_lora + kMergeThreads - 1) / kMergeThreads));
+    mla_merge_kernel<<<grid, kMergeThreads, 2 * (size_t)splits * sizeof(float), stream>>>(
+        partials, splits, token_stride, part_stride, heads, kv_lora, o_latent, pos);
+    return (int)cudaGetLastError();
 }
 
 /* ---- prefill: a block of kPrefillRows query rows (row i of the step: token i / heads, head
@@ -245,16 +455,6 @@ size_t prefill_shared_bytes(int row)
                sizeof(float);
 }
 
-__device__ __forceinline__ float half_low(uint32_t two)
-{
-    return __half2float(__ushort_as_half((unsigned short)(two & 0xFFFFu)));
-}
-
-__device__ __forceinline__ float half_high(uint32_t two)
-{
-    return __half2float(__ushort_as_half((unsigned short)(two >> 16)));
-}
-
 /* sum += q[0..8) . the 8 fp16 values of key (fmaf: one rounding per term, like the sums the
  * tolerance against the CPU's separately rounded products already allows) */
 __device__ __forceinline__ float dot8(float sum, const float *q, uint4 key)
@@ -269,20 +469,6 @@ __device__ __forceinline__ float dot8(float sum, const float *q, uint4 key)
     sum = fmaf(b.z, half_low(key.w), sum);
     sum = fmaf(b.w, half_high(key.w), sum);
     return sum;
-}
-
-__device__ __forceinline__ float warp_max(float value)
-{
-    for (int offset = 16; offset > 0; offset /= 2)
-        value = fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, offset));
-    return value;
-}
-
-__device__ __forceinline__ float warp_sum(float value)
-{
-    for (int offset = 16; offset > 0; offset /= 2)
-        value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
-    return value;
 }
 
 /* One query row's online softmax over a chunk, in one warp (lane = key; every lane keeps the
@@ -493,9 +679,36 @@ int prefill_launch(const float *q_latent, const float *q, int heads, int kv_lora
 
 size_t partial_shared_bytes(int kv_lora, int rope)
 {
-    size_t row = (size_t)kv_lora + (size_t)rope;
-    return (kHeadsPerBlock * row + kHeadsPerBlock * kChunk + 3 * kHeadsPerBlock) * sizeof(float) +
-           kChunk * row * sizeof(uint16_t);
+    size_t stride = (size_t)decode_row_stride(kv_lora + rope);
+    return (kHeadsPerBlock * stride + kHeadsPerBlock * kChunk + kHeadsPerBlock) * sizeof(float) +
+           kChunk * stride * sizeof(uint16_t);
+}
+
+/* One launch of the decode kernel over `queries` queries: two columns a thread up to kv_lora
+ * 512, four above. */
+int partial_launch(dim3 grid, size_t shared, cudaStream_t stream, const float *q_latent, size_t latent_stride,
+                   const float *q_pe, size_t pe_stride, int heads, int kv_lora, int rope, float softmax_scale,
+                   const uint8_t *cache, int fp8, const int *pos, int period, int dcp, int member, int splits,
+                   float *partials)
+{
+    if (kv_lora <= kThreads * 2)
+        mla_partial_kernel<2><<<grid, kThreads, shared, stream>>>(q_latent, latent_stride, q_pe, pe_stride, heads,
+                                                                 kv_lora, rope, softmax_scale, cache, fp8, pos, period,
+                                                                 dcp, member, splits, partials);
+    else
+        mla_partial_kernel<4><<<grid, kThreads, shared, stream>>>(q_latent, latent_stride, q_pe, pe_stride, heads,
+                                                                 kv_lora, rope, softmax_scale, cache, fp8, pos, period,
+                                                                 dcp, member, splits, partials);
+    return (int)cudaGetLastError();
+}
+
+/* Raises the decode kernels' dynamic shared memory limit to `bytes`. */
+cudaError_t partial_shared_limit(int bytes)
+{
+    cudaError_t status = cudaFuncSetAttribute(mla_partial_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(mla_partial_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return status;
 }
 
 } // namespace
@@ -511,22 +724,20 @@ extern "C" int mla_decode_cuda(const float *q_latent, const float *q, int heads,
 {
     if (tokens <= 0)
         return 0;
-    if (heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > 65535 || tokens > 65535 ||
-        (cache_format == KV_CACHE_FP8 && kv_lora % 2))
+    if (heads <= 0 || splits <= 0 || kv_lora > kThreads * kMaxLatentPerThread || splits > kMaxMergeParts ||
+        tokens > 65535 || (cache_format == KV_CACHE_FP8 && kv_lora % 2))
         return (int)cudaErrorInvalidValue;
     size_t shared = partial_shared_bytes(kv_lora, rope);    /* above 48 KiB: mla_attention_setup_cuda */
     dim3 grid((unsigned)tokens, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)splits);
-    mla_partial_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(
-        q_latent, (size_t)kv_lora, q + nope, (size_t)(nope + rope), heads, kv_lora, rope, softmax_scale,
-        static_cast<const uint8_t *>(cache), cache_format == KV_CACHE_FP8, pos, tokens, 1, 0, splits, partials);
-    cudaError_t status = cudaGetLastError();
-    if (status != cudaSuccess)
-        return (int)status;
+    int status = partial_launch(grid, shared, (cudaStream_t)stream, q_latent, (size_t)kv_lora, q + nope,
+                                (size_t)(nope + rope), heads, kv_lora, rope, softmax_scale,
+                                static_cast<const uint8_t *>(cache), cache_format == KV_CACHE_FP8, pos, tokens, 1, 0,
+                                splits, partials);
+    if (status)
+        return status;
     size_t part = ATTENTION_PART_FLOATS(kv_lora);
-    dim3 merge_grid((unsigned)heads, (unsigned)tokens);
-    mla_merge_kernel<<<merge_grid, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, (size_t)splits * heads * part,
-                                                                        (size_t)heads * part, heads, kv_lora, o_latent);
-    return (int)cudaGetLastError();
+    return merge_launch(partials, splits, (size_t)splits * heads * part, (size_t)heads * part, heads, kv_lora, o_latent,
+                        pos, tokens, (cudaStream_t)stream);
 }
 
 extern "C" size_t mla_attention_shared_bytes(int kv_lora, int rope)
@@ -542,7 +753,7 @@ extern "C" int mla_attention_setup_cuda(int kv_lora, int rope)
         prefill = (int)prefill_shared_bytes(kv_lora + rope);
     decode = decode > floor ? decode : floor;
     prefill = prefill > floor ? prefill : floor;
-    cudaError_t status = cudaFuncSetAttribute(mla_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, decode);
+    cudaError_t status = partial_shared_limit(decode);
     if (status == cudaSuccess)
         status = cudaFuncSetAttribute(mla_prefill_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, prefill);
     if (status == cudaSuccess)
@@ -562,7 +773,7 @@ extern "C" int mla_prefill_cuda(const float *q_latent, const float *q, int heads
     if (tokens <= 0)
         return 0;
     if (heads <= 0 || parts <= 0 || parts > 65535 || tokens > 65535 || kv_lora <= 0 || rope < 0 ||
-        kv_lora > kThreads * 4 || (long)tokens * heads > 0x7FFFFFFFL - kPrefillRows ||
+        kv_lora > kThreads * 4 || (long)tokens * heads > 0x7FFFFFFFL - kPrefillRows || parts > kMaxMergeParts ||
         (cache_format == KV_CACHE_FP8 && kv_lora % 2))
         return (int)cudaErrorInvalidValue;
     cudaStream_t s = (cudaStream_t)stream;
@@ -576,10 +787,8 @@ extern "C" int mla_prefill_cuda(const float *q_latent, const float *q, int heads
     if (status || parts == 1)
         return status;
     size_t part = ATTENTION_PART_FLOATS(kv_lora);
-    dim3 merge_grid((unsigned)heads, (unsigned)tokens);
-    mla_merge_kernel<<<merge_grid, kThreads, 0, s>>>(partials, parts, (size_t)parts * heads * part, (size_t)heads * part,
-                                                     heads, kv_lora, o_latent);
-    return (int)cudaGetLastError();
+    return merge_launch(partials, parts, (size_t)parts * heads * part, (size_t)heads * part, heads, kv_lora, o_latent,
+                        nullptr, tokens, s);
 }
 
 /* ---- decode context parallelism (kernels/kv_shard_math.h): a member's partial attention over
@@ -617,26 +826,25 @@ extern "C" int mla_decode_shard_cuda(const float *q_group, int queries, int peri
     if (queries <= 0)
         return 0;
     if (heads <= 0 || splits <= 0 || period <= 0 || dcp <= 0 || member < 0 || member >= dcp ||
-        kv_lora > kThreads * kMaxLatentPerThread || splits > 65535 || queries > 65535 ||
+        kv_lora > kThreads * kMaxLatentPerThread || splits > kMaxMergeParts || queries > 65535 ||
         (cache_format == KV_CACHE_FP8 && kv_lora % 2))
         return (int)cudaErrorInvalidValue;
     size_t shared = partial_shared_bytes(kv_lora, rope);
     if (shared > 48 * 1024) {
-        cudaError_t status = cudaFuncSetAttribute(mla_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  (int)shared);
+        cudaError_t status = partial_shared_limit((int)shared);
         if (status != cudaSuccess)
             return (int)status;
     }
     size_t width = (size_t)kv_lora + rope;
     dim3 grid((unsigned)queries, (unsigned)((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), (unsigned)splits);
-    mla_partial_kernel<<<grid, kThreads, shared, (cudaStream_t)stream>>>(
-        q_group, width, q_group + kv_lora, width, heads, kv_lora, rope, softmax_scale,
-        static_cast<const uint8_t *>(cache), cache_format == KV_CACHE_FP8, pos, period, dcp, member, splits, partials);
-    cudaError_t status = cudaGetLastError();
-    if (status != cudaSuccess)
-        return (int)status;
-    dim3 combine_grid((unsigned)heads, (unsigned)queries);
-    mla_part_combine_kernel<<<combine_grid, kThreads, 0, (cudaStream_t)stream>>>(partials, splits, heads, kv_lora, parts);
+    int status = partial_launch(grid, shared, (cudaStream_t)stream, q_group, width, q_group + kv_lora, width, heads,
+                                kv_lora, rope, softmax_scale, static_cast<const uint8_t *>(cache),
+                                cache_format == KV_CACHE_FP8, pos, period, dcp, member, splits, partials);
+    if (status)
+        return status;
+    dim3 combine_grid((unsigned)heads, (unsigned)queries, (unsigned)((kv_lora + kMergeThreads - 1) / kMergeThreads));
+    mla_part_combine_kernel<<<combine_grid, kMergeThreads, 2 * (size_t)splits * sizeof(float), (cudaStream_t)stream>>>(
+        partials, splits, heads, kv_lora, pos, period, dcp, member, parts);
     return (int)cudaGetLastError();
 }
 
@@ -648,9 +856,6 @@ extern "C" int mla_merge_shard_parts_cuda(const float *parts, int dcp, int heads
     if (heads <= 0 || dcp <= 0 || tokens > 65535)
         return (int)cudaErrorInvalidValue;
     size_t part = ATTENTION_PART_FLOATS(kv_lora);
-    dim3 merge_grid((unsigned)heads, (unsigned)tokens);
-    mla_merge_kernel<<<merge_grid, kThreads, 0, (cudaStream_t)stream>>>(parts, dcp, (size_t)heads * part,
-                                                                        (size_t)tokens * heads * part, heads, kv_lora,
-                                                                        o_latent);
-    return (int)cudaGetLastError();
+    return merge_launch(parts, dcp, (size_t)heads * part, (size_t)tokens * heads * part, heads, kv_lora, o_latent,
+                        nullptr, tokens, (cudaStream_t)stream);
 }

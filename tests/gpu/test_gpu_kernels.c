@@ -756,8 +756,11 @@ static uint8_t *random_cache(kv_cache_format format, int kv_lora, int rope, long
 /* Flash-decoding attention (absorbed) for `tokens` causal queries at positions
  * n_pos - tokens + t, against the CPU's mla_decode of each query over its own prefix. The
  * W_UV product is checked above, so kv_b's W_UV is the identity (F32): the CPU's output is
- * then the attention's latent itself. */
-static void check_attention(long n_pos, int splits, int heads, int tokens, kv_cache_format format)
+ * then the attention's latent itself. The partials start as NaN bytes, so a part the merge
+ * reads but no block wrote shows. The same seed gives the same inputs; got_out (NULL: none)
+ * receives the output [tokens][heads][kv_lora]. */
+static void check_attention_into(long n_pos, int splits, int heads, int tokens, kv_cache_format format,
+                                 float *got_out)
 {
     int kv_lora = 512, rope = 64, nope = 128, q_width = nope + rope;
     mla_shape shape = {kv_lora, rope, nope, kv_lora, 0.1447f, format};
@@ -794,12 +797,16 @@ static void check_attention(long n_pos, int splits, int heads, int tokens, kv_ca
     int pos = (int)first;
     int *dpos = gpu_test_upload(&pos, sizeof pos);
     float *dparts = NULL, *dout = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&dparts, (size_t)tokens * mla_decode_partial_floats(splits, heads, kv_lora) * 4));
+    size_t part_bytes = (size_t)tokens * mla_decode_partial_floats(splits, heads, kv_lora) * 4;
+    CUDA_CHECK(cudaMalloc((void **)&dparts, part_bytes));
+    CUDA_CHECK(cudaMemset(dparts, 0xFF, part_bytes));
     CUDA_CHECK(cudaMalloc((void **)&dout, (size_t)tokens * on * 4));
     CHECK_INT(mla_attention_setup_cuda(kv_lora, rope), 0);
     CHECK_INT(mla_decode_cuda(dql, dq, heads, kv_lora, rope, nope, shape.softmax_scale, dcache, format, dpos, splits,
                               dparts, dout, tokens, NULL), 0);
     gpu_test_download(got, dout, (size_t)tokens * on * 4);
+    if (got_out)
+        memcpy(got_out, got, (size_t)tokens * on * 4);
     int bad = 0;
     for (int t = 0; t < tokens; t++) {
         double scale = 0;
@@ -823,6 +830,29 @@ static void check_attention(long n_pos, int splits, int heads, int tokens, kv_ca
     free(want);
     free(got);
     free(q_latent);
+}
+
+static void check_attention(long n_pos, int splits, int heads, int tokens, kv_cache_format format)
+{
+    check_attention_into(n_pos, splits, heads, tokens, format, NULL);
+}
+
+/* A decode step at n_pos positions in a graph captured for the most splits a 262k cache plans
+ * on 188 multiprocessors (376) and for few: a sequence of up to 4 x splits chunks of 16 is cut
+ * the same way whatever the capture's count (the length decides, kernels/cuda/mla.cu), so the
+ * outputs agree bit for bit; both within the tolerance of the CPU. */
+static void check_attention_split_invariance(long n_pos, int few_splits)
+{
+    int heads = 8, on = heads * 512;
+    float *many = malloc((size_t)on * 4), *few = malloc((size_t)on * 4);
+    gpu_test_lcg = 0xA77Eu + (uint32_t)n_pos;
+    check_attention_into(n_pos, 376, heads, 1, KV_CACHE_FP16, many);
+    gpu_test_lcg = 0xA77Eu + (uint32_t)n_pos;
+    check_attention_into(n_pos, few_splits, heads, 1, KV_CACHE_FP16, few);
+    CHECK_MSG(memcmp(many, few, (size_t)on * 4) == 0,
+              "attention over %ld positions: 376 splits and %d splits differ", n_pos, few_splits);
+    free(many);
+    free(few);
 }
 
 /* The prefill attention for `tokens` causal queries after `context` cached positions, in `parts`
@@ -1025,6 +1055,11 @@ static void check_attention_all(void)
  * device's opt-in shared memory (the sm_120 run of the CPU emulation of CUDA: 99 KiB). */
 static void check_attention_real_shapes(void)
 {
+    /* a capture's split count far above the length's need: short and long sequences */
+    check_attention_split_invariance(40, 1);
+    check_attention_split_invariance(1000, 16);
+    check_attention_split_invariance(4000, 63);
+    check_attention(30000, 376, 8, 1, KV_CACHE_FP16);
     check_attention(300, 7, 8, 1, KV_CACHE_FP16);
     check_attention(1000, 16, 8, 6, KV_CACHE_FP16);
     check_prefill_attention(512, 64, 1000, 64, 8, device_prefill_attention_parts(264, 64, 8));
