@@ -32,10 +32,14 @@
 
 namespace {
 
-constexpr int kThreads = 256;     /* residual_rmsnorm_kernel's: the same partial sums, the same bits */
+/* A block of kThreads moves and sums the slots (one block has to carry the whole call, so it is as
+ * wide as a block gets); the first kNormThreads of them form the sums of squares exactly as
+ * residual_rmsnorm_kernel's kNormThreads threads do, so the norm has the same bits. */
+constexpr int kThreads = 1024, kNormThreads = 256;
 
-/* Sum over the block (kThreads threads) in double; every thread gets the total (ops.cu's
- * block_sum, the same order). */
+/* The sum of the first kNormThreads threads' values in double (the other threads hold 0.0); every
+ * thread gets the total. ops.cu's block_sum over kNormThreads threads, bit for bit: the same
+ * shuffles, then the first kNormThreads / 32 warps' sums in order. */
 __device__ double block_sum(double value, double *shared)
 {
     for (int offset = 16; offset > 0; offset /= 2)
@@ -46,7 +50,7 @@ __device__ double block_sum(double value, double *shared)
         shared[warp] = value;
     __syncthreads();
     double total = 0.0;
-    for (int i = 0; i < kThreads / 32; i++)
+    for (int i = 0; i < kNormThreads / 32; i++)
         total += shared[i];
     return total;
 }
@@ -61,7 +65,7 @@ __device__ void publish(const peer_allreduce_view &v, const float *partial, size
         float *slot = v.slots[d] + offset;
         if (vectors) {
             for (size_t i = threadIdx.x; i < count / 4; i += kThreads)
-                ((float4 *)slot)[i] = ((const float4 *)partial)[i];
+                ((float4 *)slot)[i] = ((const float4 *)partial)[i];  /* 16-byte stores: PCIe/NVLink writes */
         } else {
             for (size_t i = threadIdx.x; i < count; i += kThreads)
                 slot[i] = partial[i];
@@ -109,24 +113,43 @@ __global__ void __launch_bounds__(kThreads) peer_allreduce_norm_kernel(peer_allr
     if (wait_for_peers(v, epoch))
         return;     /* the step failed elsewhere; its results are not used */
     const float *slots = v.slots[v.rank] + (size_t)(epoch & 1u) * (size_t)v.ranks * v.max_n;
+    bool vectors = n % 4 == 0 && v.max_n % 4 == 0 && ((uintptr_t)h & 15u) == 0;
     for (int r = 0; r < rows; r++) {
         float *row = h + (size_t)r * n;
-        size_t base = (size_t)r * n;
-        double squares = 0.0;
+        const float *mine = slots + (size_t)r * n;
         int bad = 0;
-        for (int i = threadIdx.x; i < n; i += kThreads) {
-            float sum = __ldcg(slots + base + i);
-            for (int q = 1; q < v.ranks; q++)
-                sum += __ldcg(slots + (size_t)q * v.max_n + base + i);
-            float value = row[i] + sum;
-            row[i] = value;
-            squares += (double)value * value;
-            bad |= !isfinite(value);
+        /* h += the slots summed in rank order, every element on its own: the order of the
+         * elements does not matter, only that of the ranks */
+        if (vectors) {
+            for (int j = threadIdx.x; j < n / 4; j += kThreads) {
+                float4 sum = __ldcg((const float4 *)mine + j), value = ((const float4 *)row)[j];
+                for (int q = 1; q < v.ranks; q++) {
+                    float4 add = __ldcg((const float4 *)(mine + (size_t)q * v.max_n) + j);
+                    sum.x += add.x, sum.y += add.y, sum.z += add.z, sum.w += add.w;
+                }
+                value.x += sum.x, value.y += sum.y, value.z += sum.z, value.w += sum.w;
+                ((float4 *)row)[j] = value;
+                bad |= !isfinite(value.x) | !isfinite(value.y) | !isfinite(value.z) | !isfinite(value.w);
+            }
+        } else {
+            for (int i = threadIdx.x; i < n; i += kThreads) {
+                float sum = __ldcg(mine + i);
+                for (int q = 1; q < v.ranks; q++)
+                    sum += __ldcg(mine + (size_t)q * v.max_n + i);
+                float value = row[i] + sum;
+                row[i] = value;
+                bad |= !isfinite(value);
+            }
         }
-        if (flag && __syncthreads_or(bad) && threadIdx.x == 0)
+        /* the barrier also makes every thread's h visible to the squares below */
+        if (__syncthreads_or(bad) && flag && threadIdx.x == 0)
             atomicMax(flag, code);
         if (!weight)
             continue;
+        double squares = 0.0;
+        if (threadIdx.x < kNormThreads)
+            for (int i = threadIdx.x; i < n; i += kNormThreads)
+                squares += (double)row[i] * row[i];
         float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, sums), n, eps);
         float *dst = out + (size_t)r * n;
         for (int i = threadIdx.x; i < n; i += kThreads)
