@@ -5,6 +5,10 @@
  * partial into its slot on every device, raises its arrival flag on every device, waits for every
  * peer's flag, then sums the slots of its own device in rank order (the CPU communicator's order:
  * every rank computes the same bits), adds the sum to h and writes x = rmsnorm(h) * weight.
+ * The payload stays fp32: partials rounded to bf16 before the exchange (half the bytes) were
+ * measured on the emulator (kimi-probe verify, tiny-k25, TP 2 on two devices) at logits max |d|
+ * 0.0405 against fp32's 0.00134 (the tolerance is 0.05, at 4 layers of 61) and failed the latent
+ * cache check (47 elements beyond 0.004 x rms).
  * Launchers return 0 or a cudaError_t code and never synchronise (graph-capturable). */
 #ifndef KIMI_KERNELS_CUDA_ALLREDUCE_H
 #define KIMI_KERNELS_CUDA_ALLREDUCE_H
