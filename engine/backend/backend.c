@@ -66,6 +66,12 @@ long long cuda_backend_runtime_overhead(const cuda_backend *be, int *device)
     return 0;
 }
 
+const char *cuda_backend_comm_description(const cuda_backend *be)
+{
+    (void)be;
+    return NULL;
+}
+
 long cuda_backend_take_clamps(cuda_backend *be)
 {
     (void)be;
@@ -219,6 +225,11 @@ long long backend_runtime_overhead(const backend *be, int *device)
         return cuda_backend_runtime_overhead(be->cuda, device);
     *device = -1;
     return 0;
+}
+
+const char *backend_comm_description(const backend *be)
+{
+    return be->kind == BACKEND_CUDA ? cuda_backend_comm_description(be->cuda) : NULL;
 }
 
 int backend_read_kv(backend *be, long n_pos, uint16_t *out, kimi_err *err)

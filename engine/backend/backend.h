@@ -120,6 +120,11 @@ size_t backend_cache_bytes_per_rank(const backend *be);
  * (*device -1). Negative when the plan counted more than was taken. */
 long long backend_runtime_overhead(const backend *be, int *device);
 
+/* CUDA: which communicator runs the all-reduces, in a few words (engine/backend/cuda_comm.h
+ * cuda_comm_describe: "local", "NCCL", "peer all-reduce (NCCL for the rest)", or NCCL with why
+ * the peer all-reduce is off); NULL on the CPU. */
+const char *backend_comm_description(const backend *be);
+
 /* Copy the cache of positions [0, n_pos) as fp16 [layer][position][kv_lora | rope] (rank 0, with
  * the positions of its DCP group's other members put back in place); an fp8 cache decodes to
  * fp16 exactly (kernels/kv_format.h). */

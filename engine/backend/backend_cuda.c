@@ -1031,6 +1031,10 @@ static int reduce_into_h(struct cuda_backend *be, rank_device *rd, int T, const 
     const model_config *c = be->cfg;
     size_t n = (size_t)T * (size_t)c->hidden;
     float *h = ws(rd, rd->layout.h), *partial = ws(rd, rd->layout.partial);
+    if (cuda_comm_fuses_norm(be->comm, n))     /* the peer all-reduce: sum, add and norm in one launch */
+        return cuda_comm_allreduce_norm(be->comm, rd->rank, partial, h, ws(rd, rd->layout.x), norm, T, c->hidden,
+                                        c->rms_norm_eps, flag_code, flag_code > 0 ? rd->numerics + 1 : NULL,
+                                        rd->stream, &rd->err);
     if (cuda_comm_allreduce_sum(be->comm, rd->rank, partial, n, rd->stream, &rd->err))
         return rd->err.code;
     if (norm && flag_code > 0) {
@@ -1568,7 +1572,15 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
              "pinned");
     CUDA_TRY(cudaHostAlloc((void **)&be->host_numerics, 2 * sizeof(int), cudaHostAllocPortable), "pinned");
     if (be->devices.comm == DEVICE_COMM_NCCL) {
-        if (cuda_comm_open_nccl(&be->comm, be->tp, be->devices.device, err) ||
+        /* the peer all-reduce where the ranks' devices map each other (decode and verify steps:
+         * up to BACKEND_DECODE_TOKENS_MAX rows), unless KIMI_CUDA_COMM=nccl; at TP 1 only when
+         * asked (there is no peer to reach) */
+        const char *request = getenv("KIMI_CUDA_COMM");
+        int insist = request && !strcmp(request, "peer");
+        int peer = insist || (be->tp > 1 && !(request && !strcmp(request, "nccl")));
+        if ((peer ? cuda_comm_open_peer(&be->comm, be->tp, be->devices.device,
+                                        (size_t)BACKEND_DECODE_TOKENS_MAX * (size_t)c->hidden, insist, err)
+                  : cuda_comm_open_nccl(&be->comm, be->tp, be->devices.device, err)) ||
             cuda_comm_warm_groups(be->comm, be->dcp, err))
             return err->code;
     } else {
@@ -1665,6 +1677,11 @@ int cuda_backend_open(cuda_backend **out, const model_weights *mw, const backend
     measured_keep(be);
     *out = be;
     return 0;
+}
+
+const char *cuda_backend_comm_description(const cuda_backend *be)
+{
+    return cuda_comm_describe(be->comm);
 }
 
 long long cuda_backend_runtime_overhead(const cuda_backend *be, int *device)

@@ -35,5 +35,6 @@ int cuda_backend_decode_tokens(cuda_backend *be, const int32_t *tokens, int n, l
                                kimi_err *err);
 long cuda_backend_take_clamps(cuda_backend *be);
 long long cuda_backend_runtime_overhead(const cuda_backend *be, int *device);
+const char *cuda_backend_comm_description(const cuda_backend *be);
 
 #endif

@@ -12,6 +12,7 @@
 #include <nccl.h>
 #endif
 
+#include "engine/backend/cuda_peer.h"
 #include "kernels/cuda/forward.h"
 
 enum { MAX_RANKS = 8 };
@@ -37,6 +38,8 @@ struct cuda_comm {
     int aborted;
 #endif
     int devices[MAX_RANKS];
+    cuda_peer *peer;            /* the peer all-reduce (cuda_comm_open_peer), or NULL */
+    char description[600];      /* cuda_comm_describe's answer (holds a kimi_err message) */
 };
 
 static int comm_alloc(cuda_comm **out, int ranks, kimi_err *err)
@@ -99,10 +102,64 @@ int cuda_comm_open_nccl(cuda_comm **out, int ranks, const int *devices, kimi_err
 #endif
 }
 
+int cuda_comm_open_peer(cuda_comm **out, int ranks, const int *devices, size_t max_n, int insist, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+    cuda_comm *c;
+    if (cuda_comm_open_nccl(&c, ranks, devices, err))
+        return err->code;
+    kimi_err peer_err = {0};
+    if (!cuda_peer_open(&c->peer, ranks, devices, max_n, &peer_err) && cuda_peer_self_check(c->peer, &peer_err)) {
+        cuda_peer_close(c->peer);
+        c->peer = NULL;
+    }
+    if (!c->peer) {
+        if (insist) {
+            cuda_comm_close(c);
+            *out = NULL;
+            return kimi_fail(err, peer_err.code, "KIMI_CUDA_COMM=peer: %s", peer_err.msg);
+        }
+        snprintf(c->description, sizeof c->description, "NCCL (peer all-reduce off: %s)", peer_err.msg);
+    } else {
+        snprintf(c->description, sizeof c->description, "peer all-reduce (NCCL for the rest)");
+    }
+    *out = c;
+    return 0;
+}
+
+const char *cuda_comm_describe(const cuda_comm *c)
+{
+    if (c->description[0])
+        return c->description;
+    return c->nccl ? "NCCL" : "local";
+}
+
+int cuda_comm_fuses_norm(const cuda_comm *c, size_t n)
+{
+    return c->peer && n <= cuda_peer_max_n(c->peer);
+}
+
+int cuda_comm_allreduce_norm(cuda_comm *c, int rank, const float *partial, float *h, float *x, const float *weight,
+                             int rows, int n, float eps, int code, int *flag, void *stream, kimi_err *err)
+{
+    kimi_err local_err = {0};   /* err may be NULL: the status must not depend on it */
+    if (!err)
+        err = &local_err;
+    if (!c->peer)
+        return kimi_fail(err, KIMI_ERR_STATE, "all-reduce with norm: rank %d: the communicator has no peer exchange",
+                         rank);
+    if (atomic_load(&c->failed))
+        return kimi_fail(err, KIMI_ERR_STATE, "rank %d: all-reduce abandoned: another rank failed", rank);
+    return cuda_peer_allreduce_norm(c->peer, rank, partial, h, x, weight, rows, n, eps, code, flag, stream, err);
+}
+
 void cuda_comm_close(cuda_comm *c)
 {
     if (!c)
         return;
+    cuda_peer_close(c->peer);
 #ifdef KIMI_HAVE_NCCL
     for (int r = 0; r < c->ranks; r++)
         if (c->comms[r])
@@ -121,6 +178,7 @@ int cuda_comm_is_nccl(const cuda_comm *c)
 void cuda_comm_fail(cuda_comm *c)
 {
     atomic_store(&c->failed, 1);
+    cuda_peer_stop(c->peer);
     pthread_mutex_lock(&c->lock);
     pthread_cond_broadcast(&c->wake);
     pthread_mutex_unlock(&c->lock);

@@ -8,6 +8,10 @@
  *     runs every rank's kernels before the sum and the sum before any rank's next kernel.
  *   - NCCL: each rank its own device, one clique made in this process (ncclCommInitAll);
  *     ncclAllReduce in place, the gather as sends to rank 0.
+ *   - peer: NCCL, plus the one-shot all-reduce over peer access (engine/backend/cuda_peer.h) for
+ *     the calls small enough for it (decode and verify steps), fused with the residual add and
+ *     the next RMSNorm (cuda_comm_allreduce_norm); NCCL keeps the larger all-reduces, the gather
+ *     and the group exchanges.
  * Calls only enqueue device work (plus the local meeting), so a stream capture records them. */
 #ifndef KIMI_CUDA_COMM_H
 #define KIMI_CUDA_COMM_H
@@ -25,7 +29,15 @@ int cuda_comm_open_local(cuda_comm **out, int ranks, kimi_err *err);
  * size of collective once outside any stream capture before capturing one (backend_cuda.c
  * rank_warm_up_enqueue). */
 int cuda_comm_open_nccl(cuda_comm **out, int ranks, const int *devices, kimi_err *err);
+/* NCCL as cuda_comm_open_nccl, and the peer all-reduce for calls of up to max_n floats, checked
+ * at once on every rank (cuda_peer_self_check). When the devices cannot map each other or the
+ * check fails: insist (KIMI_CUDA_COMM=peer) fails the open with that error; otherwise the
+ * communicator stays NCCL alone and cuda_comm_describe says why. */
+int cuda_comm_open_peer(cuda_comm **out, int ranks, const int *devices, size_t max_n, int insist, kimi_err *err);
 void cuda_comm_close(cuda_comm *c);
+/* Which communicator runs the all-reduces, in a few words for the user ("NCCL", "peer all-reduce
+ * (NCCL for the rest)", "NCCL (peer all-reduce off: <why>)", "local"). */
+const char *cuda_comm_describe(const cuda_comm *c);
 int cuda_comm_is_nccl(const cuda_comm *c);
 
 /* buf [n] floats on the rank's device; on completion (in stream order) every rank's buf holds
@@ -37,6 +49,15 @@ int cuda_comm_allreduce_sum(cuda_comm *c, int rank, float *buf, size_t n, void *
  * col_begin[rank]: root_out, rank 0's device buffer [rows * col_begin[ranks]], holds the blocks
  * in rank order (NCCL reads root_out on rank 0 only). Returns once every rank's part is
  * enqueued ahead of whatever rank 0 enqueues next. */
+/* True when cuda_comm_allreduce_norm takes a call of n floats (the peer communicator, n within
+ * what it was opened for); the same answer on every rank. */
+int cuda_comm_fuses_norm(const cuda_comm *c, size_t n);
+/* The peer all-reduce of partial [rows][n] fused with its consumers: h += the sum over ranks, then
+ * with a weight x = rmsnorm(h) * weight, and flag (not NULL) raised to code when h is not finite
+ * (residual_rmsnorm_flag_cuda's contract); one launch on stream. Returns 0 or a KIMI_ERR_*. */
+int cuda_comm_allreduce_norm(cuda_comm *c, int rank, const float *partial, float *h, float *x, const float *weight,
+                             int rows, int n, float eps, int code, int *flag, void *stream, kimi_err *err);
+
 int cuda_comm_gather(cuda_comm *c, int rank, const float *part, int rows, const size_t *col_begin, float *root_out,
                      void *stream, kimi_err *err);
 
@@ -57,7 +78,8 @@ int cuda_comm_group_all_to_all(cuda_comm *c, int rank, int group_size, const flo
 int cuda_comm_warm_groups(cuda_comm *c, int group_size, kimi_err *err);
 
 /* A rank that cannot go on says so here, so that the others do not wait for it: from now on
- * every collective fails at once (nothing more is enqueued). */
+ * every collective fails at once (nothing more is enqueued), and peer all-reduces already on the
+ * devices stop waiting for their peers (cuda_peer_stop; the peer exchange stays off). */
 void cuda_comm_fail(cuda_comm *c);
 /* NCCL: 0 while rank's communicator is healthy, else KIMI_ERR_IO with err saying what NCCL
  * reports (ncclCommGetAsyncError: a peer or a device lost, a transport fault); the local

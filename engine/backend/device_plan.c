@@ -463,10 +463,11 @@ int device_assign(int tp, const int *devices, int n_devices, const size_t *total
     out->comm = out->n_distinct > 1 ? DEVICE_COMM_NCCL : DEVICE_COMM_LOCAL;
     if (!comm_request || !*comm_request)
         return 0;
-    if (!strcmp(comm_request, "nccl")) {
+    if (!strcmp(comm_request, "nccl") || !strcmp(comm_request, "peer")) {
         if (out->n_distinct < tp)
-            return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_COMM=nccl: NCCL takes one device per rank, and --devices %s "
-                             "puts all %d ranks on device %d", list, tp, out->device[0]);
+            return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_COMM=%s: %s takes one device per rank, and --devices %s "
+                             "puts all %d ranks on device %d", comm_request, !strcmp(comm_request, "nccl") ? "NCCL"
+                             : "the peer all-reduce", list, tp, out->device[0]);
         out->comm = DEVICE_COMM_NCCL;
         return 0;
     }
@@ -476,7 +477,7 @@ int device_assign(int tp, const int *devices, int n_devices, const size_t *total
                              "device, and the ranks are on devices %s", list);
         return 0;
     }
-    return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_COMM=%s: must be local or nccl", comm_request);
+    return kimi_fail(err, KIMI_ERR_USAGE, "KIMI_CUDA_COMM=%s: must be local, nccl or peer", comm_request);
 }
 
 void device_memory_plan_make(const device_rank_plan *plans, const device_assignment *a, const size_t *free_bytes,

@@ -205,7 +205,9 @@ typedef struct {
  * (one per rank: NCCL), or one (every rank on it: the local communicator); NULL / 0 = the
  * first tp visible devices. total_bytes [n_visible]: each visible device's memory; the devices
  * used must all have the same. comm_request (KIMI_CUDA_COMM): NULL = as the list says, "local"
- * or "nccl" to insist (NCCL at TP 1, for tests), an error where the devices do not allow it.
+ * or "nccl" to insist (NCCL at TP 1, for tests), an error where the devices do not allow it;
+ * "peer" is DEVICE_COMM_NCCL too (the backend adds the peer all-reduce, engine/backend/cuda_comm.h,
+ * which it tries by default where the ranks have a device each).
  * Errors are KIMI_ERR_USAGE, one line naming --devices, --tp or KIMI_CUDA_COMM. */
 int device_assign(int tp, const int *devices, int n_devices, const size_t *total_bytes, int n_visible,
                   const char *comm_request, device_assignment *out, kimi_err *err);

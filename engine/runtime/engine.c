@@ -648,6 +648,16 @@ static void append_measured_overhead(engine_info *info, long planned_context)
              (double)info->runtime_overhead_bytes / 1048576.0, info->overhead_device, lowered);
 }
 
+/* CUDA: which communicator runs the all-reduces (the peer all-reduce, or NCCL and why not the
+ * peer one), added to the summary. */
+static void append_communicator(engine_info *info, const char *description)
+{
+    if (!description)
+        return;
+    size_t used = strlen(info->summary);
+    snprintf(info->summary + used, sizeof info->summary - used, "; all-reduces: %s", description);
+}
+
 /* The checkpoint's KV-cache request (hf_quant_config.json) when it differs from the format in
  * use: the engine follows what it was opened with (engine_options.kv_cache), so the user learns
  * that the other format exists and what it would hold. */
@@ -797,6 +807,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     info->max_context = backend_capacity(e->be);
     info->runtime_overhead_bytes = backend_runtime_overhead(e->be, &info->overhead_device);
     append_measured_overhead(info, plan.max_context);
+    append_communicator(info, backend_comm_description(e->be));
     info->cache_bytes_per_rank = backend_cache_bytes_per_rank(e->be);
     if ((rc = kv_cache_init(&e->cache, info->max_context, err)))
         return rc;

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""census_check.py KIMI_PROBE MODEL_DIR TP [DCP]: kimi-probe bench --census --json on the CPU emulation
+"""census_check.py KIMI_PROBE MODEL_DIR TP [DCP [COMM]]: kimi-probe bench --census --json on the CPU emulation
 of CUDA (tests/emu), one rank per emulated device, checked for consistency with itself and with
 the model's shapes, computed here independently from config.json and the safetensors headers:
   - the keys the issue lists, layers = num_hidden_layers, layers <= launches <= 10 x layers + 16
     (issue 20's budget for a decode step), the per-kernel rows
     add up to the launches and the bytes read, a replayed graph holds every launch;
-  - collectives: 2 all-reduces per layer of hidden floats, and rank 0's gather of the logits (one
+  - all-reduces: 2 per layer of hidden floats, either all NCCL collectives or all launches of the
+    peer all-reduce (peer_allreduce_norm_kernel, engine/backend/cuda_peer.h; COMM nccl or peer runs
+    with KIMI_CUDA_COMM set so and requires that kind);
+  - collectives: the NCCL all-reduces, and rank 0's gather of the logits (one
     receive per other rank of its vocabulary slice), with exactly those bytes; with DCP > 1 (the
     latent cache sharded over groups of DCP ranks) two exchanges per layer within rank 0's group,
     each a send and a receive per other member: the absorbed queries of its heads (kv_lora + rope
@@ -25,6 +28,10 @@ import sys
 
 probe, model, tp = sys.argv[1], sys.argv[2], int(sys.argv[3])
 dcp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+comm = sys.argv[5] if len(sys.argv) > 5 else None
+env = dict(os.environ)
+if comm:
+    env['KIMI_CUDA_COMM'] = comm
 failures = []
 
 
@@ -36,7 +43,7 @@ def check(ok, what):
 
 devices = ','.join(str(d) for d in range(tp))
 out = subprocess.run([probe, 'bench', '--census', '--json', '--backend', 'cuda', '--tp', str(tp), '--dcp', str(dcp),
-                      '--devices', devices, '--model', model], capture_output=True, text=True, timeout=600)
+                      '--devices', devices, '--model', model], capture_output=True, text=True, timeout=600, env=env)
 if out.returncode != 0:
     sys.exit('FAIL kimi-probe bench --census: exit %d: %s' % (out.returncode, out.stderr.strip()))
 lines = [l for l in out.stdout.splitlines() if l.strip()]
@@ -80,14 +87,20 @@ def even_split(n, parts, rank):
 
 
 allreduces = 2 * layers
+peer = sum(k['launches'] for k in c['kernels'] if k['name'] == 'peer_allreduce_norm_kernel')
+check(peer in (0, allreduces), 'the %d all-reduces all NCCL or all peer (%d peer launches)' % (allreduces, peer))
+if comm:
+    check(peer == (allreduces if comm == 'peer' else 0), 'KIMI_CUDA_COMM=%s: %d peer all-reduces' % (comm, peer))
+print('INFO %d of the %d all-reduces per token over peer access' % (peer, allreduces))
+allreduces -= peer      # the NCCL ones, each a collective
 receives = tp - 1
 gather_bytes = sum(even_split(vocab, tp, r) * 4 for r in range(1, tp))
 rank_heads = even_split(heads, tp, 0)
 exchanges = layers * 2 * 2 * (dcp - 1)    # per layer: two exchanges, a send and a receive per other member
 exchange_bytes = layers * 2 * (dcp - 1) * rank_heads * ((kv_lora + rope) + (kv_lora + 2)) * 4
 check(c['collectives_per_token'] == allreduces + receives + exchanges,
-      'collectives %d = 2 x %d layers + %d receives + %d sends and receives of the dcp %d exchanges' %
-      (c['collectives_per_token'], layers, receives, exchanges, dcp))
+      'collectives %d = %d NCCL all-reduces + %d receives + %d sends and receives of the dcp %d exchanges' %
+      (c['collectives_per_token'], allreduces, receives, exchanges, dcp))
 check(c['collective_bytes_per_token'] == allreduces * hidden * 4 + gather_bytes + exchange_bytes,
       'collective bytes %d = %d all-reduces x %d floats x 4 + gather %d + dcp exchanges %d' %
       (c['collective_bytes_per_token'], allreduces, hidden, gather_bytes, exchange_bytes))

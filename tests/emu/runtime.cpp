@@ -6,7 +6,11 @@
  * records the work by value into a graph that a launch replays. Device memory is host memory
  * (one address space). Architecture: KIMI_EMU_ARCH=90 (default), 100 or 120; devices:
  * KIMI_EMU_DEVICES (default 8), each of KIMI_EMU_MEMORY_MIB (default the architecture's);
- * KIMI_EMU_LEGACY_STREAM=refuse fails all work for a legacy stream. */
+ * KIMI_EMU_LEGACY_STREAM=refuse fails all work for a legacy stream; KIMI_EMU_PEER=0: no two
+ * devices can access each other's memory (cudaDeviceCanAccessPeer answers 0), as on boxes whose
+ * PCIe topology forbids it (peer access is otherwise enabled per ordered pair, as the real
+ * runtime does; one address space, so a kernel may touch a peer's memory either way);
+ * KIMI_EMU_KERNEL_FAULT=DEVICE:NAME:K: a device fault at a kernel's K-th run (kernel_faults). */
 #include "emu.h"
 #include "fiber.h"
 
@@ -32,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -753,8 +758,47 @@ static void census_forget(uintptr_t begin)
         }
 }
 
+/* KIMI_EMU_KERNEL_FAULT=DEVICE:NAME:K: the K-th run (1-based) of kernel NAME on DEVICE faults, as
+ * a device that hits an illegal address or falls off the bus: it does not run, nothing more runs
+ * on that device, and every query or synchronisation of its streams reports
+ * cudaErrorLaunchFailure from then on (a sticky error; the process keeps its other devices). */
+static std::atomic<int> device_faults[64];
+
+static bool kernel_faults(const work &w)
+{
+    struct hook {
+        int device = -1;
+        std::string name;
+        unsigned long long at = 0;
+        std::atomic<unsigned long long> runs{0};
+    };
+    static hook *h = [] {
+        hook *k = new hook;
+        if (const char *v = getenv("KIMI_EMU_KERNEL_FAULT")) {
+            std::string s = v;
+            size_t a = s.find(':'), b = s.rfind(':');
+            if (a == std::string::npos || b == a)
+                fatal("KIMI_EMU_KERNEL_FAULT=%s: must be DEVICE:NAME:K", v);
+            k->device = atoi(s.substr(0, a).c_str());
+            k->name = s.substr(a + 1, b - a - 1);
+            k->at = strtoull(s.substr(b + 1).c_str(), nullptr, 10);
+        }
+        return k;
+    }();
+    if (w.kind != WORK_KERNEL || w.device != h->device || w.what != h->name)
+        return false;
+    return ++h->runs == h->at;
+}
+
 void execute(const work &w, int replayed)
 {
+    if (device_faults[w.device].load())
+        return;     /* the device's context is lost: nothing runs on it */
+    if (kernel_faults(w)) {
+        fprintf(stderr, "cuemu: KIMI_EMU_KERNEL_FAULT: %s faults on device %d\n", w.what.c_str(), w.device);
+        device_faults[w.device].store(cudaErrorLaunchFailure);
+        return;
+    }
     if (!census_on.load()) {
         w.run();
         return;
@@ -991,8 +1035,10 @@ const char *cudaGetErrorName(cudaError_t error)
 #define NAME(x) case x: return #x;
     NAME(cudaSuccess) NAME(cudaErrorInvalidValue) NAME(cudaErrorMemoryAllocation) NAME(cudaErrorInitializationError)
     NAME(cudaErrorInvalidConfiguration) NAME(cudaErrorInvalidMemcpyDirection) NAME(cudaErrorNoDevice)
+    NAME(cudaErrorPeerAccessUnsupported)
     NAME(cudaErrorInvalidDevice) NAME(cudaErrorInvalidResourceHandle) NAME(cudaErrorIllegalState)
     NAME(cudaErrorNotReady) NAME(cudaErrorIllegalAddress) NAME(cudaErrorLaunchOutOfResources)
+    NAME(cudaErrorPeerAccessAlreadyEnabled)
     NAME(cudaErrorLaunchFailure) NAME(cudaErrorNotPermitted) NAME(cudaErrorNotSupported) NAME(cudaErrorStreamCaptureUnsupported)
     NAME(cudaErrorStreamCaptureInvalidated) NAME(cudaErrorStreamCaptureMerge) NAME(cudaErrorStreamCaptureUnmatched)
     NAME(cudaErrorStreamCaptureUnjoined) NAME(cudaErrorStreamCaptureIsolation) NAME(cudaErrorStreamCaptureImplicit)
@@ -1016,6 +1062,9 @@ const char *cudaGetErrorString(cudaError_t error)
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorNotPermitted: return "operation not permitted";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorPeerAccessUnsupported: return "peer access is not supported between these two devices";
+    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureImplicit:
@@ -1089,6 +1138,46 @@ cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags)
 cudaError_t cudaFreeHost(void *ptr)
 {
     free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostGetDevicePointer(void **device_ptr, void *host_ptr, unsigned int flags)
+{
+    if (!device_ptr || !host_ptr || flags)
+        return result(cudaErrorInvalidValue);
+    *device_ptr = host_ptr;     /* one address space */
+    return cudaSuccess;
+}
+
+static bool peers_possible()
+{
+    const char *peer = getenv("KIMI_EMU_PEER");
+    return !(peer && !strcmp(peer, "0"));
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int *can_access, int device, int peer_device)
+{
+    if (!can_access)
+        return result(cudaErrorInvalidValue);
+    if (device < 0 || device >= cfg().devices || peer_device < 0 || peer_device >= cfg().devices)
+        return result(cudaErrorInvalidDevice);
+    *can_access = device != peer_device && peers_possible();
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned int flags)
+{
+    static std::mutex lock;
+    static std::set<std::pair<int, int>> enabled;   /* (device, peer) */
+    if (flags)
+        return result(cudaErrorInvalidValue);
+    if (peer_device < 0 || peer_device >= cfg().devices)
+        return result(cudaErrorInvalidDevice);
+    if (peer_device == current_device || !peers_possible())
+        return result(cudaErrorPeerAccessUnsupported);
+    std::lock_guard<std::mutex> hold(lock);
+    if (!enabled.insert({current_device, peer_device}).second)
+        return result(cudaErrorPeerAccessAlreadyEnabled);
     return cudaSuccess;
 }
 
@@ -1202,6 +1291,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     if (cudaError_t e = invalidate_if_capturing(s))
         return result(e);
     s->wait_for(stream_mark(s));
+    if (int fault = device_faults[s->device].load())
+        return result((cudaError_t)fault);
     return cudaSuccess;
 }
 
@@ -1210,6 +1301,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     CUstream_st *s = resolve(stream);
     if (cudaError_t e = invalidate_if_capturing(s))
         return result(e);
+    if (int fault = device_faults[s->device].load())
+        return result((cudaError_t)fault);
     std::lock_guard<std::mutex> hold(s->lock);
     return s->finished >= s->enqueued ? cudaSuccess : cudaErrorNotReady;
 }

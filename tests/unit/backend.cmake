@@ -9,7 +9,8 @@ if(KIMI_HAVE_CUDA)
   endif()
   # The same checks against a communicator compiled without NCCL, whatever this build links.
   kimi_unit_test(test_cuda_comm_no_nccl SOURCES test_cuda_comm.c ${CMAKE_SOURCE_DIR}/engine/backend/cuda_comm.c
-    DEPS kimi_error kimi_kernels_cuda CUDA::cudart Threads::Threads)
+    ${CMAKE_SOURCE_DIR}/engine/backend/cuda_peer.c
+    DEPS kimi_error kimi_monotonic kimi_kernels_cuda CUDA::cudart Threads::Threads)
   target_compile_definitions(test_cuda_comm_no_nccl PRIVATE KIMI_TEST_NO_NCCL=1)
 endif()
 kimi_unit_test(test_cpu_count SOURCES test_cpu_count.c DEPS kimi_cpu_count)

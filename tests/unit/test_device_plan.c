@@ -728,7 +728,12 @@ static void check_device_assign(void)
     check_assign(2, &zero, 1, mixed, 2, NULL, NULL, &a);
     check_assign(2, &zero, 1, total, 1, "nccl", "KIMI_CUDA_COMM=nccl: NCCL takes one device per rank", &a);
     check_assign(2, pair, 2, total, 2, "local", "KIMI_CUDA_COMM=local", &a);
-    check_assign(2, pair, 2, total, 2, "gloo", "KIMI_CUDA_COMM=gloo: must be local or nccl", &a);
+    check_assign(2, pair, 2, total, 2, "gloo", "KIMI_CUDA_COMM=gloo: must be local, nccl or peer", &a);
+    /* the peer all-reduce rides on the NCCL communicator: one device per rank */
+    check_assign(2, pair, 2, total, 2, "peer", NULL, &a);
+    CHECK(a.comm == DEVICE_COMM_NCCL);
+    check_assign(2, &zero, 1, total, 1, "peer", "KIMI_CUDA_COMM=peer: the peer all-reduce takes one device per rank",
+                 &a);
     check_assign(9, NULL, 0, total, 8, NULL, "--tp 9", &a);
 }
 

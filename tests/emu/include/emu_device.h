@@ -9,7 +9,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <chrono>
 #include <functional>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -155,6 +157,10 @@ inline unsigned __activemask() { return emu::active_mask(); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+/* A spin that waits for another device's kernel (another stream's thread) gives up the CPU: with
+ * a few cores shared by many threads, a busy spin would starve the thread it waits for. */
+inline void __nanosleep(unsigned ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
 
 template <class T> inline T __ldg(const T *p) { return *p; }
 template <class T> inline T __ldcg(const T *p) { return *p; }

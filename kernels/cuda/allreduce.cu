@@ -1,0 +1,176 @@
+/* allreduce (CUDA): the one-shot all-reduce over peer access with the residual add and RMSNorm
+ * in its epilogue (kernels/cuda/allreduce.h). One block per rank and call: T rows of a decode or
+ * verify step are a few tens of KB, and one block can wait for its peers without needing any
+ * other block of its grid to be resident (a multi-block grid whose blocks wait on each other
+ * could deadlock where blocks are not all scheduled at once, as on the CPU emulation).
+ *
+ * Memory ordering, per call of epoch e (parity p = e & 1), rank r, peer q:
+ *   1. every thread of r stores its share of the partial into slot [p][r] of every device
+ *      (remote stores into q's memory, over NVLink/PCIe);
+ *   2. __syncthreads: all those stores happen before thread 0's next instructions (CTA scope);
+ *      thread 0 then runs __threadfence_system (fence.sc.sys, cumulative: the stores it has
+ *      observed through the barrier are ordered before what it stores next, at system scope)
+ *      and stores e into flags[q][r] with a volatile (st.volatile) store on every device;
+ *   3. thread q waits until a volatile load of r's own flags[r][q] reaches e, then runs
+ *      __threadfence_system (so no later load of this thread is satisfied before the flag was
+ *      seen), and __syncthreads hands that order to the whole block (CTA scope again);
+ *   4. the slot loads use __ldcg (L2, the device's coherence point for what peers store into
+ *      its memory; never a stale L1 line from the call two epochs ago).
+ * The emulator runs blocks as real threads with sequentially consistent fences, so it cannot
+ * find a missing fence here (docs/CUDA_EMULATION.md): this reasoning is the check.
+ *
+ * Why a slot is never overwritten while read: rank q stores into r's slot [p] at its call e + 2
+ * only after its call e + 1 saw r's flag reach e + 1, which r raises in its call e + 1, which its
+ * stream starts only after its call e (the one reading slot [p]) has ended. Flags only grow, and
+ * a peer can be at most one call ahead (it waits for this rank's next flag), so "flag >= e"
+ * (compared modulo 2^32) is the arrival test. */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/allreduce.h"
+#include "kernels/forward_math.h"
+
+namespace {
+
+/* A block of kThreads moves and sums the slots (one block has to carry the whole call, so it is as
+ * wide as a block gets); the first kNormThreads of them form the sums of squares exactly as
+ * residual_rmsnorm_kernel's kNormThreads threads do, so the norm has the same bits. */
+constexpr int kThreads = 1024, kNormThreads = 256;
+
+/* The sum of the first kNormThreads threads' values in double (the other threads hold 0.0); every
+ * thread gets the total. ops.cu's block_sum over kNormThreads threads, bit for bit: the same
+ * shuffles, then the first kNormThreads / 32 warps' sums in order. */
+__device__ double block_sum(double value, double *shared)
+{
+    for (int offset = 16; offset > 0; offset /= 2)
+        value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0)
+        shared[warp] = value;
+    __syncthreads();
+    double total = 0.0;
+    for (int i = 0; i < kNormThreads / 32; i++)
+        total += shared[i];
+    return total;
+}
+
+/* Steps 1 and 2: this rank's partial [count] into slot [parity][rank] of every device, then its
+ * flag raised to epoch on every device. */
+__device__ void publish(const peer_allreduce_view &v, const float *partial, size_t count, unsigned epoch)
+{
+    size_t offset = ((size_t)(epoch & 1u) * (size_t)v.ranks + (size_t)v.rank) * v.max_n;
+    bool vectors = count % 4 == 0 && v.max_n % 4 == 0 && ((uintptr_t)partial & 15u) == 0;
+    for (int d = 0; d < v.ranks; d++) {
+        float *slot = v.slots[d] + offset;
+        if (vectors) {
+            for (size_t i = threadIdx.x; i < count / 4; i += kThreads)
+                ((float4 *)slot)[i] = ((const float4 *)partial)[i];  /* 16-byte stores: PCIe/NVLink writes */
+        } else {
+            for (size_t i = threadIdx.x; i < count; i += kThreads)
+                slot[i] = partial[i];
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        for (int d = 0; d < v.ranks; d++)
+            ((volatile unsigned *)v.flags[d])[v.rank] = epoch;
+    }
+    /* the flags are up before any thread of this block waits: on the emulator a waiting thread
+     * holds its worker until the wait ends (threads switch only at barriers) */
+    __syncthreads();
+}
+
+/* Step 3: thread q < ranks waits for peer q's flag to reach epoch, or for the host's stop. True
+ * in every thread when the host stopped the wait. */
+__device__ bool wait_for_peers(const peer_allreduce_view &v, unsigned epoch)
+{
+    int stopped = 0;
+    if ((int)threadIdx.x < v.ranks && (int)threadIdx.x != v.rank) {
+        const volatile unsigned *arrived = (const volatile unsigned *)v.flags[v.rank] + threadIdx.x;
+        const volatile int *stop = (const volatile int *)v.stop;
+        /* the stop word is host memory, a PCIe round trip away: read every 64th turn only, so a
+         * flag that arrives is seen within a local load and a short sleep */
+        for (unsigned turn = 1; (int)(*arrived - epoch) < 0; turn++) {
+            if (turn % 64 == 0 && *stop) {
+                stopped = 1;
+                break;
+            }
+            __nanosleep(100);
+        }
+        __threadfence_system();
+    }
+    return __syncthreads_or(stopped) != 0;
+}
+
+__global__ void __launch_bounds__(kThreads) peer_allreduce_norm_kernel(peer_allreduce_view v, const float *partial,
+                                                                       float *h, float *out, const float *weight,
+                                                                       int rows, int n, float eps, int code, int *flag)
+{
+    __shared__ double sums[kThreads / 32];
+    /* every thread reads the epoch before the barriers below; thread 0 advances it at the end */
+    unsigned epoch = *v.epoch + 1u;
+    publish(v, partial, (size_t)rows * (size_t)n, epoch);
+    if (wait_for_peers(v, epoch))
+        return;     /* the step failed elsewhere; its results are not used */
+    const float *slots = v.slots[v.rank] + (size_t)(epoch & 1u) * (size_t)v.ranks * v.max_n;
+    bool vectors = n % 4 == 0 && v.max_n % 4 == 0 && ((uintptr_t)h & 15u) == 0;
+    for (int r = 0; r < rows; r++) {
+        float *row = h + (size_t)r * n;
+        const float *mine = slots + (size_t)r * n;
+        int bad = 0;
+        /* h += the slots summed in rank order, every element on its own: the order of the
+         * elements does not matter, only that of the ranks */
+        if (vectors) {
+            for (int j = threadIdx.x; j < n / 4; j += kThreads) {
+                float4 sum = __ldcg((const float4 *)mine + j), value = ((const float4 *)row)[j];
+                for (int q = 1; q < v.ranks; q++) {
+                    float4 add = __ldcg((const float4 *)(mine + (size_t)q * v.max_n) + j);
+                    sum.x += add.x, sum.y += add.y, sum.z += add.z, sum.w += add.w;
+                }
+                value.x += sum.x, value.y += sum.y, value.z += sum.z, value.w += sum.w;
+                ((float4 *)row)[j] = value;
+                bad |= !isfinite(value.x) | !isfinite(value.y) | !isfinite(value.z) | !isfinite(value.w);
+            }
+        } else {
+            for (int i = threadIdx.x; i < n; i += kThreads) {
+                float sum = __ldcg(mine + i);
+                for (int q = 1; q < v.ranks; q++)
+                    sum += __ldcg(mine + (size_t)q * v.max_n + i);
+                float value = row[i] + sum;
+                row[i] = value;
+                bad |= !isfinite(value);
+            }
+        }
+        /* the barrier also makes every thread's h visible to the squares below */
+        if (__syncthreads_or(bad) && flag && threadIdx.x == 0)
+            atomicMax(flag, code);
+        if (!weight)
+            continue;
+        double squares = 0.0;
+        if (threadIdx.x < kNormThreads)
+            for (int i = threadIdx.x; i < n; i += kNormThreads)
+                squares += (double)row[i] * row[i];
+        float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, sums), n, eps);
+        float *dst = out + (size_t)r * n;
+        for (int i = threadIdx.x; i < n; i += kThreads)
+            dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
+    }
+    if (threadIdx.x == 0)
+        *v.epoch = epoch;
+}
+
+} // namespace
+
+extern "C" int peer_allreduce_residual_rmsnorm_cuda(const peer_allreduce_view *view, const float *partial, float *h,
+                                                    float *out, const float *weight, int rows, int n, float eps,
+                                                    int code, int *flag, void *stream)
+{
+    if (rows <= 0 || n <= 0 || view->ranks < 1 || view->ranks > PEER_ALLREDUCE_MAX_RANKS ||
+        (size_t)rows * (size_t)n > view->max_n)
+        return (int)cudaErrorInvalidValue;
+    peer_allreduce_norm_kernel<<<1, kThreads, 0, (cudaStream_t)stream>>>(*view, partial, h, out, weight, rows, n, eps,
+                                                                         code, flag);
+    return (int)cudaGetLastError();
+}
