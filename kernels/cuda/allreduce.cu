@@ -28,32 +28,16 @@
 #include <stdint.h>
 
 #include "kernels/cuda/allreduce.h"
+#include "kernels/cuda/norm_core.cuh"
 #include "kernels/forward_math.h"
 
 namespace {
 
 /* A block of kThreads moves and sums the slots (one block has to carry the whole call, so it is as
  * wide as a block gets); the first kNormThreads of them form the sums of squares exactly as
- * residual_rmsnorm_kernel's kNormThreads threads do, so the norm has the same bits. */
+ * residual_rmsnorm_kernel's kNormThreads threads do (kernels/cuda/norm_core.cuh), so the norm
+ * has the same bits. */
 constexpr int kThreads = 1024, kNormThreads = 256;
-
-/* The sum of the first kNormThreads threads' values in double (the other threads hold 0.0); every
- * thread gets the total. ops.cu's block_sum over kNormThreads threads, bit for bit: the same
- * shuffles, then the first kNormThreads / 32 warps' sums in order. */
-__device__ double block_sum(double value, double *shared)
-{
-    for (int offset = 16; offset > 0; offset /= 2)
-        value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    __syncthreads();
-    if (lane == 0)
-        shared[warp] = value;
-    __syncthreads();
-    double total = 0.0;
-    for (int i = 0; i < kNormThreads / 32; i++)
-        total += shared[i];
-    return total;
-}
 
 /* Steps 1 and 2: this rank's partial [count] into slot [parity][rank] of every device, then its
  * flag raised to epoch on every device. */
@@ -108,7 +92,6 @@ __global__ void __launch_bounds__(kThreads) peer_allreduce_norm_kernel(peer_allr
                                                                        float *h, float *out, const float *weight,
                                                                        int rows, int n, float eps, int code, int *flag)
 {
-    __shared__ double sums[kThreads / 32];
     /* every thread reads the epoch before the barriers below; thread 0 advances it at the end */
     unsigned epoch = *v.epoch + 1u;
     publish(v, partial, (size_t)rows * (size_t)n, epoch);
@@ -148,11 +131,12 @@ __global__ void __launch_bounds__(kThreads) peer_allreduce_norm_kernel(peer_allr
             atomicMax(flag, code);
         if (!weight)
             continue;
-        double squares = 0.0;
+        /* the other threads' 0.0f terms leave the warp totals' sum unchanged */
+        float squares = 0.0f;
         if (threadIdx.x < kNormThreads)
             for (int i = threadIdx.x; i < n; i += kNormThreads)
-                squares += (double)row[i] * row[i];
-        float inverse_rms = rmsnorm_inverse_rms(block_sum(squares, sums), n, eps);
+                squares += row[i] * row[i];
+        float inverse_rms = norm_block_inverse_rms(squares, n, eps);
         float *dst = out + (size_t)r * n;
         for (int i = threadIdx.x; i < n; i += kThreads)
             dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
