@@ -463,6 +463,12 @@ int linear_use_simd(int level)
     return level < simd_available ? level : simd_available;
 }
 
+int linear_simd_level(void)
+{
+    pthread_once(&tables_once, tables_fill);
+    return simd_allowed < simd_available ? simd_allowed : simd_available;
+}
+
 /* The products also come as an x86-64-v3 (AVX2) copy (kernels/cpu/wide_vector_clones.h): the
  * same C vectorises twice as wide. */
 WIDE_VECTOR_CLONES

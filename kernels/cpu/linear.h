@@ -29,6 +29,10 @@ void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_
 enum { LINEAR_SIMD_NONE, LINEAR_SIMD_AVX512, LINEAR_SIMD_AVX512_VBMI, LINEAR_SIMD_BEST = LINEAR_SIMD_AVX512_VBMI };
 int linear_use_simd(int level);
 
+/* The level in effect now (what linear_use_simd last returned): other kernels (mla_attention) take
+ * their AVX-512 paths by it, so one switch turns every SIMD path off for a comparison. */
+int linear_simd_level(void);
+
 /* y[k] += sum_r W[r][k] * x[r] for all rows r and columns k of w: the transposed product the
  * absorbed attention needs (q_nope through W_UK). x: [w->rows], y: [w->cols]. */
 void linear_transposed_accumulate(const weight_matrix *w, const float *x, float *y);
