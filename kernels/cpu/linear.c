@@ -407,6 +407,148 @@ __attribute__((target(VBMI_TARGET), always_inline)) static inline void fused_row
     }
 }
 
+/* NVFP4 two blocks at a time (linear_rows at LINEAR_SIMD_AVX512_VBMI, rows up to PAIR_COLS_MAX
+ * columns). The kernel above spent ~5 vector operations per 16 weights (broadcast, nibble
+ * shift, table times scale, lookup, multiply-add) and could not keep up with memory on one
+ * thread (11 GB/s of 27 in the MoE experts). Here the 16 bytes of blocks b and b + 1 are
+ * widened to 16 dwords at once (lanes 0-7: block b, 8-15: block b + 1); a lookup on the low
+ * nibbles gives the even elements of both blocks, one on the high nibbles the odd ones, against
+ * a copy of x permuted to match (made once per call and token). Per token
+ *   t = w_even * x_even + w_odd * x_odd,   acc += t * scales   (lanes 0-7: scale b, 8-15: b + 1)
+ * so the block scales are applied once per pair, read 16 at a time and converted in registers.
+ * About 8 operations per 32 weights. Not bit-equal to the kernels above, only to itself: a
+ * token gets the same bits alone or in a batch. */
+enum { PAIR_COLS_MAX = 8192, PAIR_FLOATS = 32, SCALE_GROUP = 16 };
+
+/* x [cols] -> out [pairs][even 16 | odd 16], the pair layout above; a missing second block of
+ * the last pair reads as zeros. */
+__attribute__((target("avx512f"))) static void x_to_pairs(const float *x, int cols, float *out)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    int blocks = cols / BLOCK;
+    for (int b = 0; b < blocks; b += 2) {
+        __m512 first = _mm512_loadu_ps(x + (size_t)b * BLOCK);
+        __m512 second = b + 1 < blocks ? _mm512_loadu_ps(x + (size_t)(b + 1) * BLOCK) : _mm512_setzero_ps();
+        float *pair = out + (size_t)(b / 2) * PAIR_FLOATS;
+        _mm512_storeu_ps(pair, _mm512_permutex2var_ps(first, even, second));
+        _mm512_storeu_ps(pair + BLOCK, _mm512_permutex2var_ps(first, odd, second));
+    }
+}
+
+/* The e4m3 scales of blocks [b, b + count), count <= 16, as floats: the 7 magnitude bits
+ * moved to the top of a float's exponent and mantissa and multiplied by 2^120 (exact, also for
+ * the subnormal codes), the sign bit, and NaN for the two NaN codes, as e4m3_table. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline __m512 e4m3_group(
+    const uint8_t *scales, int b, int count)
+{
+    __mmask16 present = (__mmask16)((1u << count) - 1);
+    __m512i codes = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(present, scales + b));
+    __m512i magnitude = _mm512_and_si512(codes, _mm512_set1_epi32(0x7F));
+    __m512 value = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(magnitude, 20)), _mm512_set1_ps(0x1p120f));
+    __mmask16 nan = _mm512_cmpeq_epi32_mask(magnitude, _mm512_set1_epi32(0x7F));
+    value = _mm512_mask_mov_ps(value, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(codes, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(value), sign));
+}
+
+/* Blocks b and b + 1 (q = b - g: their place in the scale group; `single`: block b is the
+ * row's last, no b + 1) into accumulator `slot` of every token. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void nvfp4_pair_fma(
+    const uint8_t *row, int b, int q, int single, __m512 group_scales, const float *xp, size_t xp_stride,
+    int n_tokens, __m512 e2m1, __m512 acc[SIMD_TOKENS][SIMD_ACCUMULATORS], int slot)
+{
+    const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const uint8_t *bytes = row + (size_t)b * (BLOCK / 2);
+    __m512i codes = _mm512_cvtepu8_epi32(single ? _mm_loadl_epi64((const __m128i *)bytes)
+                                                : _mm_loadu_si128((const __m128i *)bytes));
+    __m512 w_even = _mm512_permutexvar_ps(codes, e2m1);
+    __m512 w_odd = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), e2m1);
+    __m512 pair_scales = _mm512_permutexvar_ps(_mm512_add_epi32(half, _mm512_set1_epi32(q)), group_scales);
+    for (int t = 0; t < n_tokens; t++) {
+        const float *xq = xp + t * xp_stride + (size_t)(b / 2) * PAIR_FLOATS;
+        __m512 sum = _mm512_fmadd_ps(w_odd, _mm512_loadu_ps(xq + BLOCK), _mm512_mul_ps(w_even, _mm512_loadu_ps(xq)));
+        acc[t][slot] = _mm512_fmadd_ps(sum, pair_scales, acc[t][slot]);
+    }
+}
+
+/* Row r against n_tokens <= SIMD_TOKENS tokens of pair-layout x (xp [token][pairs][32]). A
+ * whole group of 16 blocks is unrolled, its pair k adding into accumulator k % 4 (constant
+ * indices keep the accumulators in registers); the pairs of a last partial group add into
+ * accumulator 0. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void nvfp4_pair_row(
+    const weight_matrix *w, int r, const float *xp, size_t xp_stride, int n_tokens, float *y, size_t y_stride,
+    __m512 e2m1)
+{
+    const uint8_t *row = w->data + (size_t)r * w->data_stride;
+    const uint8_t *scales = w->scale + (size_t)r * w->scale_stride;
+    int blocks = w->cols / BLOCK, g = 0;
+    __m512 acc[SIMD_TOKENS][SIMD_ACCUMULATORS];
+    for (int t = 0; t < n_tokens; t++)
+        for (int a = 0; a < SIMD_ACCUMULATORS; a++)
+            acc[t][a] = _mm512_setzero_ps();
+    for (; g + SCALE_GROUP <= blocks; g += SCALE_GROUP) {
+        __m512 group_scales = e4m3_group(scales, g, SCALE_GROUP);
+        _mm_prefetch((const char *)row + (size_t)g * (BLOCK / 2) + PREFETCH_AHEAD_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)row + (size_t)g * (BLOCK / 2) + PREFETCH_AHEAD_BYTES + 64, _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (int k = 0; k < SCALE_GROUP / 2; k++)
+            nvfp4_pair_fma(row, g + 2 * k, 2 * k, 0, group_scales, xp, xp_stride, n_tokens, e2m1, acc,
+                           k % SIMD_ACCUMULATORS);
+    }
+    if (g < blocks) {
+        __m512 group_scales = e4m3_group(scales, g, blocks - g);
+        for (int b = g; b < blocks; b += 2)
+            nvfp4_pair_fma(row, b, b - g, b + 1 == blocks, group_scales, xp, xp_stride, n_tokens, e2m1, acc, 0);
+    }
+    for (int t = 0; t < n_tokens; t++) {
+        float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]),
+                                                       _mm512_add_ps(acc[t][2], acc[t][3])));
+        y[t * y_stride + r] = sum * w->scale_2;
+    }
+}
+
+/* nvfp4_pair_row over rows [row_begin, row_end) and every token: a batch that fits one tile
+ * is permuted once and meets every row; a longer one goes by chunks of SIMD_ROW_CHUNK rows that
+ * meet every tile (permuted per chunk) before the next chunk is read, so a prefill streams the
+ * weights once. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void nvfp4_rows_pairs(
+    const weight_matrix *w, const float *x, size_t x_stride, int n_tokens, float *y, size_t y_stride,
+    int row_begin, int row_end)
+{
+    const __m512 e2m1 = _mm512_loadu_ps(e2m1_table);
+    size_t xp_stride = (size_t)(w->cols / BLOCK + 1) / 2 * PAIR_FLOATS;
+    float xp[SIMD_TOKENS * (PAIR_COLS_MAX + BLOCK)];
+    int chunk = n_tokens <= SIMD_TOKENS ? row_end - row_begin : SIMD_ROW_CHUNK;
+    for (int r0 = row_begin; r0 < row_end; r0 += chunk) {
+        int r1 = row_end - r0 < chunk ? row_end : r0 + chunk;
+        for (int t0 = 0; t0 < n_tokens; t0 += SIMD_TOKENS) {
+            int tile = n_tokens - t0 < SIMD_TOKENS ? n_tokens - t0 : SIMD_TOKENS;
+            for (int t = 0; t < tile; t++)
+                x_to_pairs(x + (t0 + t) * x_stride, w->cols, xp + t * xp_stride);
+            float *yt = y + t0 * y_stride;
+            switch (tile) {
+            case 1:
+                for (int r = r0; r < r1; r++)
+                    nvfp4_pair_row(w, r, xp, xp_stride, 1, yt, y_stride, e2m1);
+                break;
+            case 2:
+                for (int r = r0; r < r1; r++)
+                    nvfp4_pair_row(w, r, xp, xp_stride, 2, yt, y_stride, e2m1);
+                break;
+            case 3:
+                for (int r = r0; r < r1; r++)
+                    nvfp4_pair_row(w, r, xp, xp_stride, 3, yt, y_stride, e2m1);
+                break;
+            default:
+                for (int r = r0; r < r1; r++)
+                    nvfp4_pair_row(w, r, xp, xp_stride, SIMD_TOKENS, yt, y_stride, e2m1);
+                break;
+            }
+        }
+    }
+}
+
 /* linear_transposed_accumulate for BF16 (the absorbed attention's W_UK^T q_nope): STRIP blocks
  * of y stay in registers while every row adds coefficient * weights into them by FMA (rows in
  * order, as in the portable loop, with one rounding per step instead of two). */
@@ -463,6 +605,12 @@ int linear_use_simd(int level)
     return level < simd_available ? level : simd_available;
 }
 
+int linear_simd_level(void)
+{
+    pthread_once(&tables_once, tables_fill);
+    return simd_allowed < simd_available ? simd_allowed : simd_available;
+}
+
 /* The products also come as an x86-64-v3 (AVX2) copy (kernels/cpu/wide_vector_clones.h): the
  * same C vectorises twice as wide. */
 WIDE_VECTOR_CLONES
@@ -474,6 +622,10 @@ void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_
     switch (w->format) {
     case WEIGHT_NVFP4:
 #if KIMI_AVX512_NVFP4
+        if (simd >= LINEAR_SIMD_AVX512_VBMI && w->cols <= PAIR_COLS_MAX) {
+            nvfp4_rows_pairs(w, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
+            break;
+        }
         if (simd >= LINEAR_SIMD_AVX512_VBMI) {
             nvfp4_rows_vbmi(w, x, x_stride, n_tokens, y, y_stride, row_begin, row_end);
             break;

@@ -20,14 +20,20 @@ void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_
  *   LINEAR_SIMD_NONE         the portable loops (the only ones off x86-64);
  *   LINEAR_SIMD_AVX512       AVX-512F/BW: NVFP4 decoded with vpermps, the same bits as the portable
  *                            loop (products and sums in the same order);
- *   LINEAR_SIMD_AVX512_VBMI  + VBMI: NVFP4 (vpermb) and BF16 with fused multiply-adds and four
- *                            accumulators per token: the fastest, within float rounding of the
- *                            others (a token still gets the same bits alone or in a batch).
+ *   LINEAR_SIMD_AVX512_VBMI  + VBMI: NVFP4 two blocks per decode with the block scales applied
+ *                            once per pair (rows up to 8192 columns; wider ones by vpermb a block
+ *                            at a time) and BF16, with fused multiply-adds and four accumulators
+ *                            per token: the fastest, within float rounding of the others (a token
+ *                            still gets the same bits alone or in a batch).
  * linear_use_simd(level) allows up to `level` (the default: LINEAR_SIMD_BEST) and returns the
  * level in effect, which is also capped by what this CPU has. Not thread-safe: call it while no
  * linear_rows runs. */
 enum { LINEAR_SIMD_NONE, LINEAR_SIMD_AVX512, LINEAR_SIMD_AVX512_VBMI, LINEAR_SIMD_BEST = LINEAR_SIMD_AVX512_VBMI };
 int linear_use_simd(int level);
+
+/* The level in effect now (what linear_use_simd last returned): other kernels (mla_attention) take
+ * their AVX-512 paths by it, so one switch turns every SIMD path off for a comparison. */
+int linear_simd_level(void);
 
 /* y[k] += sum_r W[r][k] * x[r] for all rows r and columns k of w: the transposed product the
  * absorbed attention needs (q_nope through W_UK). x: [w->rows], y: [w->cols]. */

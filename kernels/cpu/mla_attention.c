@@ -11,6 +11,19 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/wide_vector_clones.h"
 
+/* On x86-64 with AVX-512 (linear_simd_level() >= LINEAR_SIMD_AVX512) the scores, the weighted
+ * sums and the fp16 conversion run 16 lanes wide: the loops below were left to the compiler as
+ * separate functions, built for the baseline x86-64 (4 lanes) even inside the AVX2 clones, and
+ * most of a decode step's attention time went there. They do the same multiplications and
+ * additions in the same order as the portable loops (lane j of a dot product in lane j, a product
+ * then a sum, no fused multiply-add), so both give the same bits; test_mla_attention checks it. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KIMI_MLA_AVX512 1
+#include <immintrin.h>
+#else
+#define KIMI_MLA_AVX512 0
+#endif
+
 enum { CHUNK = 64 };
 
 typedef struct {
@@ -23,13 +36,8 @@ typedef struct {
  * reorder float additions itself; sixteen independent lanes vectorise. */
 enum { DOT_LANES = 16 };
 
-static float dot(const float *a, const float *b, int n)
+static float lanes_then_tail(const float lanes[DOT_LANES], const float *a, const float *b, int i, int n)
 {
-    float lanes[DOT_LANES] = {0};
-    int i = 0;
-    for (; i + DOT_LANES <= n; i += DOT_LANES)
-        for (int j = 0; j < DOT_LANES; j++)
-            lanes[j] += a[i + j] * b[i + j];
     float sum = 0.0f;
     for (int j = 0; j < DOT_LANES; j++)
         sum += lanes[j];
@@ -38,30 +46,175 @@ static float dot(const float *a, const float *b, int n)
     return sum;
 }
 
-/* Fold scores[0..n) into (state, acc [width]) with rows values[j * width]. */
-static void online_softmax_update(softmax_state *state, float *acc, int width, float *scores,
-                                  int n, const float *values)
+static float dot(const float *a, const float *b, int n)
+{
+    float lanes[DOT_LANES] = {0};
+    int i = 0;
+    for (; i + DOT_LANES <= n; i += DOT_LANES)
+        for (int j = 0; j < DOT_LANES; j++)
+            lanes[j] += a[i + j] * b[i + j];
+    return lanes_then_tail(lanes, a, b, i, n);
+}
+
+/* The weights e^(score - new max) of scores[0..n) in place, folded into state. */
+static void softmax_weights(softmax_state *state, float *scores, int n, float *rescale)
 {
     float chunk_max = -INFINITY;
     for (int j = 0; j < n; j++)
         chunk_max = scores[j] > chunk_max ? scores[j] : chunk_max;
     float new_max = chunk_max > state->max ? chunk_max : state->max;
-    float rescale = expf(state->max - new_max);
-    state->sum *= rescale;
-    for (int i = 0; i < width; i++)
-        acc[i] *= rescale;
+    *rescale = expf(state->max - new_max);
+    state->sum *= *rescale;
     for (int j = 0; j < n; j++) {
-        float p = expf(scores[j] - new_max);
-        state->sum += p;
-        const float *row = values + (size_t)j * width;
-        for (int i = 0; i < width; i++)
-            acc[i] += p * row[i];
+        scores[j] = expf(scores[j] - new_max);
+        state->sum += scores[j];
     }
     state->max = new_max;
 }
 
+/* Fold scores[0..n) into (state, acc [width]) with rows values[j * width]. */
+static void online_softmax_update(softmax_state *state, float *acc, int width, float *scores,
+                                  int n, const float *values)
+{
+    float rescale;
+    softmax_weights(state, scores, n, &rescale);
+    for (int i = 0; i < width; i++)
+        acc[i] *= rescale;
+    for (int j = 0; j < n; j++) {
+        const float *row = values + (size_t)j * width;
+        for (int i = 0; i < width; i++)
+            acc[i] += scores[j] * row[i];
+    }
+}
+
+#if KIMI_MLA_AVX512
+enum { DOT_ROWS = 4, ACC_STRIP = 8 };
+
+/* scores[j] = (q_lat . latent[j] + q_pe . k_pe[j]) * scale for j < n, DOT_ROWS rows at a time so
+ * their dependent chains of additions overlap. */
+__attribute__((target("avx512f"))) static void scores_avx512(const mla_shape *s, const float *q_lat,
+                                                            const float *q_pe, const float *latent,
+                                                            const float *k_pe, int n, float *scores)
+{
+    for (int j0 = 0; j0 < n; j0 += DOT_ROWS) {
+        int rows = n - j0 < DOT_ROWS ? n - j0 : DOT_ROWS;
+        for (int part = 0; part < 2; part++) {
+            const float *q = part ? q_pe : q_lat, *base = part ? k_pe : latent;
+            int width = part ? s->rope : s->kv_lora, i = 0;
+            __m512 lanes[DOT_ROWS];
+            for (int r = 0; r < rows; r++)
+                lanes[r] = _mm512_setzero_ps();
+            for (; i + DOT_LANES <= width; i += DOT_LANES) {
+                __m512 qi = _mm512_loadu_ps(q + i);
+                for (int r = 0; r < rows; r++)
+                    lanes[r] = _mm512_add_ps(
+                        lanes[r], _mm512_mul_ps(qi, _mm512_loadu_ps(base + (size_t)(j0 + r) * width + i)));
+            }
+            for (int r = 0; r < rows; r++) {
+                float l[DOT_LANES];
+                _mm512_storeu_ps(l, lanes[r]);
+                float d = lanes_then_tail(l, q, base + (size_t)(j0 + r) * width, i, width);
+                scores[j0 + r] = part ? scores[j0 + r] + d : d;
+            }
+        }
+        for (int r = 0; r < rows; r++)
+            scores[j0 + r] *= s->softmax_scale;
+    }
+}
+
+/* online_softmax_update with ACC_STRIP vectors of acc held in registers while every row adds
+ * into them: per element, the same rescale and then the rows in order. */
+__attribute__((target("avx512f"))) static void online_softmax_update_avx512(softmax_state *state, float *acc,
+                                                                           int width, float *scores, int n,
+                                                                           const float *values)
+{
+    float rescale;
+    softmax_weights(state, scores, n, &rescale);
+    __m512 r = _mm512_set1_ps(rescale);
+    int i0 = 0;
+    while (i0 + DOT_LANES <= width) {
+        int strip = (width - i0) / DOT_LANES < ACC_STRIP ? (width - i0) / DOT_LANES : ACC_STRIP;
+        __m512 sums[ACC_STRIP];
+        for (int k = 0; k < strip; k++)
+            sums[k] = _mm512_mul_ps(_mm512_loadu_ps(acc + i0 + k * DOT_LANES), r);
+        for (int j = 0; j < n; j++) {
+            __m512 p = _mm512_set1_ps(scores[j]);
+            const float *row = values + (size_t)j * width + i0;
+            for (int k = 0; k < strip; k++)
+                sums[k] = _mm512_add_ps(sums[k], _mm512_mul_ps(p, _mm512_loadu_ps(row + k * DOT_LANES)));
+        }
+        for (int k = 0; k < strip; k++)
+            _mm512_storeu_ps(acc + i0 + k * DOT_LANES, sums[k]);
+        i0 += strip * DOT_LANES;
+    }
+    for (int i = i0; i < width; i++) {
+        acc[i] *= rescale;
+        for (int j = 0; j < n; j++)
+            acc[i] += scores[j] * values[(size_t)j * width + i];
+    }
+}
+
+/* f16_row_to_float with vcvtph2ps (exact, as the portable conversion). */
+__attribute__((target("avx512f"))) static void f16_row_to_float_avx512(const uint16_t *in, int n, float *out)
+{
+    int i = 0;
+    for (; i + DOT_LANES <= n; i += DOT_LANES)
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(in + i))));
+    f16_row_to_float(in + i, (size_t)(n - i), out + i);
+}
+#endif
+
+static int attention_wide(void)
+{
+#if KIMI_MLA_AVX512
+    return linear_simd_level() >= LINEAR_SIMD_AVX512;
+#else
+    return 0;
+#endif
+}
+
+static void chunk_scores(const mla_shape *s, int wide, const float *q_lat, const float *q_pe, const float *latent,
+                         const float *k_pe, int n, float *scores)
+{
+#if KIMI_MLA_AVX512
+    if (wide) {
+        scores_avx512(s, q_lat, q_pe, latent, k_pe, n, scores);
+        return;
+    }
+#endif
+    (void)wide;
+    for (int j = 0; j < n; j++)
+        scores[j] = (dot(q_lat, latent + (size_t)j * s->kv_lora, s->kv_lora) +
+                     dot(q_pe, k_pe + (size_t)j * s->rope, s->rope)) * s->softmax_scale;
+}
+
+static void softmax_update(int wide, softmax_state *state, float *acc, int width, float *scores, int n,
+                           const float *values)
+{
+#if KIMI_MLA_AVX512
+    if (wide) {
+        online_softmax_update_avx512(state, acc, width, scores, n, values);
+        return;
+    }
+#endif
+    (void)wide;
+    online_softmax_update(state, acc, width, scores, n, values);
+}
+
+static void f16_row(int wide, const uint16_t *in, int n, float *out)
+{
+#if KIMI_MLA_AVX512
+    if (wide) {
+        f16_row_to_float_avx512(in, n, out);
+        return;
+    }
+#endif
+    (void)wide;
+    f16_row_to_float(in, (size_t)n, out);
+}
+
 /* Cache rows [first, first + n) -> latent [n][kv_lora] and k_pe [n][rope] as float. */
-static void chunk_to_float(const mla_shape *s, const void *cache, long first, int n,
+static void chunk_to_float(const mla_shape *s, int wide, const void *cache, long first, int n,
                            float *latent, float *k_pe)
 {
     size_t row_bytes = kv_row_bytes(s->cache_format, s->kv_lora, s->rope);
@@ -75,10 +228,10 @@ static void chunk_to_float(const mla_shape *s, const void *cache, long first, in
                 for (int i = b * KV_FP8_BLOCK; i < end; i++)
                     latent_j[i] = kv_fp8_decode(entry[i], scale);
             }
-            f16_row_to_float((const uint16_t *)kv_fp8_row_rope(entry, s->kv_lora), s->rope, k_pe + (size_t)j * s->rope);
+            f16_row(wide, (const uint16_t *)kv_fp8_row_rope(entry, s->kv_lora), s->rope, k_pe + (size_t)j * s->rope);
         } else {
-            f16_row_to_float((const uint16_t *)entry, s->kv_lora, latent_j);
-            f16_row_to_float((const uint16_t *)entry + s->kv_lora, s->rope, k_pe + (size_t)j * s->rope);
+            f16_row(wide, (const uint16_t *)entry, s->kv_lora, latent_j);
+            f16_row(wide, (const uint16_t *)entry + s->kv_lora, s->rope, k_pe + (size_t)j * s->rope);
         }
     }
 }
@@ -112,6 +265,7 @@ void mla_decode_partial(const mla_shape *s, const float *q_abs, int head_count, 
     float *latent = scratch;                                    /* [CHUNK][kv_lora] */
     float *k_pe = latent + (size_t)CHUNK * s->kv_lora;          /* [CHUNK][rope] */
     float *scores = k_pe + (size_t)CHUNK * s->rope;             /* [CHUNK] */
+    int wide = attention_wide();
 
     for (int h = 0; h < head_count; h++) {
         float *part = parts + (size_t)h * part_floats;
@@ -121,15 +275,13 @@ void mla_decode_partial(const mla_shape *s, const float *q_abs, int head_count, 
     }
     for (long first = 0; first < n_rows; first += CHUNK) {
         int n = n_rows - first < CHUNK ? (int)(n_rows - first) : CHUNK;
-        chunk_to_float(s, cache, first, n, latent, k_pe);
+        chunk_to_float(s, wide, cache, first, n, latent, k_pe);
         for (int h = 0; h < head_count; h++) {
             const float *q_lat = q_abs + (size_t)h * abs_width, *q_pe = q_lat + s->kv_lora;
             float *part = parts + (size_t)h * part_floats;
-            for (int j = 0; j < n; j++)
-                scores[j] = (dot(q_lat, latent + (size_t)j * s->kv_lora, s->kv_lora) +
-                             dot(q_pe, k_pe + (size_t)j * s->rope, s->rope)) * s->softmax_scale;
+            chunk_scores(s, wide, q_lat, q_pe, latent, k_pe, n, scores);
             softmax_state state = {part[0], part[1]};
-            online_softmax_update(&state, part + 2, s->kv_lora, scores, n, latent);
+            softmax_update(wide, &state, part + 2, s->kv_lora, scores, n, latent);
             part[0] = state.max;
             part[1] = state.sum;
         }
@@ -196,6 +348,7 @@ void mla_prefill(const mla_shape *s, const weight_matrix *kv_b, int head_begin, 
     float *scores = values + (size_t)CHUNK * s->v;              /* [CHUNK] */
     float *acc = scores + CHUNK;                                /* [n_tokens][v] */
     softmax_state *state = (softmax_state *)(acc + (size_t)n_tokens * s->v); /* [n_tokens] */
+    int wide = attention_wide();
 
     for (int head = head_begin; head < head_end; head++) {
         weight_matrix w_uk = linear_row_view(kv_b, head * kv_b_rows, head * kv_b_rows + s->nope);
@@ -205,7 +358,7 @@ void mla_prefill(const mla_shape *s, const weight_matrix *kv_b, int head_begin, 
             state[t] = (softmax_state){-INFINITY, 0.0f};
         for (long first = 0; first < n_pos; first += CHUNK) {
             int n = n_pos - first < CHUNK ? (int)(n_pos - first) : CHUNK;
-            chunk_to_float(s, cache, first, n, latent, k_pe);
+            chunk_to_float(s, wide, cache, first, n, latent, k_pe);
             linear_rows(&w_uk, latent, s->kv_lora, n, k_nope, s->nope, 0, s->nope);
             linear_rows(&w_uv, latent, s->kv_lora, n, values, s->v, 0, s->v);
             for (int t = 0; t < n_tokens; t++) {
@@ -218,7 +371,7 @@ void mla_prefill(const mla_shape *s, const weight_matrix *kv_b, int head_begin, 
                 for (int j = 0; j < m; j++)
                     scores[j] = (dot(q_nope, k_nope + (size_t)j * s->nope, s->nope) +
                                  dot(q_pe, k_pe + (size_t)j * s->rope, s->rope)) * s->softmax_scale;
-                online_softmax_update(&state[t], acc + (size_t)t * s->v, s->v, scores, m, values);
+                softmax_update(wide, &state[t], acc + (size_t)t * s->v, s->v, scores, m, values);
             }
         }
         for (int t = 0; t < n_tokens; t++) {

@@ -3,7 +3,10 @@
  * not distort it. "cache": a matrix that fits in L2, so the number is the kernel's compute cost;
  * "memory": one far larger than the last-level cache, read once per pass, so it shows whether
  * the kernel keeps up with DRAM (GB/s by CPU time and by wall time). The clock is measured with
- * a chain of dependent integer additions (one per cycle on any out-of-order x86 core).
+ * a chain of dependent integer additions (one per cycle on any out-of-order x86 core). "moe": the
+ * bench model's MoE step (tests/bench/mkmodel.c, preset bench): nine experts' gate and up
+ * (512 x 2048) and down (2048 x 512) NVFP4 products a pass, the experts taken in turn from 64
+ * (113 MiB), so their weights come from memory as in a decode step.
  *
  * usage: kimi-linear-bench [--simd LEVEL]   (kernels/cpu/linear.h: 0 the portable loops, 1 AVX-512F/BW
  *                                            (NVFP4 only), 2 AVX-512 VBMI; default: the best) */
@@ -104,6 +107,54 @@ static int measure(const char *name, weight_format format, int rows, int cols, d
     return 0;
 }
 
+/* The "moe" case above, for at least min_seconds of thread CPU time. */
+static int measure_moe(double min_seconds, double hz)
+{
+    enum { EXPERTS = 64, ACTIVE = 9, HIDDEN = 2048, INTER = 512 };
+    weight_matrix w[EXPERTS][3];
+    uint8_t *data[EXPERTS][3], *scale[EXPERTS][3];
+    int failed = 0;
+    for (int e = 0; e < EXPERTS; e++)
+        for (int m = 0; m < 3; m++) {
+            w[e][m] = make_matrix(WEIGHT_NVFP4, m < 2 ? INTER : HIDDEN, m < 2 ? HIDDEN : INTER, &data[e][m],
+                                  &scale[e][m]);
+            failed |= !w[e][m].data;
+        }
+    float *x = malloc(HIDDEN * sizeof *x), *act = malloc(2 * INTER * sizeof *act), *y = malloc(HIDDEN * sizeof *y);
+    if (failed || !x || !act || !y) {
+        fprintf(stderr, "kimi-linear-bench: out of memory for moe\n");
+        return 1;
+    }
+    for (int k = 0; k < HIDDEN; k++)
+        x[k] = (float)(random_byte() % 200) / 100.0f - 1.0f;
+    long passes = 0, next = 0;
+    double cpu0 = seconds(CLOCK_THREAD_CPUTIME_ID), wall0 = seconds(CLOCK_MONOTONIC), cpu = 0;
+    while (cpu < min_seconds) {
+        for (int i = 0; i < ACTIVE; i++, next = (next + 1) % EXPERTS) {
+            linear_rows(&w[next][0], x, HIDDEN, 1, act, INTER, 0, INTER);
+            linear_rows(&w[next][1], x, HIDDEN, 1, act + INTER, INTER, 0, INTER);
+            linear_rows(&w[next][2], act, INTER, 1, y, HIDDEN, 0, HIDDEN);
+        }
+        passes++;
+        cpu = seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    }
+    double wall = seconds(CLOCK_MONOTONIC) - wall0;
+    double blocks = (double)passes * ACTIVE * 3 * INTER * (HIDDEN / 16);
+    double bytes = (double)passes * ACTIVE * 3 * (double)matrix_bytes(&w[0][0]);
+    printf("moe     nvfp4  %d x (%dx%d, %dx%d, %dx%d)  %6.2f cycles/block  %6.2f GB/s (cpu time)  %6.2f GB/s (wall)  "
+           "check %g\n", ACTIVE, INTER, HIDDEN, INTER, HIDDEN, HIDDEN, INTER, cpu * hz / blocks, bytes / cpu / 1e9,
+           bytes / wall / 1e9, (double)y[HIDDEN / 2]);
+    for (int e = 0; e < EXPERTS; e++)
+        for (int m = 0; m < 3; m++) {
+            free(data[e][m]);
+            free(scale[e][m]);
+        }
+    free(x);
+    free(act);
+    free(y);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int level = LINEAR_SIMD_BEST;
@@ -123,5 +174,6 @@ int main(int argc, char **argv)
     rc |= measure("cache", WEIGHT_BF16, 96, 2048, 1.0, hz);       /* 384 KiB */
     rc |= measure("memory", WEIGHT_NVFP4, 65536, 4096, 2.0, hz);  /* 144 MiB */
     rc |= measure("memory", WEIGHT_BF16, 16384, 4096, 2.0, hz);   /* 128 MiB */
+    rc |= measure_moe(2.0, hz);
     return rc;
 }

@@ -187,6 +187,19 @@ static void check_nvfp4_by_hand(void)
     scale[0] = 0x40; /* exponent 8: 2.0 */
     linear_rows(&w, x, 16, 1, &y, 1, 0, 1);
     CHECK_NEAR(y, -3.5, 0);
+    scale[0] = 0x03; /* subnormal: 3 * 2^-9 */
+    linear_rows(&w, x, 16, 1, &y, 1, 0, 1);
+    CHECK_NEAR(y, -7 * 3 * 0x1p-9 * 0.25, 0);
+    scale[0] = 0xC0; /* -2.0 */
+    linear_rows(&w, x, 16, 1, &y, 1, 0, 1);
+    CHECK_NEAR(y, 3.5, 0);
+    /* The NaN codes of E4M3 make the row NaN (a corrupt scale must not pass as a number). */
+    scale[0] = 0x7F;
+    linear_rows(&w, x, 16, 1, &y, 1, 0, 1);
+    CHECK(isnan(y));
+    scale[0] = 0xFF;
+    linear_rows(&w, x, 16, 1, &y, 1, 0, 1);
+    CHECK(isnan(y));
 }
 
 /* The AVX-512F/BW NVFP4 path (where this CPU has it) and the portable loop give the same bits,
@@ -268,6 +281,8 @@ int main(void)
         check_nvfp4_by_hand();
         check_format("nvfp4", WEIGHT_NVFP4, 37, 96);
         check_format("nvfp4", WEIGHT_NVFP4, 21, 112); /* 7 blocks: 3 past the last group of four */
+        check_format("nvfp4", WEIGHT_NVFP4, 19, 624); /* 39 blocks: 2 scale groups of 16, 7 past them */
+        check_format("nvfp4", WEIGHT_NVFP4, 9, 1024); /* 64 blocks: whole scale groups only */
         check_format("bf16", WEIGHT_BF16, 29, 72);    /* 72: a tail of 8 past the last 16-block */
         check_format("bf16", WEIGHT_BF16, 18, 200);
         check_format("f16", WEIGHT_F16, 21, 53);
