@@ -17,6 +17,9 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxSplit = 16;
 constexpr int kMaxTokens = 8;
+/* shared memory a GEMV block stages its activations in: one tile of 8192 columns for one token
+ * (hidden 7168 in one tile), 1024 for each of 8 */
+constexpr int kStageFloats = kMaxTokens * kGemvStageFloatsPerToken;
 
 /* MAXT: the most tokens one launch serves (each weight decoded once for all of them). Split K
  * is what one token's GEMV takes; several tokens take it only through
@@ -37,18 +40,22 @@ __global__ void __launch_bounds__(kThreads, MAXT == 1 ? 4 : 1)
     int c_begin = part * per_split, c_end = min(chunks, c_begin + per_split);
 
     float sums[MAXT];
+    {
+        float staged[1][MAXT];
 #pragma unroll
-    for (int t = 0; t < MAXT; t++)
-        sums[t] = 0.0f;
-    const float *xs[MAXT];
+        for (int t = 0; t < MAXT; t++)
+            staged[0][t] = 0.0f;
+        const float *xs[MAXT];
 #pragma unroll
-    for (int t = 0; t < MAXT; t++)
-        xs[t] = x + (size_t)batch * x_batch + (size_t)t * x_token;
-    if (row < rows)
-        gemv_row_tokens<MAXT>(w, batch * row_batch + row, xs, tokens, c_begin, c_end, group_lane, lanes_per_row, sums);
+        for (int t = 0; t < MAXT; t++)
+            xs[t] = x + (size_t)batch * x_batch + (size_t)t * x_token;
+        __shared__ float4 stage[kStageFloats / 4];
+        gemv_rows_staged<MAXT, 1>(&w, batch * row_batch + row, row < rows, xs, tokens, c_begin, c_end, group_lane,
+                                  lanes_per_row, staged, reinterpret_cast<float *>(stage), kStageFloats);
 #pragma unroll
-    for (int t = 0; t < MAXT; t++)
-        sums[t] = gemv_group_sum(sums[t], lanes_per_row);
+        for (int t = 0; t < MAXT; t++)
+            sums[t] = gemv_group_sum(staged[0][t], lanes_per_row);
+    }
     float scale = gemv_row_scale(w);
     if (split == 1) {
         if (row < rows && group_lane == 0) {
