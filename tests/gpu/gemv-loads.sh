@@ -4,7 +4,8 @@
 # kernel the activations reach the chunk loop through shared memory as 16-byte loads
 # (ld.shared.v4.f32, staged once per block), never as 4-byte loads through the read-only cache
 # (ld.global.nc.f32: a warp's 32 lanes 128 bytes apart, 32 cache lines a load), and no weight or
-# scale is read a byte at a time (ld.global.nc.u8: the NVFP4 scale pair is one 2-byte load).
+# scale is read a byte at a time (ld.global.nc.u8: the NVFP4 scale pair is one 2-byte load). The
+# W_UK absorption reads its weights as 16-byte chunks (ld.global.nc.v4.u32), no byte loads.
 # Exits 1 naming each kernel and rule that fails.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -45,6 +46,12 @@ for kernel in "linear gemv_kernelILi1E" "linear gemv_kernelILi8E" "ops mlp_gate_
     n=$(count "$ptx" "$name" ld.shared.v4.f32)
     [[ $n -gt 0 ]] || fail "$name: no 16-byte loads of staged activations (ld.shared.v4.f32)"
 done
+
+name=absorb_q_kernel
+n=$(count "$tmp/linear.ptx" $name ld.global.nc.v4.u32)
+[[ $n -gt 0 ]] || fail "$name: no 16-byte weight loads (ld.global.nc.v4.u32)"
+n=$(($(count "$tmp/linear.ptx" $name ld.global.nc.u8) + $(count "$tmp/linear.ptx" $name ld.global.u8)))
+[[ $n -eq 0 ]] || fail "$name: $n byte loads of weights or scales"
 
 [[ $failures -eq 0 ]] || exit 1
 echo "gemv-loads: the GEMV kernels stage their activations (16-byte loads) and load no bytes"
