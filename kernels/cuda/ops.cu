@@ -158,6 +158,9 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
                       row, fp8, clamps);
 }
 
+/* shared memory the GEMVs of one token stage their activations in (hidden 7168 in one tile) */
+constexpr int kGemvTailStageFloats = 8 * kGemvStageFloatsPerToken;
+
 /* The GEMV of one token over the rows of two matrices of the same K (blocks [0, w0_blocks)
  * take w0's rows into y0, the rest w1's into y1; w0_blocks = gridDim.x: w0 alone), K split
  * over blockIdx.y as linear_gemv_cuda splits it, with the same sums (a row's parts added in
@@ -179,7 +182,9 @@ __device__ int gemv_rows_then_last(const weight_matrix &w0, const weight_matrix 
     int slot = (int)blockIdx.x * rows_per_block + in_block; /* this row's place in partials */
     int chunks = gemv_row_chunks(w), per_split = (chunks + split - 1) / split, part = blockIdx.y;
     int c_begin = part * per_split, c_end = min(chunks, c_begin + per_split);
-    float sum = row < w.rows ? gemv_row_partial(w, row, x, c_begin, c_end, group_lane, lanes_per_row) : 0.0f;
+    __shared__ float4 stage[kGemvTailStageFloats / 4];
+    float sum = gemv_row_partial_staged(w, row, row < w.rows, x, c_begin, c_end, group_lane, lanes_per_row,
+                                        reinterpret_cast<float *>(stage), kGemvTailStageFloats);
     sum = gemv_group_sum(sum, lanes_per_row);
     float scale = gemv_row_scale(w);
     __shared__ unsigned is_last;
@@ -370,21 +375,24 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_gate_up_kernel(const ml
     int slot = blockIdx.y;
     const mlp_device *mlp = &table[index ? index[slot] : 0];
     const float *input = x + (size_t)(slot / slots_per_input) * hidden;
-    float gate = 0.0f, up = 0.0f, gate_scale, up_scale;
-    {
-        const weight_matrix w = mlp->gate;
-        gate_scale = gemv_row_scale(w);
-        if (row < inter)
-            gate = gemv_row_partial(w, row, input, 0, gemv_row_chunks(w), group_lane, lanes_per_row);
+    const weight_matrix w[2] = {mlp->gate, mlp->up};
+    float gate_scale = gemv_row_scale(w[0]), up_scale = gemv_row_scale(w[1]);
+    __shared__ float4 stage[kGemvTailStageFloats / 4];
+    float *staged = reinterpret_cast<float *>(stage);
+    float sums[2][1] = {{0.0f}, {0.0f}};
+    const float *xs[1] = {input};
+    if (w[0].format == w[1].format && w[0].cols == w[1].cols) { /* one staging for both */
+        gemv_rows_staged<1, 2>(w, row, row < inter, xs, 1, 0, gemv_row_chunks(w[0]), group_lane, lanes_per_row, sums,
+                               staged, kGemvTailStageFloats);
+    } else {
+        sums[0][0] = gemv_row_partial_staged(w[0], row, row < inter, input, 0, gemv_row_chunks(w[0]), group_lane,
+                                             lanes_per_row, staged, kGemvTailStageFloats);
+        __syncthreads(); /* the gate's last tile is read */
+        sums[1][0] = gemv_row_partial_staged(w[1], row, row < inter, input, 0, gemv_row_chunks(w[1]), group_lane,
+                                             lanes_per_row, staged, kGemvTailStageFloats);
     }
-    {
-        const weight_matrix w = mlp->up;
-        up_scale = gemv_row_scale(w);
-        if (row < inter)
-            up = gemv_row_partial(w, row, input, 0, gemv_row_chunks(w), group_lane, lanes_per_row);
-    }
-    gate = gemv_group_sum(gate, lanes_per_row);
-    up = gemv_group_sum(up, lanes_per_row);
+    float gate = gemv_group_sum(sums[0][0], lanes_per_row);
+    float up = gemv_group_sum(sums[1][0], lanes_per_row);
     if (row < inter && group_lane == 0)
         act[(size_t)slot * inter + row] = silu_gate_element(gate * gate_scale, up * up_scale);
 }
@@ -399,10 +407,11 @@ __device__ __forceinline__ void down_rows(const mlp_device *table, int expert, c
     int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
     int slot = blockIdx.y;
     const weight_matrix down = table[expert].down;
-    float sum = 0.0f;
-    if (row < hidden)
-        sum = gemv_row_partial(down, row, act + (size_t)slot * inter, 0, gemv_row_chunks(down), group_lane,
-                               lanes_per_row);
+    /* an expert's down slice is short (256 at TP 8); a longer one (the dense MLP) takes tiles */
+    __shared__ float4 stage[kGemvStageFloatsPerToken];
+    float sum = gemv_row_partial_staged(down, row, row < hidden, act + (size_t)slot * inter, 0, gemv_row_chunks(down),
+                                        group_lane, lanes_per_row, reinterpret_cast<float *>(stage),
+                                        4 * kGemvStageFloatsPerToken);
     sum = gemv_group_sum(sum, lanes_per_row);
     if (row < hidden && group_lane == 0)
         y[(size_t)slot * hidden + row] = sum * gemv_row_scale(down);
@@ -484,6 +493,7 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const int *chosen, int 
 }
 
 constexpr int kGroupTokens = 8;
+constexpr int kGroupStageFloats = kGroupTokens * kGemvStageFloatsPerToken;
 
 /* Expert blockIdx.y's gate/up rows over all its slots, kGroupTokens slots per pass, so each
  * expert's weights are read once per step (from L2 after the first pass). */
@@ -499,19 +509,36 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 1) mlp_gate_up_grouped_kernel(
     int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
     const weight_matrix gate = table[expert].gate, up = table[expert].up;
     float gate_scale = gemv_row_scale(gate), up_scale = gemv_row_scale(up);
+    __shared__ float4 stage[kGroupStageFloats / 4];
     for (int first = begin; first < end; first += kGroupTokens) {
+        if (first != begin)
+            __syncthreads(); /* the previous pass's last tile is read */
         int n = end - first < kGroupTokens ? end - first : kGroupTokens;
         const float *xs[kGroupTokens];
         float g[kGroupTokens], u[kGroupTokens];
 #pragma unroll
-        for (int t = 0; t < kGroupTokens; t++) {
+        for (int t = 0; t < kGroupTokens; t++)
             xs[t] = x + (size_t)(order[first + (t < n ? t : n - 1)] / slots_per_input) * hidden;
-            g[t] = 0.0f;
-            u[t] = 0.0f;
-        }
-        if (row < inter) {
-            gemv_row_tokens<kGroupTokens>(gate, row, xs, n, 0, gemv_row_chunks(gate), group_lane, lanes_per_row, g);
-            gemv_row_tokens<kGroupTokens>(up, row, xs, n, 0, gemv_row_chunks(up), group_lane, lanes_per_row, u);
+        {
+            float staged[1][kGroupTokens];
+#pragma unroll
+            for (int t = 0; t < kGroupTokens; t++)
+                staged[0][t] = 0.0f;
+            gemv_rows_staged<kGroupTokens, 1>(&gate, row, row < inter, xs, n, 0, gemv_row_chunks(gate), group_lane,
+                                              lanes_per_row, staged, reinterpret_cast<float *>(stage),
+                                              kGroupStageFloats);
+#pragma unroll
+            for (int t = 0; t < kGroupTokens; t++) {
+                g[t] = staged[0][t];
+                staged[0][t] = 0.0f;
+            }
+            __syncthreads(); /* the gate's last tile is read */
+            gemv_rows_staged<kGroupTokens, 1>(&up, row, row < inter, xs, n, 0, gemv_row_chunks(up), group_lane,
+                                              lanes_per_row, staged, reinterpret_cast<float *>(stage),
+                                              kGroupStageFloats);
+#pragma unroll
+            for (int t = 0; t < kGroupTokens; t++)
+                u[t] = staged[0][t];
         }
 #pragma unroll
         for (int t = 0; t < kGroupTokens; t++) {
@@ -539,17 +566,25 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 1) mlp_down_grouped_kernel(
     int row = (blockIdx.x * kMlpWarps + warp) * (32 / lanes_per_row) + sub;
     const weight_matrix down = table[expert].down;
     float scale = gemv_row_scale(down);
+    __shared__ float4 stage[kGroupStageFloats / 4];
     for (int first = begin; first < end; first += kGroupTokens) {
         int n = end - first < kGroupTokens ? end - first : kGroupTokens;
         const float *xs[kGroupTokens];
         float sums[kGroupTokens];
 #pragma unroll
-        for (int t = 0; t < kGroupTokens; t++) {
+        for (int t = 0; t < kGroupTokens; t++)
             xs[t] = act + (size_t)order[first + (t < n ? t : n - 1)] * inter;
-            sums[t] = 0.0f;
-        }
-        if (row < hidden)
-            gemv_row_tokens<kGroupTokens>(down, row, xs, n, 0, gemv_row_chunks(down), group_lane, lanes_per_row, sums);
+        float staged[1][kGroupTokens];
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++)
+            staged[0][t] = 0.0f;
+        if (first != begin)
+            __syncthreads(); /* the previous pass's last tile is read */
+        gemv_rows_staged<kGroupTokens, 1>(&down, row, row < hidden, xs, n, 0, gemv_row_chunks(down), group_lane,
+                                          lanes_per_row, staged, reinterpret_cast<float *>(stage), kGroupStageFloats);
+#pragma unroll
+        for (int t = 0; t < kGroupTokens; t++)
+            sums[t] = staged[0][t];
 #pragma unroll
         for (int t = 0; t < kGroupTokens; t++)
             sums[t] = gemv_group_sum(sums[t], lanes_per_row);
@@ -720,7 +755,9 @@ extern "C" int moe_router_route_cuda(const weight_matrix *router, const float *x
 {
     int groups = c->n_group > 1 ? c->n_group : 1;
     size_t shared = (2 * (size_t)c->experts + (size_t)groups + (size_t)c->top_k) * sizeof(float);
-    if (c->experts <= 0 || c->top_k <= 0 || c->experts % groups || shared > 48 * 1024 || router->rows != c->experts ||
+    /* the routing's dynamic shared memory beside the GEMV's static staging, within the default 48 KiB */
+    if (c->experts <= 0 || c->top_k <= 0 || c->experts % groups ||
+        shared + kGemvTailStageFloats * sizeof(float) > 48 * 1024 || router->rows != c->experts ||
         !gemv_shape_ok(router))
         return (int)cudaErrorInvalidValue;
     int elements = router->format == WEIGHT_NVFP4 ? 32 : router->format == WEIGHT_F32 ? 4 : 8;

@@ -228,6 +228,129 @@ static void bench_moe(int sm)
     cudaFree((void *)m.router.data);
 }
 
+/* The decode GEMVs of issue 20 at one rank's TP 8 shapes, each over enough distinct copies of its
+ * weights (one graph) that no copy is still in L2 when it comes round again (H200: 50 MB, RTX
+ * PRO 6000: 128 MB): the experts' gate/up (2 x 256 x 7168) and down (7168 x 256) slices, 9
+ * experts a launch as a decode step runs them, q_b (1536 x 1536), o_proj (7168 x 1024) and the
+ * W_UK absorption (8 heads of 128 x 512 rows of kv_b), BF16 as the checkpoint has them. */
+enum { DECODE_EXPERTS = 144, DECODE_EXPERT_SLOTS = 9, DECODE_COPIES = 48, DECODE_ABSORB_COPIES = 192 };
+
+typedef struct {
+    cudaStream_t stream;
+    mlp_device *table;
+    int *index;                 /* [DECODE_EXPERTS]: launch l takes slots index[9 l .. 9 l + 9) */
+    weight_matrix *copies;      /* [copies_n] (host array of device views) */
+    int copies_n, rows, heads;
+    float *x, *act, *y;
+} decode_gemv_ctx;
+
+static int run_expert_gate_up(void *arg)
+{
+    decode_gemv_ctx *d = arg;
+    int rc = 0;
+    for (int l = 0; l < DECODE_EXPERTS / DECODE_EXPERT_SLOTS && !rc; l++)
+        rc = mlp_gate_up_cuda(d->table, d->index + l * DECODE_EXPERT_SLOTS, DECODE_EXPERT_SLOTS, DECODE_EXPERT_SLOTS,
+                              d->x, 7168, 256, d->act, d->stream);
+    return rc;
+}
+
+static int run_expert_down(void *arg)
+{
+    decode_gemv_ctx *d = arg;
+    int rc = 0;
+    for (int l = 0; l < DECODE_EXPERTS / DECODE_EXPERT_SLOTS && !rc; l++)
+        rc = mlp_down_cuda(d->table, d->index + l * DECODE_EXPERT_SLOTS, DECODE_EXPERT_SLOTS, d->act, 7168, 256, d->y,
+                           d->stream);
+    return rc;
+}
+
+static int run_copies_gemv(void *arg)
+{
+    decode_gemv_ctx *d = arg;
+    int rc = 0;
+    for (int i = 0; i < d->copies_n && !rc; i++)
+        rc = linear_gemv_cuda(&d->copies[i], d->rows, 1, 0, d->x, 0, d->y, 0, NULL, d->stream);
+    return rc;
+}
+
+static int run_copies_absorb(void *arg)
+{
+    decode_gemv_ctx *d = arg;
+    int rc = 0;
+    for (int i = 0; i < d->copies_n && !rc; i++)
+        rc = mla_absorb_q_cuda(&d->copies[i], d->heads, 128, 128, d->x, 192, d->y, 1, d->stream);
+    return rc;
+}
+
+/* `copies` device copies of a rows x cols matrix, their views in d->copies; the bytes of one. */
+static size_t decode_copies_make(decode_gemv_ctx *d, weight_format format, int rows, int cols, int copies)
+{
+    size_t bytes = 0;
+    d->copies = malloc((size_t)copies * sizeof *d->copies);
+    for (int i = 0; i < copies; i++)
+        d->copies[i] = device_matrix(format, rows, cols, &bytes);
+    d->copies_n = copies;
+    return bytes;
+}
+
+static void decode_copies_free(decode_gemv_ctx *d)
+{
+    for (int i = 0; i < d->copies_n; i++)
+        cudaFree((void *)d->copies[i].data);
+    free(d->copies);
+    d->copies = NULL;
+}
+
+static void bench_decode_gemvs(void)
+{
+    decode_gemv_ctx d = {0};
+    size_t b = 0;
+    mlp_device *table = malloc(DECODE_EXPERTS * sizeof *table);
+    int index[DECODE_EXPERTS];
+    for (int e = 0; e < DECODE_EXPERTS; e++) {
+        table[e].gate = device_matrix(WEIGHT_NVFP4, 256, 7168, &b);
+        table[e].up = device_matrix(WEIGHT_NVFP4, 256, 7168, &b);
+        table[e].down = device_matrix(WEIGHT_NVFP4, 7168, 256, &b);
+        index[e] = e;
+    }
+    d.table = gpu_test_upload(table, DECODE_EXPERTS * sizeof *table);
+    d.index = gpu_test_upload(index, sizeof index);
+    d.x = device_floats(7168, 1.0f); /* also q [8 heads][192] for the absorption */
+    d.act = device_floats((size_t)DECODE_EXPERT_SLOTS * 256, 1.0f);
+    d.y = device_floats((size_t)DECODE_EXPERT_SLOTS * 7168, 0.0f);
+    double t = time_kernel(run_expert_gate_up, &d, 10);
+    report("NVFP4 experts gate+up, 9 x 2 x [256 x 7168]", 2.0 * DECODE_EXPERTS * (double)b, t, 0.8);
+    t = time_kernel(run_expert_down, &d, 10);
+    report("NVFP4 experts down, 9 x [7168 x 256]", DECODE_EXPERTS * (double)b, t, 0.8);
+    for (int e = 0; e < DECODE_EXPERTS; e++) {
+        cudaFree((void *)table[e].gate.data);
+        cudaFree((void *)table[e].up.data);
+        cudaFree((void *)table[e].down.data);
+    }
+    free(table);
+    cudaFree(d.table);
+    cudaFree(d.index);
+    d.rows = 1536;
+    b = decode_copies_make(&d, WEIGHT_BF16, 1536, 1536, DECODE_COPIES);
+    t = time_kernel(run_copies_gemv, &d, 10);
+    report("BF16 GEMV q_b [1536 x 1536]", DECODE_COPIES * (double)b, t, 0.8);
+    decode_copies_free(&d);
+    d.rows = 7168;
+    b = decode_copies_make(&d, WEIGHT_BF16, 7168, 1024, DECODE_COPIES);
+    t = time_kernel(run_copies_gemv, &d, 10);
+    report("BF16 GEMV o_proj [7168 x 1024]", DECODE_COPIES * (double)b, t, 0.8);
+    decode_copies_free(&d);
+    /* kv_b of 8 heads (256 rows each: 128 W_UK, 128 W_UV); the absorption reads the W_UK half */
+    d.heads = 8;
+    b = decode_copies_make(&d, WEIGHT_BF16, 8 * 256, 512, DECODE_ABSORB_COPIES);
+    t = time_kernel(run_copies_absorb, &d, 10);
+    report("BF16 W_UK absorption, 8 x [128 x 512]", DECODE_ABSORB_COPIES * (double)b / 2, t, 0.8);
+    decode_copies_free(&d);
+    cudaFree(d.x);
+    cudaFree(d.act);
+    cudaFree(d.y);
+}
+
 typedef struct {
     cudaStream_t stream;
     float *q_latent, *q, *partials, *out;
@@ -620,6 +743,7 @@ int main(int argc, char **argv)
     bench_gemv("BF16 GEMV kv_a [576 x 7168]", WEIGHT_BF16, 576, 7168, sm);
     bench_gemv("BF16 GEMV lm_head slice [20480 x 7168]", WEIGHT_BF16, 20480, 7168, sm);
     bench_moe(sm);
+    bench_decode_gemvs();
     bench_attention(32768, sm);
     bench_attention(131072, sm);
     bench_prefill_attention(1024, 512, sm);

@@ -1108,6 +1108,9 @@ int main(int argc, char **argv)
     check_gemv_exact(WEIGHT_NVFP4, 40, 8192, 16, 5, 120, "nvfp4 exact, 3 tokens a launch");
     check_attention_projections(WEIGHT_BF16, 8, 128, 128, 512);
     check_attention_projections(WEIGHT_NVFP4, 3, 32, 16, 64);
+    /* the absorption's column blocks (16 chunks each) ending inside a block */
+    check_attention_projections(WEIGHT_F16, 2, 48, 16, 96);
+    check_attention_projections(WEIGHT_F32, 2, 20, 8, 72);
     check_rmsnorm_add_allreduce();
     check_rmsnorm_hostile(7168);
     check_rmsnorm_hostile(1536);
