@@ -288,7 +288,7 @@ static size_t decode_copies_make(decode_gemv_ctx *d, weight_format format, int r
     size_t bytes = 0;
     d->copies = malloc((size_t)copies * sizeof *d->copies);
     for (int i = 0; i < copies; i++)
-        d->copies[i] = device_matrix(format, rows, cols, &bytes);
+        d->copies[i] = bench_device_matrix(format, rows, cols, &bytes);
     d->copies_n = copies;
     return bytes;
 }
@@ -308,16 +308,16 @@ static void bench_decode_gemvs(void)
     mlp_device *table = malloc(DECODE_EXPERTS * sizeof *table);
     int index[DECODE_EXPERTS];
     for (int e = 0; e < DECODE_EXPERTS; e++) {
-        table[e].gate = device_matrix(WEIGHT_NVFP4, 256, 7168, &b);
-        table[e].up = device_matrix(WEIGHT_NVFP4, 256, 7168, &b);
-        table[e].down = device_matrix(WEIGHT_NVFP4, 7168, 256, &b);
+        table[e].gate = bench_device_matrix(WEIGHT_NVFP4, 256, 7168, &b);
+        table[e].up = bench_device_matrix(WEIGHT_NVFP4, 256, 7168, &b);
+        table[e].down = bench_device_matrix(WEIGHT_NVFP4, 7168, 256, &b);
         index[e] = e;
     }
     d.table = gpu_test_upload(table, DECODE_EXPERTS * sizeof *table);
     d.index = gpu_test_upload(index, sizeof index);
-    d.x = device_floats(7168, 1.0f); /* also q [8 heads][192] for the absorption */
-    d.act = device_floats((size_t)DECODE_EXPERT_SLOTS * 256, 1.0f);
-    d.y = device_floats((size_t)DECODE_EXPERT_SLOTS * 7168, 0.0f);
+    d.x = bench_device_floats(7168, 1.0f); /* also q [8 heads][192] for the absorption */
+    d.act = bench_device_floats((size_t)DECODE_EXPERT_SLOTS * 256, 1.0f);
+    d.y = bench_device_floats((size_t)DECODE_EXPERT_SLOTS * 7168, 0.0f);
     double t = time_kernel(run_expert_gate_up, &d, 10);
     report("NVFP4 experts gate+up, 9 x 2 x [256 x 7168]", 2.0 * DECODE_EXPERTS * (double)b, t, 0.8);
     t = time_kernel(run_expert_down, &d, 10);

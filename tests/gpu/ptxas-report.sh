@@ -21,7 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 report="$tmp/report"
 {
     echo "# ptxas resource usage of the CUDA kernels ($("$nvcc" --version | grep -o 'release [0-9.]*'), --fmad=false)"
-    echo "# smem: static shared memory in bytes. Dynamic on top: mla_partial_kernel 37,472 B, mla_prefill_kernel"
+    echo "# smem: static shared memory in bytes. Dynamic on top: mla_partial_kernel 56,352 B, mla_prefill_kernel"
     echo "# 76,480 B and route_kernel 3,112 B at Kimi-K2.5's dims. stack without spills: fp32 sincosf's buffer for"
     echo "# huge arguments (kv_rope_cache, qkv_a: given angles within +-pi) and the all-reduce's by-value pointer table."
     printf '%-6s %-36s %5s %6s %7s %7s %7s\n' arch kernel regs stack spill_st spill_ld smem
