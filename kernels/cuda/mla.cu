@@ -117,6 +117,22 @@ __device__ __forceinline__ float half_high(uint32_t two)
     return __half2float(__ushort_as_half((unsigned short)(two >> 16)));
 }
 
+/* kCols (2 or 4) adjacent fp16 values of a staged row at `at` (4- or 8-byte aligned) as floats:
+ * one shared-memory load for all of them. */
+template <int kCols> __device__ __forceinline__ void staged_cols(const uint16_t *at, float latent[kCols])
+{
+    if (kCols == 2) {
+        uint32_t two = *reinterpret_cast<const uint32_t *>(at);
+        latent[0] = half_low(two);
+        latent[kCols - 1] = half_high(two);
+    } else {
+        uint2 four = *reinterpret_cast<const uint2 *>(at);
+#pragma unroll
+        for (int k = 0; k < kCols; k++)
+            latent[k] = k % 2 ? half_high(k / 2 ? four.y : four.x) : half_low(k / 2 ? four.y : four.x);
+    }
+}
+
 __device__ __forceinline__ float warp_max(float value)
 {
     for (int offset = 16; offset > 0; offset /= 2)
@@ -323,17 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_partial_kernel(const float *q
             }
             for (int j = 0; j < n; j++) {
                 float latent[kCols];
-                const uint16_t *at = chunk + j * stride + col0;
-                if (kCols == 2) {
-                    uint32_t two = *reinterpret_cast<const uint32_t *>(at);
-                    latent[0] = half_low(two);
-                    latent[kCols - 1] = half_high(two);
-                } else {
-                    uint2 four = *reinterpret_cast<const uint2 *>(at);
-#pragma unroll
-                    for (int k = 0; k < kCols; k++)
-                        latent[k] = k % 2 ? half_high(k / 2 ? four.y : four.x) : half_low(k / 2 ? four.y : four.x);
-                }
+                staged_cols<kCols>(chunk + j * stride + col0, latent);
                 const float4 *pj = reinterpret_cast<const float4 *>(probs + j * kHeadsPerBlock);
                 float4 pa = pj[0], pb = pj[1];
                 float p[kHeadsPerBlock] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
@@ -601,17 +607,7 @@ __global__ void __launch_bounds__(kThreads, kCols == 2 ? 2 : 1)
             }
             for (int j = 0; j < n; j++) {
                 float latent[kCols];
-                const uint16_t *at = keys + j * k_stride + col0;
-                if (kCols == 2) {
-                    uint32_t two = *reinterpret_cast<const uint32_t *>(at);
-                    latent[0] = half_low(two);
-                    latent[kCols - 1] = half_high(two);
-                } else {
-                    uint2 four = *reinterpret_cast<const uint2 *>(at);
-#pragma unroll
-                    for (int k = 0; k < kCols; k++)
-                        latent[k] = k % 2 ? half_high(k / 2 ? four.y : four.x) : half_low(k / 2 ? four.y : four.x);
-                }
+                staged_cols<kCols>(keys + j * k_stride + col0, latent);
                 const float4 *p = reinterpret_cast<const float4 *>(probs + j * kPrefillRows);
 #pragma unroll
                 for (int quad = 0; quad < kPrefillRows / 4; quad++) {
