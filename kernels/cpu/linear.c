@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "kernels/cpu/e4m3_avx512.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/wide_vector_clones.h"
 #include "kernels/nvfp4_math.h"
@@ -434,22 +435,6 @@ __attribute__((target("avx512f"))) static void x_to_pairs(const float *x, int co
         _mm512_storeu_ps(pair, _mm512_permutex2var_ps(first, even, second));
         _mm512_storeu_ps(pair + BLOCK, _mm512_permutex2var_ps(first, odd, second));
     }
-}
-
-/* The e4m3 scales of blocks [b, b + count), count <= 16, as floats: the 7 magnitude bits
- * moved to the top of a float's exponent and mantissa and multiplied by 2^120 (exact, also for
- * the subnormal codes), the sign bit, and NaN for the two NaN codes, as e4m3_table. */
-__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline __m512 e4m3_group(
-    const uint8_t *scales, int b, int count)
-{
-    __mmask16 present = (__mmask16)((1u << count) - 1);
-    __m512i codes = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(present, scales + b));
-    __m512i magnitude = _mm512_and_si512(codes, _mm512_set1_epi32(0x7F));
-    __m512 value = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(magnitude, 20)), _mm512_set1_ps(0x1p120f));
-    __mmask16 nan = _mm512_cmpeq_epi32_mask(magnitude, _mm512_set1_epi32(0x7F));
-    value = _mm512_mask_mov_ps(value, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(codes, _mm512_set1_epi32(0x80)), 24);
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(value), sign));
 }
 
 /* Blocks b and b + 1 (q = b - g: their place in the scale group; `single`: block b is the

@@ -8,8 +8,10 @@
  * (512 x 2048) and down (2048 x 512) NVFP4 products a pass, the experts taken in turn from 64
  * (113 MiB), so their weights come from memory as in a decode step.
  *
- * usage: kimi-linear-bench [--simd LEVEL]   (kernels/cpu/linear.h: 0 the portable loops, 1 AVX-512F/BW
- *                                            (NVFP4 only), 2 AVX-512 VBMI; default: the best) */
+ * usage: kimi-linear-bench [--simd LEVEL] [--int8]
+ *   --simd LEVEL  kernels/cpu/linear.h: 0 the portable loops, 1 AVX-512F/BW (NVFP4 only), 2 AVX-512
+ *                 VBMI; default: the best
+ *   --int8        NVFP4 with int8 activations (kernels/cpu/linear_int8.h, --cpu-activations int8) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,10 @@
 #include <time.h>
 
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_int8.h"
+
+/* linear_rows, or linear_rows_int8 with --int8. */
+static void (*product)(const weight_matrix *, const float *, size_t, int, float *, size_t, int, int) = linear_rows;
 
 static double seconds(clockid_t clock)
 {
@@ -87,11 +93,11 @@ static int measure(const char *name, weight_format format, int rows, int cols, d
     }
     for (int k = 0; k < cols; k++)
         x[k] = (float)(random_byte() % 200) / 100.0f - 1.0f;
-    linear_rows(&w, x, (size_t)cols, 1, y, (size_t)rows, 0, rows); /* warm: caches, tables */
+    product(&w, x, (size_t)cols, 1, y, (size_t)rows, 0, rows); /* warm: caches, tables */
     long passes = 0;
     double cpu0 = seconds(CLOCK_THREAD_CPUTIME_ID), wall0 = seconds(CLOCK_MONOTONIC), cpu = 0;
     while (cpu < min_seconds) {
-        linear_rows(&w, x, (size_t)cols, 1, y, (size_t)rows, 0, rows);
+        product(&w, x, (size_t)cols, 1, y, (size_t)rows, 0, rows);
         passes++;
         cpu = seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
     }
@@ -131,9 +137,9 @@ static int measure_moe(double min_seconds, double hz)
     double cpu0 = seconds(CLOCK_THREAD_CPUTIME_ID), wall0 = seconds(CLOCK_MONOTONIC), cpu = 0;
     while (cpu < min_seconds) {
         for (int i = 0; i < ACTIVE; i++, next = (next + 1) % EXPERTS) {
-            linear_rows(&w[next][0], x, HIDDEN, 1, act, INTER, 0, INTER);
-            linear_rows(&w[next][1], x, HIDDEN, 1, act + INTER, INTER, 0, INTER);
-            linear_rows(&w[next][2], act, INTER, 1, y, HIDDEN, 0, HIDDEN);
+            product(&w[next][0], x, HIDDEN, 1, act, INTER, 0, INTER);
+            product(&w[next][1], x, HIDDEN, 1, act + INTER, INTER, 0, INTER);
+            product(&w[next][2], act, INTER, 1, y, HIDDEN, 0, HIDDEN);
         }
         passes++;
         cpu = seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
@@ -158,16 +164,22 @@ static int measure_moe(double min_seconds, double hz)
 int main(int argc, char **argv)
 {
     int level = LINEAR_SIMD_BEST;
-    if (argc == 3 && strcmp(argv[1], "--simd") == 0 && argv[2][0] >= '0' && argv[2][0] <= '0' + LINEAR_SIMD_BEST &&
-        !argv[2][1])
-        level = argv[2][0] - '0';
-    else if (argc > 1) {
-        fprintf(stderr, "usage: kimi-linear-bench [--simd 0-%d]\n", LINEAR_SIMD_BEST);
-        return 2;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--simd") == 0 && i + 1 < argc && argv[i + 1][0] >= '0' &&
+            argv[i + 1][0] <= '0' + LINEAR_SIMD_BEST && !argv[i + 1][1]) {
+            level = argv[++i][0] - '0';
+        } else if (strcmp(argv[i], "--int8") == 0) {
+            product = linear_rows_int8;
+        } else {
+            fprintf(stderr, "kimi-linear-bench: unknown argument '%s'; usage: kimi-linear-bench [--simd 0-%d] [--int8]\n",
+                    argv[i], LINEAR_SIMD_BEST);
+            return 2;
+        }
     }
     level = linear_use_simd(level);
     double hz = clock_hz();
-    printf("clock %.2f GHz (thread CPU time), SIMD level %d\n", hz / 1e9, level);
+    printf("clock %.2f GHz (thread CPU time), SIMD level %d, %s activations\n", hz / 1e9, level,
+           product == linear_rows ? "fp32" : linear_int8_simd() ? "int8 (AVX-512 VNNI)" : "int8 (portable)");
     int rc = 0;
     rc |= measure("cache", WEIGHT_NVFP4, 256, 2048, 1.0, hz);     /* 288 KiB */
     rc |= measure("cache", WEIGHT_NVFP4, 1024, 512, 1.0, hz);     /* 288 KiB: short rows (MoE down) */
