@@ -36,6 +36,8 @@ typedef struct {
     int kv_cache;           /* --kv-cache / kv_cache =: KV_CACHE_FP16 (default: the reference the
                                tolerances are stated against, whatever the checkpoint asks) or
                                KV_CACHE_FP8 (README "FP8 latent cache") */
+    int cpu_activations;    /* --cpu-activations / cpu_activations =: CPU_ACTIVATIONS_FP32 (default,
+                               the reference) or CPU_ACTIVATIONS_INT8 (README "int8 activations") */
     char *devices;          /* --devices / devices =: which GPUs, as written ("0,1,2,3", checked
                                by device_list_parse); NULL: the engine's choice */
     int verify;             /* --verify: the self-check (engine/runtime/verify.h) before the chat */

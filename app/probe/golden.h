@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "engine/base/error.h"
+#include "engine/backend/backend.h"
 #include "kernels/kv_format.h"
 
 typedef struct {
@@ -14,6 +15,8 @@ typedef struct {
     const char *backend;        /* "cpu" or "cuda" */
     int tp;
     kv_cache_format kv_cache;   /* --kv-cache: the cache the model cases run with (fp8: wider tolerances) */
+    cpu_activations activations; /* --cpu-activations: the CPU backend's NVFP4 products (int8: wider
+                                    tolerances) */
     int dcp;                    /* ranks the latent cache is sharded over (--dcp) */
     char ranks[32];             /* "tp 8" or "tp 8, dcp 4", for the case lines */
     int devices[8], n_devices;  /* --devices (the CUDA backend's; 0: its default) */

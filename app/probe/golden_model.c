@@ -35,6 +35,17 @@
 #define FP8_LOGIT_MAX_ERR 12.0
 #define FP8_LOGIT_MEAN_ERR 0.4
 #define FP8_CACHE_MEAN_REL 0.06
+/* int8 activations (--cpu-activations int8, kernels/cpu/linear_int8.h), CPU backend: the NVFP4
+ * products (tiny-k25's MLPs) see x rounded to int8 per 16 columns, ~0.2% of each block's
+ * largest value on average. Layer 0's cache does not depend on an MLP and keeps the fp16 cache
+ * bound; later layers and the logits carry the rounding through the random layers, which
+ * amplify it as they do the fp8 cache's: measured (TP 1 and 8) cache mean 0.00485, logits up
+ * to 6.52 off (mean 0.125) on the reasoning and tool cases, 0.26 (mean 0.036) on the others.
+ * The bounds are those with 1.3x room: a quantiser that truncates instead of rounding (tried)
+ * fails them. Free-running greedy is not compared, as for the fp8 cache. */
+#define INT8_LOGIT_MAX_ERR 8.5
+#define INT8_LOGIT_MEAN_ERR 0.17
+#define INT8_CACHE_MEAN_REL 0.0065
 
 typedef struct {
     golden_run *g;
@@ -86,7 +97,8 @@ static int session_open(model_session *s, golden_run *g, kimi_err *err)
         return err->code;
     s->vocab = s->mw.cfg.vocab;
     backend_options opt = {.kind = strcmp(g->backend, "cuda") ? BACKEND_CPU : BACKEND_CUDA, .tp = g->tp,
-                           .dcp = g->dcp, .max_context = capacity, .kv_cache = g->kv_cache, .devices = g->devices,
+                           .dcp = g->dcp, .max_context = capacity, .kv_cache = g->kv_cache,
+                           .activations = g->activations, .devices = g->devices,
                            .n_devices = g->n_devices};
     return backend_open(&s->be, &s->mw, &opt, err);
 }
@@ -178,8 +190,15 @@ static int fp8_cache(const model_session *s)
     return s->g->kv_cache == KV_CACHE_FP8;
 }
 
+static int int8_activations(const model_session *s)
+{
+    return !on_cuda(s) && s->g->activations == CPU_ACTIVATIONS_INT8;
+}
+
 static int logits_ok(const model_session *s, const error_stats *e)
 {
+    if (int8_activations(s) && !fp8_cache(s))
+        return e->max <= INT8_LOGIT_MAX_ERR && error_mean(e) <= INT8_LOGIT_MEAN_ERR;
     if (fp8_cache(s))
         return e->max <= FP8_LOGIT_MAX_ERR && error_mean(e) <= FP8_LOGIT_MEAN_ERR;
     if (on_cuda(s))
@@ -265,8 +284,8 @@ static int run_greedy(model_session *s, json_t *c, const char *name, kimi_err *e
                     min_margin);
         goto done;
     }
-    if (fp8_cache(s)) {
-        golden_case(s->g, 1, label, "not compared: fp8 cache");
+    if (fp8_cache(s) || int8_activations(s)) {
+        golden_case(s->g, 1, label, "not compared: %s", fp8_cache(s) ? "fp8 cache" : "int8 activations");
         goto done;
     }
     if ((rc = backend_forward(s->be, tokens, n, 0, &last, 1, got, err)))
@@ -364,7 +383,7 @@ static int run_kv(model_session *s, json_t *c, const char *name, kimi_err *err)
     }
     if ((rc = backend_forward(s->be, tokens, n, 0, NULL, 0, NULL, err)) || (rc = backend_read_kv(s->be, n, got, err)))
         goto done;
-    double max = 0, sum = 0, layer0_worst = 0;
+    double max = 0, sum = 0, layer0_worst = 0, layer0_max = 0;
     size_t count = 0;
     for (size_t v = 0; v < (size_t)cfg->layers * (size_t)n; v++) {
         const uint16_t *w = want + v * row, *o = got + v * row;
@@ -390,6 +409,8 @@ static int run_kv(model_session *s, json_t *c, const char *name, kimi_err *err)
             for (size_t i = parts[p]; i < parts[p + 1]; i++) {
                 double rel = fabs((double)f16_to_float(o[i]) - (double)f16_to_float(w[i])) / (rms > 0 ? rms : 1);
                 max = rel > max || isnan(rel) ? (isnan(rel) ? INFINITY : rel) : max;
+                if (v < (size_t)n)
+                    layer0_max = rel > layer0_max || isnan(rel) ? (isnan(rel) ? INFINITY : rel) : layer0_max;
                 sum += rel;
                 count++;
             }
@@ -400,6 +421,12 @@ static int run_kv(model_session *s, json_t *c, const char *name, kimi_err *err)
         golden_case(s->g, layer0_worst <= 1.0 && mean <= FP8_CACHE_MEAN_REL, name,
                     "fp8 cache [%d layers][%d positions][%zu]: relative error max %.3g mean %.3g, layer 0 at most %.3g "
                     "of its bound (%s)", cfg->layers, n, row, max, mean, layer0_worst, s->g->ranks);
+        goto done;
+    }
+    if (int8_activations(s)) {
+        golden_case(s->g, layer0_max <= CACHE_MAX_REL && mean <= INT8_CACHE_MEAN_REL, name,
+                    "fp16 cache [%d layers][%d positions][%zu], int8 activations: relative error max %.3g mean %.3g, "
+                    "layer 0 max %.3g (%s)", cfg->layers, n, row, max, mean, layer0_max, s->g->ranks);
         goto done;
     }
     int ok = on_cuda(s) ? mean <= CUDA_CACHE_MEAN_REL : max <= CACHE_MAX_REL && mean <= CACHE_MEAN_REL;

@@ -89,6 +89,15 @@ int probe_arg_kv_cache(const probe_args *a, kv_cache_format *out, kimi_err *err)
     return 0;
 }
 
+int probe_arg_cpu_activations(const probe_args *a, cpu_activations *out, kimi_err *err)
+{
+    const char *v = probe_arg(a, "cpu-activations");
+    *out = CPU_ACTIVATIONS_FP32;
+    if (v && cpu_activations_parse(v, out))
+        return kimi_fail(err, KIMI_ERR_USAGE, "--cpu-activations: '%s' is not fp32 or int8", v);
+    return 0;
+}
+
 int probe_arg_double(const probe_args *a, const char *name, double def, double *out, kimi_err *err)
 {
     const char *v = probe_arg(a, name);

@@ -4,6 +4,7 @@
 #define KIMI_PROBE_ARGS_H
 
 #include "engine/base/error.h"
+#include "engine/backend/backend.h"
 #include "kernels/kv_format.h"
 
 #define PROBE_MAX_ARGS 32
@@ -25,6 +26,8 @@ int probe_arg_int(const probe_args *a, const char *name, long lo, long hi, long 
 int probe_arg_double(const probe_args *a, const char *name, double def, double *out, kimi_err *err);
 /* --kv-cache fp16|fp8, fp16 when absent. */
 int probe_arg_kv_cache(const probe_args *a, kv_cache_format *out, kimi_err *err);
+/* --cpu-activations fp32|int8 (engine/backend/backend.h), fp32 when absent. */
+int probe_arg_cpu_activations(const probe_args *a, cpu_activations *out, kimi_err *err);
 /* A required --name; fills err (usage) when missing. */
 int probe_arg_required(const probe_args *a, const char *name, const char **out, kimi_err *err);
 /* Comma-separated integers ("1,2,3") into a malloc'ed array. */

@@ -32,7 +32,8 @@ int probe_engine_options(const probe_args *a, long default_ctx, engine_options *
         probe_arg_int(a, "tp", 1, 8, 1, &tp, err) || probe_arg_int(a, "dcp", 1, 8, 1, &dcp, err) ||
         kv_shard_check((int)tp, (int)dcp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
         probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err) ||
-        probe_arg_devices(a, devices, &opt->n_devices, err) || probe_arg_kv_cache(a, &opt->kv_cache, err))
+        probe_arg_devices(a, devices, &opt->n_devices, err) || probe_arg_kv_cache(a, &opt->kv_cache, err) ||
+        probe_arg_cpu_activations(a, &opt->activations, err))
         return err->code;
     const char *speculate = probe_arg(a, "speculate");
     char what[64];
@@ -98,7 +99,7 @@ int probe_generate(int argc, char **argv)
     engine_options opt;
     long n_new;
     int *stop = NULL, n_stop = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,dcp,devices,threads,ctx,speculate,kv-cache", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,dcp,devices,threads,ctx,speculate,kv-cache,cpu-activations", &err) ||
         probe_engine_options(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
         return probe_report(&err);
     const char *tokens_text = probe_arg(&a, "tokens"), *prompt_text = probe_arg(&a, "prompt");
@@ -505,7 +506,7 @@ int probe_bench(int argc, char **argv)
     engine_options opt;
     long n_prompt, n_gen, read_mib;
     if (probe_args_parse(&a, argc, argv,
-                         "model,backend,tp,dcp,devices,threads,prompt,gen,ctx,read-mib,speculate,kv-cache,census,json", &err))
+                         "model,backend,tp,dcp,devices,threads,prompt,gen,ctx,read-mib,speculate,kv-cache,cpu-activations,census,json", &err))
         return probe_report(&err);
     if (probe_arg(&a, "census"))
         return bench_census(&a, &err) ? probe_report(&err) : 0;

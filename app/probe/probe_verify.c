@@ -46,7 +46,8 @@ static int parse_flags(const probe_args *a, verify_probe *p, verify_options *vo,
         probe_arg_int(a, "decode", 0, VERIFY_MAX_DECODE, VERIFY_DEFAULT_DECODE, &decode, err))
         return err->code;
     backend_kind kind;
-    if (probe_arg_backend(a, &kind, err))
+    cpu_activations activations;
+    if (probe_arg_backend(a, &kind, err) || probe_arg_cpu_activations(a, &activations, err))
         return err->code;
     if (tokens_text && probe_arg(a, "prompt"))
         return kimi_fail(err, KIMI_ERR_USAGE, "give at most one of --tokens 1,2,3 and --prompt TEXT");
@@ -67,7 +68,8 @@ static int parse_flags(const probe_args *a, verify_probe *p, verify_options *vo,
     vo->n_decode = (int)decode;
     vo->reference = (backend_options){.kind = BACKEND_CPU, .tp = (int)ref_tp, .threads_per_rank = (int)threads};
     vo->candidate = (backend_options){.kind = kind, .tp = (int)tp, .threads_per_rank = (int)threads,
-                                      .devices = p->n_devices ? p->devices : NULL, .n_devices = p->n_devices};
+                                      .activations = activations, .devices = p->n_devices ? p->devices : NULL,
+                                      .n_devices = p->n_devices};
     return 0;
 }
 
@@ -115,7 +117,7 @@ int probe_verify(int argc, char **argv)
     verify_report report;
     const char *model_dir = NULL, *candidate_dir = NULL;
     int status = 0;
-    if (probe_args_parse(&a, argc, argv, "model,candidate-model,backend,tp,ref-tp,devices,threads,tokens,prompt,decode",
+    if (probe_args_parse(&a, argc, argv, "model,candidate-model,backend,tp,ref-tp,devices,threads,tokens,prompt,decode,cpu-activations",
                          &err) ||
         parse_flags(&a, &p, &vo, &err))
         goto done;

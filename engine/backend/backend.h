@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine/backend/tp_comm.h"
 #include "engine/base/error.h"
@@ -13,6 +14,28 @@
 #include "kernels/kv_format.h"
 
 typedef enum { BACKEND_CPU, BACKEND_CUDA } backend_kind;
+
+/* The CPU backend's NVFP4 products: fp32 activations, the numeric reference (the default), or
+ * activations rounded to int8 per 16-column block (kernels/cpu/linear_int8.h), faster on CPUs with
+ * AVX-512 VNNI and a numeric contract of its own. The CUDA backend ignores it. */
+typedef enum { CPU_ACTIVATIONS_FP32, CPU_ACTIVATIONS_INT8 } cpu_activations;
+
+static inline const char *cpu_activations_name(cpu_activations a)
+{
+    return a == CPU_ACTIVATIONS_INT8 ? "int8" : "fp32";
+}
+
+/* "fp32" or "int8" -> *out and 0; anything else: -1, *out untouched. */
+static inline int cpu_activations_parse(const char *text, cpu_activations *out)
+{
+    if (!strcmp(text, "fp32"))
+        *out = CPU_ACTIVATIONS_FP32;
+    else if (!strcmp(text, "int8"))
+        *out = CPU_ACTIVATIONS_INT8;
+    else
+        return -1;
+    return 0;
+}
 
 typedef struct {
     backend_kind kind;
@@ -26,6 +49,7 @@ typedef struct {
                                  * it measures at open holds; 0: max_context was asked, and a device
                                  * that cannot hold it after that measurement fails the open */
     kv_cache_format kv_cache;   /* the latent cache's element format (kernels/kv_format.h); 0: fp16 */
+    cpu_activations activations; /* CPU: the NVFP4 products' activations; 0: fp32 */
     int dcp;                    /* decode context parallelism: the latent cache is sharded by position over
                                  * groups of dcp ranks (engine/backend/kv_shard.h), each rank storing 1/dcp
                                  * of the positions; divides tp; 0 or 1 = replicated on every rank. CPU

@@ -31,6 +31,7 @@ struct cpu_backend {
     int tp, dcp, threads_per_rank, spin;
     long capacity;
     kv_cache_format cache_format;
+    cpu_activations activations;
     int (*on_layer)(void *user, double tokens_done);
     void *on_layer_user;
     tp_comm *comm;
@@ -54,7 +55,7 @@ static void *rank_main(void *arg)
     rank_slot *slot = arg;
     struct cpu_backend *be = slot->be;
     /* Opened on the rank's own thread, so its cache and activations are first touched there. */
-    rank_setup setup = {be->mw, be->tp, slot->rank, be->capacity, be->cache_format,
+    rank_setup setup = {be->mw, be->tp, slot->rank, be->capacity, be->cache_format, be->activations,
                         be->dcp, CHUNK_TOKENS, NULL, be->comm};
     if (!worker_pool_open(&slot->pool, be->threads_per_rank, be->spin, &slot->err)) {
         setup.pool = slot->pool;
@@ -118,6 +119,7 @@ int cpu_backend_open(cpu_backend **out, const model_weights *mw, const backend_o
     be->dcp = opt->dcp > 0 ? opt->dcp : 1;
     be->capacity = opt->max_context;
     be->cache_format = opt->kv_cache;
+    be->activations = opt->activations;
     be->on_layer = opt->on_layer;
     be->on_layer_user = opt->on_layer_user;
     be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank : (cores / opt->tp > 1 ? cores / opt->tp : 1);

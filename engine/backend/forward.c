@@ -19,6 +19,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/moe_routing.h"
 #include "kernels/cpu/numeric.h"
@@ -83,6 +84,7 @@ struct rank_model {
     moe_routing_config routing;
     worker_pool *pool;
     tp_comm *comm;
+    linear_product product;     /* linear_rows, or linear_rows_int8 (setup's activations) */
     int nonfinite_layer;        /* rank 0: the first layer with a non-finite output (RANK_ALL_FINITE) */
     long cache_clamps;          /* fp16 cache values saturated to +-65504 */
     int profiling;              /* this step adds to cpu_profile (rank 0, one-token steps) */
@@ -170,6 +172,7 @@ static void rows_in_cost_range(long offset, int rows, long cost, long c0, long c
 typedef struct {
     const linear_task *tasks;
     int n_tasks;
+    linear_product product;
 } linear_batch;
 
 static void linear_batch_worker(void *arg, int worker, int n_workers)
@@ -184,7 +187,7 @@ static void linear_batch_worker(void *arg, int worker, int n_workers)
         int r0, r1;
         rows_in_cost_range(offset, t->w->rows, t->n, c0, c1, &r0, &r1);
         if (r0 < r1)
-            linear_rows(t->w, t->x, t->x_stride, t->n, t->y, t->y_stride, r0, r1);
+            b->product(t->w, t->x, t->x_stride, t->n, t->y, t->y_stride, r0, r1);
         offset += (long)t->w->rows * t->n;
     }
 }
@@ -193,7 +196,7 @@ static void run_linears(rank_model *m, const linear_task *tasks, int n_tasks)
 {
     for (int i = 0; i < n_tasks; i++)
         profile_bytes(m, tasks[i].w);
-    linear_batch b = {tasks, n_tasks};
+    linear_batch b = {tasks, n_tasks, m->product};
     worker_pool_run(m->pool, linear_batch_worker, &b);
 }
 
@@ -398,8 +401,8 @@ static void mlp_gate_up_worker(void *arg, int worker, int n_workers)
         offset += (long)inter * job->n;
         if (r0 == r1)
             continue;
-        linear_rows(&job->mlp->gate, job->x, hidden, job->n, job->act, inter, r0, r1);
-        linear_rows(&job->mlp->up, job->x, hidden, job->n, job->up, inter, r0, r1);
+        b->m->product(&job->mlp->gate, job->x, hidden, job->n, job->act, inter, r0, r1);
+        b->m->product(&job->mlp->up, job->x, hidden, job->n, job->up, inter, r0, r1);
         for (int t = 0; t < job->n; t++) {
             float *act = job->act + (size_t)t * inter + r0;
             silu_gate(act, act, job->up + (size_t)t * inter + r0, r1 - r0);
@@ -421,7 +424,7 @@ static void mlp_down_worker(void *arg, int worker, int n_workers)
         memset(m->partial + (size_t)t * hidden + r0, 0, (size_t)(r1 - r0) * sizeof(float));
     for (int j = 0; j < b->n_jobs; j++) {
         const mlp_job *job = &m->jobs[j];
-        linear_rows(&job->mlp->down, job->act, job->mlp->inter, job->n, job->y, hidden, r0, r1);
+        m->product(&job->mlp->down, job->act, job->mlp->inter, job->n, job->y, hidden, r0, r1);
         for (int t = 0; t < job->n; t++)
             accumulate_scaled(m->partial + (size_t)job->tokens[t] * hidden + r0, job->y + (size_t)t * hidden + r0,
                               job->weights ? job->weights[t] : 1.0f, r1 - r0);
@@ -750,6 +753,7 @@ int rank_model_open(rank_model **out, const rank_setup *setup, kimi_err *err)
     m->tp = setup->tp;
     m->capacity = setup->capacity;
     m->dcp = setup->dcp > 0 ? setup->dcp : 1;
+    m->product = setup->activations == CPU_ACTIVATIONS_INT8 ? linear_rows_int8 : linear_rows;
     m->dcp_member = setup->rank % m->dcp;
     m->slots = kv_shard_slots(setup->capacity, m->dcp);
     m->max_tokens = setup->max_tokens;

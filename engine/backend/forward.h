@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "engine/base/error.h"
+#include "engine/backend/backend.h"
 #include "engine/backend/tp_comm.h"
 #include "engine/model/weights.h"
 #include "engine/backend/worker_pool.h"
@@ -20,6 +21,7 @@ typedef struct {
     int tp, rank;
     long capacity;              /* positions of the context */
     kv_cache_format cache_format; /* of the latent cache's rows (kernels/kv_format.h) */
+    cpu_activations activations; /* of the NVFP4 products (backend.h) */
     int dcp;                    /* ranks the cache is sharded over (engine/backend/kv_shard.h; 0 or 1:
                                    replicated); divides tp */
     int max_tokens;             /* most tokens of one rank_forward call */

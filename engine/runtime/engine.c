@@ -625,9 +625,12 @@ static void write_summary(engine_info *info, const char *threads_note, const kv_
 {
     if (info->backend == BACKEND_CPU)
         snprintf(info->summary, sizeof info->summary,
-                 "%s backend, tp %d, %d threads per rank%s, weights read in by %d thread%s; %s",
+                 "%s backend, tp %d, %d threads per rank%s, weights read in by %d thread%s%s; %s",
                  backend_name(info->backend), info->tp, info->threads_per_rank, threads_note, info->load_threads,
-                 info->load_threads == 1 ? "" : "s", plan->summary);
+                 info->load_threads == 1 ? "" : "s",
+                 info->activations == CPU_ACTIVATIONS_INT8 ? ", NVFP4 products with int8 activations (not the fp32 "
+                                                             "reference)" : "",
+                 plan->summary);
     else
         snprintf(info->summary, sizeof info->summary, "%s backend, tp %d; %s", backend_name(info->backend), info->tp,
                  plan->summary);
@@ -711,6 +714,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         return kimi_fail(err, KIMI_ERR_USAGE, "no model directory given (--model DIR)");
     if (opt->kv_cache != KV_CACHE_FP16 && opt->kv_cache != KV_CACHE_FP8)
         return kimi_fail(err, KIMI_ERR_USAGE, "--kv-cache %d: must be fp16 or fp8", (int)opt->kv_cache);
+    if (opt->activations != CPU_ACTIVATIONS_FP32 && opt->activations != CPU_ACTIVATIONS_INT8)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--cpu-activations %d: must be fp32 or int8", (int)opt->activations);
 
     if ((rc = weights_load(&e->weights, opt->model_dir, err)))
         return rc;
@@ -726,6 +731,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
 
     engine_info *info = &e->info;
     info->backend = opt->backend;
+    info->activations = opt->backend == BACKEND_CPU ? opt->activations : CPU_ACTIVATIONS_FP32;
     info->tp = opt->tp;
     info->vocab = cfg->vocab;
     info->weight_bytes = e->weights.weight_bytes;
@@ -795,7 +801,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,
                           .max_context = plan.max_context, .fit_context = opt->max_context == 0,
-                          .kv_cache = opt->kv_cache, .dcp = dcp,
+                          .kv_cache = opt->kv_cache, .activations = info->activations, .dcp = dcp,
                           .on_layer = on_layer, .on_layer_user = e,
                           .devices = opt->devices, .n_devices = opt->n_devices, .on_load = report_load,
                           .on_load_user = &lr};

@@ -71,6 +71,9 @@ typedef struct {
     kv_cache_format kv_cache;       /* the latent cache's element format (kernels/kv_format.h):
                                        KV_CACHE_FP16 (0) or KV_CACHE_FP8; the app chooses (its
                                        default is fp16 whatever the checkpoint asks for) */
+    cpu_activations activations;    /* CPU backend: CPU_ACTIVATIONS_FP32 (0, the reference) or
+                                       CPU_ACTIVATIONS_INT8 (backend_options.activations); the CUDA
+                                       backend ignores it */
     size_t memory_budget_bytes;     /* CPU: the machine's memory for the weights and every
                                        rank's cache replica (0 = 75% of what is available at
                                        open); CUDA: one rank's device memory for its shard and
@@ -114,6 +117,7 @@ struct engine_info {
     size_t weight_bytes;            /* language-model weights */
     size_t kv_bytes_per_token;      /* per position a rank stores, in the cache's format */
     kv_cache_format kv_cache;       /* the cache's format */
+    cpu_activations activations;    /* CPU: what the NVFP4 products run with (fp32 on CUDA) */
     long max_fit_fp16, max_fit_fp8; /* max_fit with each cache format (at this dcp); -1 = unknown */
     int dcp;                        /* ranks the cache is sharded over (1: replicated) */
     size_t cache_bytes_per_rank;    /* the latent cache one rank holds (backend_cache_bytes_per_rank) */

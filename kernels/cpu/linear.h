@@ -16,6 +16,10 @@ enum { LINEAR_TOKEN_TILE = 8 };
 void linear_rows(const weight_matrix *w, const float *x, size_t x_stride, int n_tokens,
                  float *y, size_t y_stride, int row_begin, int row_end);
 
+/* linear_rows' signature, so a caller picks it or linear_rows_int8 (linear_int8.h) once. */
+typedef void (*linear_product)(const weight_matrix *w, const float *x, size_t x_stride, int n_tokens, float *y,
+                               size_t y_stride, int row_begin, int row_end);
+
 /* The x86 SIMD kernels linear_rows may use, for tests and benchmarks that compare them:
  *   LINEAR_SIMD_NONE         the portable loops (the only ones off x86-64);
  *   LINEAR_SIMD_AVX512       AVX-512F/BW: NVFP4 decoded with vpermps, the same bits as the portable

@@ -94,6 +94,7 @@ static void test_defaults(void)
     CHECK(o.devices == NULL);
     CHECK_INT(o.speculate, SPECULATE_AUTO);
     CHECK_INT(o.kv_cache, KV_CACHE_FP16);
+    CHECK_INT(o.cpu_activations, CPU_ACTIVATIONS_FP32);
     CHECK_INT(o.mode, APP_MODE_PLAIN);
     CHECK(o.script_path == NULL && o.prompt_text == NULL && !o.keep_going);
     CHECK(!o.resume && o.load_path == NULL && o.system_prompt == NULL && !o.no_save);
@@ -279,6 +280,9 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--kv-cache fp4: must be fp16 or fp8", "--kv-cache", "fp4");
     EXPECT_ERROR("--kv-cache FP8: must be fp16 or fp8", "--kv-cache", "FP8");
     EXPECT_ERROR("--kv-cache '': must be fp16 or fp8", "--kv-cache", "");
+    EXPECT_ERROR("--cpu-activations int4: must be fp32 or int8", "--cpu-activations", "int4");
+    EXPECT_ERROR("--cpu-activations INT8: must be fp32 or int8", "--cpu-activations", "INT8");
+    EXPECT_ERROR("--cpu-activations '': must be fp32 or int8", "--cpu-activations", "");
     EXPECT_ERROR("--think maybe: must be on or off", "--think", "maybe");
     EXPECT_ERROR("--think true: must be on or off", "--think", "true");
     EXPECT_ERROR("--temperature 150: must be a number in [0, 100]", "--temperature", "150");
@@ -427,6 +431,15 @@ static void test_config(void)
     options_free(&o);
     PARSE_OK(o, "--kv-cache", "fp16");
     CHECK_INT(o.kv_cache, KV_CACHE_FP16);
+    options_free(&o);
+
+    /* cpu_activations = fp32|int8, and the flag over it */
+    write_config("cpu_activations = int8\n");
+    PARSE_OK(o, NULL);
+    CHECK_INT(o.cpu_activations, CPU_ACTIVATIONS_INT8);
+    options_free(&o);
+    PARSE_OK(o, "--cpu-activations", "fp32");
+    CHECK_INT(o.cpu_activations, CPU_ACTIVATIONS_FP32);
     options_free(&o);
 
     /* XDG_CONFIG_HOME moves the default file. */
@@ -700,7 +713,7 @@ static void test_help_matches_man_page(void)
     }
     CHECK(width_ok);
     static const char *const brief[] = {
-        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--dcp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--kv-cache", "--verify", "--plain", "--script",
+        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--dcp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--kv-cache", "--cpu-activations", "--verify", "--plain", "--script",
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",
