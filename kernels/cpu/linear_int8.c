@@ -49,6 +49,9 @@ enum {
     PREFETCH_AHEAD_BYTES = 4096,
 };
 
+/* Blocks whose max|x| is below PRESCALE_BELOW are multiplied by PRESCALE before 127 / max. */
+static const float PRESCALE_BELOW = 0x1p-64f, PRESCALE = 0x1p64f;
+
 /* One token's activations, quantised: q [chunks][CHUNK] in the chunk byte order,
  * correction [chunks][LANES] = -CODE_OFFSET * (sum of the lane's 4 q), scale [groups *
  * GROUP_BLOCKS] = a_b (0 past the last block). */
@@ -120,9 +123,11 @@ static float block_quantize(const float *x, int8_t q[BLOCK])
         memset(q, 0, BLOCK);
         return finite ? 0.0f : NAN;
     }
-    float inverse = (float)QMAX / amax;
+    /* 127 / amax overflows float below amax = 127 / FLT_MAX (blocks of denormals among them):
+     * such blocks are scaled by 2^64 first, exactly, so x * (127 / amax) keeps its value. */
+    float prescale = amax < PRESCALE_BELOW ? PRESCALE : 1.0f, inverse = (float)QMAX / (amax * prescale);
     for (int k = 0; k < BLOCK; k++) {
-        float rounded = nearbyintf(x[k] * inverse);
+        float rounded = nearbyintf(x[k] * prescale * inverse);
         q[k] = (int8_t)(rounded > QMAX ? QMAX : rounded < -QMAX ? -QMAX : rounded);
     }
     return amax / (float)QMAX;
@@ -218,7 +223,10 @@ __attribute__((target(INT8_TARGET))) static void quantize_avx512(const float *x,
             } else {
                 float amax = _mm512_reduce_max_ps(a);
                 if (amax != 0.0f) {
-                    q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps((float)QMAX / amax))));
+                    float prescale = amax < PRESCALE_BELOW ? PRESCALE : 1.0f; /* as in block_quantize */
+                    __m512 units = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(prescale)),
+                                                 _mm512_set1_ps((float)QMAX / (amax * prescale)));
+                    q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(units));
                     out->scale[b] = amax / (float)QMAX;
                 }
             }

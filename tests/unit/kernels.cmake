@@ -1,6 +1,7 @@
 # Unit tests: kernels.
 kimi_unit_test(test_numeric SOURCES test_numeric.c DEPS kimi_kernels_cpu)
 kimi_unit_test(test_linear SOURCES test_linear.c DEPS kimi_kernels_cpu m)
+kimi_unit_test(test_linear_int8 SOURCES test_linear_int8.c DEPS kimi_kernels_cpu m)
 kimi_unit_test(test_half SOURCES test_half.c DEPS kimi_kernels_cpu)
 kimi_unit_test(test_elementwise SOURCES test_elementwise.c DEPS kimi_kernels_cpu m)
 kimi_unit_test(test_rope SOURCES test_rope.c DEPS kimi_kernels_cpu m)
