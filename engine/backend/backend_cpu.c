@@ -28,7 +28,9 @@ typedef struct {
 
 struct cpu_backend {
     const model_weights *mw;
-    int tp, dcp, threads_per_rank, spin;
+    int tp, dcp, threads_per_rank;
+    int spin;                   /* the step barriers (the ranks and the calling thread) may spin */
+    int spin_within_step;       /* the rank's worker pools and all-reduces may spin */
     long capacity;
     kv_cache_format cache_format;
     cpu_activations activations;
@@ -57,7 +59,7 @@ static void *rank_main(void *arg)
     /* Opened on the rank's own thread, so its cache and activations are first touched there. */
     rank_setup setup = {be->mw, be->tp, slot->rank, be->capacity, be->cache_format, be->activations,
                         be->dcp, CHUNK_TOKENS, NULL, be->comm};
-    if (!worker_pool_open(&slot->pool, be->threads_per_rank, be->spin, &slot->err)) {
+    if (!worker_pool_open(&slot->pool, be->threads_per_rank, be->spin_within_step, &slot->err)) {
         setup.pool = slot->pool;
         rank_model_open(&slot->model, &setup, &slot->err);
     }
@@ -123,12 +125,19 @@ int cpu_backend_open(cpu_backend **out, const model_weights *mw, const backend_o
     be->on_layer = opt->on_layer;
     be->on_layer_user = opt->on_layer_user;
     be->threads_per_rank = opt->threads_per_rank ? opt->threads_per_rank : (cores / opt->tp > 1 ? cores / opt->tp : 1);
-    /* Spinning only pays when every worker, and the calling thread that waits in the step
-     * barriers, has a CPU of its own; otherwise a spinner steals its peer's time slice. */
-    be->spin = cpu_spin_pays((cpu_spin_mode)spin_mode, (long)be->tp * be->threads_per_rank, cores);
+    /* Spinning only pays when every thread that meets in a barrier has a CPU of its own;
+     * otherwise a spinner steals its peer's time slice. The step barriers also hold the calling
+     * thread, which needs a CPU between steps (sampling, and the on_layer call between a
+     * prefill's layers); the barriers inside a step (a rank's workers, the ranks' all-reduces)
+     * hold only the compute threads, all busy then while the caller sleeps in step_done. At
+     * threads = cores those spin and the step barriers block: 2 threads on 2 CPUs had every
+     * wait of a step go through a futex wake-up. */
+    long compute_threads = (long)be->tp * be->threads_per_rank;
+    be->spin = cpu_spin_pays((cpu_spin_mode)spin_mode, compute_threads + 1, cores);
+    be->spin_within_step = cpu_spin_pays((cpu_spin_mode)spin_mode, compute_threads, cores);
     spin_barrier_init(&be->step_start, be->tp + 1, be->spin);
     spin_barrier_init(&be->step_done, be->tp + 1, be->spin);
-    if ((rc = tp_comm_open(&be->comm, be->tp, (size_t)CHUNK_TOKENS * (size_t)c->hidden, be->spin, err))) {
+    if ((rc = tp_comm_open(&be->comm, be->tp, (size_t)CHUNK_TOKENS * (size_t)c->hidden, be->spin_within_step, err))) {
         free(be);
         return rc;
     }

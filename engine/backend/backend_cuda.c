@@ -1596,7 +1596,7 @@ static int backend_setup(struct cuda_backend *be, const backend_options *opt, si
 static int threads_start(struct cuda_backend *be, kimi_err *err)
 {
     /* spinning only pays when every rank thread and the caller have a CPU of their own */
-    int spin = cpu_spin_pays(CPU_SPIN_AUTO, be->tp, cpu_usable_count());
+    int spin = cpu_spin_pays(CPU_SPIN_AUTO, be->tp + 1, cpu_usable_count());
     spin_barrier_init(&be->job_start, be->tp + 1, spin);
     spin_barrier_init(&be->job_done, be->tp + 1, spin);
     spin_barrier_init(&be->ranks_meet, be->tp, spin);

@@ -111,9 +111,9 @@ int cpu_spin_mode_parse(const char *value)
     return -1;
 }
 
-int cpu_spin_pays(cpu_spin_mode mode, long busy_threads, int usable)
+int cpu_spin_pays(cpu_spin_mode mode, long meeting_threads, int usable)
 {
     if (mode != CPU_SPIN_AUTO)
         return mode == CPU_SPIN_ON;
-    return busy_threads + 1 <= usable;
+    return meeting_threads <= usable;
 }

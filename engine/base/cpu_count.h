@@ -22,9 +22,9 @@ typedef enum { CPU_SPIN_AUTO, CPU_SPIN_ON, CPU_SPIN_OFF } cpu_spin_mode;
  * other value (the caller names it in its error). */
 int cpu_spin_mode_parse(const char *value);
 
-/* Whether waiters spin (briefly, then block): forced by mode, else only when busy_threads
- * (the compute threads) plus one for the thread that drives them (which waits in the same
- * barriers) fit in usable CPUs. */
-int cpu_spin_pays(cpu_spin_mode mode, long busy_threads, int usable);
+/* Whether the waiters of a barrier spin (briefly, then block): forced by mode, else only when
+ * every thread that meets there (meeting_threads: the compute threads, plus the thread that
+ * drives them when it waits in the same barrier) has a CPU of its own among usable. */
+int cpu_spin_pays(cpu_spin_mode mode, long meeting_threads, int usable);
 
 #endif

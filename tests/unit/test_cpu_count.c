@@ -55,10 +55,10 @@ static void check_quota(void)
 
 static void check_spin_rule(void)
 {
-    CHECK_INT(cpu_spin_pays(CPU_SPIN_AUTO, 2, 2), 0);   /* tp 1 x 2 threads + the scheduler on 2 CPUs */
-    CHECK_INT(cpu_spin_pays(CPU_SPIN_AUTO, 1, 2), 1);
+    CHECK_INT(cpu_spin_pays(CPU_SPIN_AUTO, 3, 2), 0);   /* tp 1 x 2 threads + the scheduler on 2 CPUs */
+    CHECK_INT(cpu_spin_pays(CPU_SPIN_AUTO, 2, 2), 1);   /* ... the 2 threads alone (within a step) */
     CHECK_INT(cpu_spin_pays(CPU_SPIN_AUTO, 2, 1), 0);   /* tp 2 under taskset -c 0 */
-    CHECK_INT(cpu_spin_pays(CPU_SPIN_AUTO, 8, 16), 1);
+    CHECK_INT(cpu_spin_pays(CPU_SPIN_AUTO, 9, 16), 1);
     CHECK_INT(cpu_spin_pays(CPU_SPIN_ON, 8, 1), 1);
     CHECK_INT(cpu_spin_pays(CPU_SPIN_OFF, 1, 64), 0);
     CHECK_INT(cpu_spin_mode_parse(NULL), CPU_SPIN_AUTO);
