@@ -794,8 +794,10 @@ static int verify_attention(struct cuda_backend *be, rank_device *rd, int layer,
 }
 
 /* x = rmsnorm(h) -> partial = this rank's share of o_proj(attention(x)), cache rows written;
- * for the step's T tokens at positions *pos + t. */
-static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
+ * for the step's T tokens at positions *pos + t. epilogue not NULL (one token): o_proj's launch
+ * also runs the residual epilogue (reduce_into_h's work). */
+static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, int T,
+                          const residual_epilogue *epilogue)
 {
     const model_config *c = be->cfg;
     const layer_device *ld = &rd->layers[layer];
@@ -850,6 +852,8 @@ static int attention_step(struct cuda_backend *be, rank_device *rd, int layer, i
     STEP_TRY(linear_gemv_tokens_cuda(&w_uv, c->v_head_dim, rd->heads, kv_b_rows, ws(rd, l->o_latent), kv_lora,
                                      heads * kv_lora, ws(rd, l->attn), (size_t)c->v_head_dim,
                                      heads * (size_t)c->v_head_dim, T, &rd->gemv, s));
+    if (epilogue)
+        return linear_gemv_residual_cuda(&ld->o, ws(rd, l->attn), ws(rd, l->partial), epilogue, &rd->gemv, s);
     return project(be, rd, &ld->o, ws(rd, l->attn), heads * (size_t)c->v_head_dim, ws(rd, l->partial), T, s);
 }
 
@@ -938,8 +942,18 @@ static int experts_split_step(struct cuda_backend *be, rank_device *rd, const la
     return status;
 }
 
-/* x = rmsnorm(h) -> partial = this rank's share of the dense MLP or the MoE of x, T tokens. */
-static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
+/* Whether a one-token step runs layer's MoE on the decode path of mlp_step (the shared expert as
+ * a slot of the routed experts' launches needs their width). */
+static int moe_decode_path(const rank_device *rd, const layer_device *ld)
+{
+    int shared_inter = rd->shard.shared_inter.end - rd->shard.shared_inter.begin;
+    return !ld->has_shared || shared_inter == rd->shard.moe_inter.end - rd->shard.moe_inter.begin;
+}
+
+/* x = rmsnorm(h) -> partial = this rank's share of the dense MLP or the MoE of x, T tokens.
+ * epilogue not NULL (one token, a dense layer or moe_decode_path): the down projection's launch
+ * also runs the residual epilogue (reduce_into_h's work). */
+static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T, const residual_epilogue *epilogue)
 {
     const model_config *c = be->cfg;
     const layer_device *ld = &rd->layers[layer];
@@ -952,12 +966,14 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
             return status;
         int inter = rd->shard.dense_inter.end - rd->shard.dense_inter.begin;
         STEP_TRY(mlp_gate_up_cuda(ld->table, NULL, T, 1, x, c->hidden, inter, ws(rd, l->act), s));
+        if (epilogue)   /* down's one slot summed in place: partial is its own y */
+            return mlp_down_combine_cuda(ld->table, NULL, 0, 1, ws(rd, l->act), c->hidden, inter, ws(rd, l->partial),
+                                         NULL, NULL, ws(rd, l->partial), epilogue, &rd->gemv, s);
         return mlp_down_cuda(ld->table, NULL, T, ws(rd, l->act), c->hidden, inter, ws(rd, l->partial), s);
     }
     int k = c->experts_per_token, moe_inter = rd->shard.moe_inter.end - rd->shard.moe_inter.begin;
     int *chosen = (int *)ws(rd, l->chosen);
-    int shared_inter = rd->shard.shared_inter.end - rd->shard.shared_inter.begin;
-    if (T == 1 && (!ld->has_shared || shared_inter == moe_inter)) {
+    if (T == 1 && moe_decode_path(rd, ld)) {
         /* decode: the router with the routing, the shared expert as slot k of the routed experts'
          * launches, the weighted sum with down (launches are a decode step's overhead:
          * docs/CUDA.md); slot_table: the table entries of the slots (moe_order is unused by one
@@ -969,7 +985,7 @@ static int mlp_step(struct cuda_backend *be, rank_device *rd, int layer, int T)
         STEP_TRY(mlp_gate_up_cuda(ld->table, slot_table, slots, slots, x, c->hidden, moe_inter, ws(rd, l->act), s));
         return mlp_down_combine_cuda(ld->table, slot_table, k, ld->has_shared, ws(rd, l->act), c->hidden, moe_inter,
                                      ws(rd, l->routed_y), chosen, ws(rd, l->route_weights), ws(rd, l->partial),
-                                     &rd->gemv, s);
+                                     epilogue, &rd->gemv, s);
     }
     STEP_TRY(project(be, rd, &ld->router, x, (size_t)c->hidden, ws(rd, l->router_logits), T, s));
     STEP_TRY(moe_route_cuda(&be->routing, ws(rd, l->router_logits), ld->router_bias, chosen, ws(rd, l->route_weights),
@@ -1052,6 +1068,31 @@ static int reduce_into_h(struct cuda_backend *be, rank_device *rd, int T, const 
     return 0;
 }
 
+/* Whether the launch that ends a sublayer of a one-token step runs reduce_into_h(norm,
+ * flag_code)'s work itself, as its residual epilogue (kernels/cuda/allreduce.h): at one rank, or
+ * over the peer all-reduce (two launches a layer fewer; NCCL and the local communicator keep
+ * reduce_into_h). 1 with *e filled, 0 when reduce_into_h is to follow, or -1 with rd->err
+ * filled. */
+static int residual_fusion(struct cuda_backend *be, rank_device *rd, const float *norm, int flag_code,
+                           residual_epilogue *e)
+{
+    const model_config *c = be->cfg;
+    memset(e, 0, sizeof *e);
+    if (be->tp > 1) {
+        if (!cuda_comm_fuses_norm(be->comm, (size_t)c->hidden))
+            return 0;
+        if (cuda_comm_peer_view(be->comm, rd->rank, (size_t)c->hidden, &e->peer, &rd->err))
+            return -1;
+    }
+    e->h = ws(rd, rd->layout.h);
+    e->out = ws(rd, rd->layout.x);
+    e->weight = norm;
+    e->eps = c->rms_norm_eps;
+    e->code = flag_code;
+    e->flag = flag_code > 0 ? rd->numerics + 1 : NULL;
+    return 1;
+}
+
 /* Every layer of one rank for the step's T tokens (h and pos already on the device), two
  * all-reduces per layer, then (with_logits) its lm_head rows gathered into rank 0's logits.
  * Returns 0 or a KIMI_ERR_* with rd->err filled. */
@@ -1063,13 +1104,22 @@ static int rank_step_enqueue(struct cuda_backend *be, rank_device *rd, int T, in
                             rd->stream),
                "input norm");
     for (int layer = 0; layer < c->layers; layer++) {
-        LAUNCH_TRY(attention_step(be, rd, layer, T), "attention");
-        if (reduce_into_h(be, rd, T, rd->layers[layer].post_norm, 0))
+        const layer_device *ld = &rd->layers[layer];
+        residual_epilogue e;
+        int fused = T == 1 ? residual_fusion(be, rd, ld->post_norm, 0, &e) : 0;
+        if (fused < 0)
             return rd->err.code;
-        LAUNCH_TRY(mlp_step(be, rd, layer, T), "MLP");
+        LAUNCH_TRY(attention_step(be, rd, layer, T, fused ? &e : NULL), "attention");
+        if (!fused && reduce_into_h(be, rd, T, ld->post_norm, 0))
+            return rd->err.code;
         int last = layer + 1 == c->layers;
         const float *next = last ? (with_logits ? rd->final_norm : NULL) : rd->layers[layer + 1].input_norm;
-        if (reduce_into_h(be, rd, T, next, c->layers - layer))
+        int mlp_fuses = T == 1 && (!ld->is_moe || moe_decode_path(rd, ld));
+        fused = mlp_fuses ? residual_fusion(be, rd, next, c->layers - layer, &e) : 0;
+        if (fused < 0)
+            return rd->err.code;
+        LAUNCH_TRY(mlp_step(be, rd, layer, T, fused ? &e : NULL), "MLP");
+        if (!fused && reduce_into_h(be, rd, T, next, c->layers - layer))
             return rd->err.code;
     }
     if (!with_logits)

@@ -155,6 +155,16 @@ int cuda_comm_allreduce_norm(cuda_comm *c, int rank, const float *partial, float
     return cuda_peer_allreduce_norm(c->peer, rank, partial, h, x, weight, rows, n, eps, code, flag, stream, err);
 }
 
+int cuda_comm_peer_view(cuda_comm *c, int rank, size_t n, peer_allreduce_view *view, kimi_err *err)
+{
+    if (!c->peer)
+        return kimi_fail(err, KIMI_ERR_STATE, "all-reduce with norm: rank %d: the communicator has no peer exchange",
+                         rank);
+    if (atomic_load(&c->failed))
+        return kimi_fail(err, KIMI_ERR_STATE, "rank %d: all-reduce abandoned: another rank failed", rank);
+    return cuda_peer_view(c->peer, rank, n, view, err);
+}
+
 void cuda_comm_close(cuda_comm *c)
 {
     if (!c)

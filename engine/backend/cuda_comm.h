@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "engine/base/error.h"
+#include "kernels/cuda/allreduce.h"
 
 typedef struct cuda_comm cuda_comm;
 
@@ -57,6 +58,11 @@ int cuda_comm_fuses_norm(const cuda_comm *c, size_t n);
  * (residual_rmsnorm_flag_cuda's contract); one launch on stream. Returns 0 or a KIMI_ERR_*. */
 int cuda_comm_allreduce_norm(cuda_comm *c, int rank, const float *partial, float *h, float *x, const float *weight,
                              int rows, int n, float eps, int code, int *flag, void *stream, kimi_err *err);
+
+/* For a launch that runs cuda_comm_allreduce_norm's work of n floats itself (a decode kernel's
+ * residual epilogue, kernels/cuda/allreduce.h): rank's view of the peer exchange, where
+ * cuda_comm_fuses_norm(c, n). 0, or a KIMI_ERR_* as cuda_comm_allreduce_norm's. */
+int cuda_comm_peer_view(cuda_comm *c, int rank, size_t n, peer_allreduce_view *view, kimi_err *err);
 
 int cuda_comm_gather(cuda_comm *c, int rank, const float *part, int rows, const size_t *col_begin, float *root_out,
                      void *stream, kimi_err *err);

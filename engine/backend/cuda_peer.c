@@ -174,6 +174,15 @@ int cuda_peer_allreduce_norm(cuda_peer *p, int rank, const float *partial, float
     return 0;
 }
 
+int cuda_peer_view(const cuda_peer *p, int rank, size_t n, peer_allreduce_view *view, kimi_err *err)
+{
+    if (rank < 0 || rank >= p->ranks || n < 1 || n > p->max_n)
+        return kimi_fail(err, KIMI_ERR_STATE, "peer all-reduce: rank %d of %d, %zu floats (at most %zu)", rank,
+                         p->ranks, n, p->max_n);
+    *view = p->views[rank];
+    return 0;
+}
+
 /* ---- the self-check ---- */
 
 /* The pattern: rank r's partial, h and the weight at element i of row `row`. Multiples of 1/8

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "engine/base/error.h"
+#include "kernels/cuda/allreduce.h"
 
 typedef struct cuda_peer cuda_peer;
 
@@ -35,6 +36,11 @@ int cuda_peer_self_check(cuda_peer *p, kimi_err *err);
  * is not finite (kernels/cuda/allreduce.h). rows * n <= max_n. Enqueued on stream. */
 int cuda_peer_allreduce_norm(cuda_peer *p, int rank, const float *partial, float *h, float *out, const float *weight,
                              int rows, int n, float eps, int code, int *flag, void *stream, kimi_err *err);
+
+/* Rank's view of the exchange for a kernel that runs the all-reduce of n floats in its own
+ * epilogue (kernels/cuda/allreduce.h residual_epilogue): 0 with *view filled, or KIMI_ERR_STATE
+ * naming the rank when n is beyond max_n. */
+int cuda_peer_view(const cuda_peer *p, int rank, size_t n, peer_allreduce_view *view, kimi_err *err);
 
 /* A step failed: every kernel waiting for a peer (now or later) stops waiting and ends without
  * writing its results. Permanent: the exchange is unusable afterwards. */

@@ -24,20 +24,17 @@
  * stream starts only after its call e (the one reading slot [p]) has ended. Flags only grow, and
  * a peer can be at most one call ahead (it waits for this rank's next flag), so "flag >= e"
  * (compared modulo 2^32) is the arrival test. */
-#include <math.h>
 #include <stdint.h>
 
 #include "kernels/cuda/allreduce.h"
-#include "kernels/cuda/norm_core.cuh"
-#include "kernels/forward_math.h"
+#include "kernels/cuda/allreduce_core.cuh"
 
 namespace {
 
 /* A block of kThreads moves and sums the slots (one block has to carry the whole call, so it is as
- * wide as a block gets); the first kNormThreads of them form the sums of squares exactly as
- * residual_rmsnorm_kernel's kNormThreads threads do (kernels/cuda/norm_core.cuh), so the norm
- * has the same bits. */
-constexpr int kThreads = 1024, kNormThreads = 256;
+ * wide as a block gets); the first kPeerNormThreads of them form the sums of squares
+ * (kernels/cuda/allreduce_core.cuh). */
+constexpr int kThreads = 1024;
 
 /* Steps 1 and 2: this rank's partial [count] into slot [parity][rank] of every device, then its
  * flag raised to epoch on every device. */
@@ -56,36 +53,7 @@ __device__ void publish(const peer_allreduce_view &v, const float *partial, size
         }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence_system();
-        for (int d = 0; d < v.ranks; d++)
-            ((volatile unsigned *)v.flags[d])[v.rank] = epoch;
-    }
-    /* the flags are up before any thread of this block waits: on the emulator a waiting thread
-     * holds its worker until the wait ends (threads switch only at barriers) */
-    __syncthreads();
-}
-
-/* Step 3: thread q < ranks waits for peer q's flag to reach epoch, or for the host's stop. True
- * in every thread when the host stopped the wait. */
-__device__ bool wait_for_peers(const peer_allreduce_view &v, unsigned epoch)
-{
-    int stopped = 0;
-    if ((int)threadIdx.x < v.ranks && (int)threadIdx.x != v.rank) {
-        const volatile unsigned *arrived = (const volatile unsigned *)v.flags[v.rank] + threadIdx.x;
-        const volatile int *stop = (const volatile int *)v.stop;
-        /* the stop word is host memory, a PCIe round trip away: read every 64th turn only, so a
-         * flag that arrives is seen within a local load and a short sleep */
-        for (unsigned turn = 1; (int)(*arrived - epoch) < 0; turn++) {
-            if (turn % 64 == 0 && *stop) {
-                stopped = 1;
-                break;
-            }
-            __nanosleep(100);
-        }
-        __threadfence_system();
-    }
-    return __syncthreads_or(stopped) != 0;
+    peer_raise_flags(v, epoch);
 }
 
 __global__ void __launch_bounds__(kThreads) peer_allreduce_norm_kernel(peer_allreduce_view v, const float *partial,
@@ -93,54 +61,14 @@ __global__ void __launch_bounds__(kThreads) peer_allreduce_norm_kernel(peer_allr
                                                                        int rows, int n, float eps, int code, int *flag)
 {
     /* every thread reads the epoch before the barriers below; thread 0 advances it at the end */
-    unsigned epoch = *v.epoch + 1u;
+    unsigned epoch = peer_next_epoch(v);
     publish(v, partial, (size_t)rows * (size_t)n, epoch);
-    if (wait_for_peers(v, epoch))
+    if (peer_wait_for_peers(v, epoch))
         return;     /* the step failed elsewhere; its results are not used */
     const float *slots = v.slots[v.rank] + (size_t)(epoch & 1u) * (size_t)v.ranks * v.max_n;
-    bool vectors = n % 4 == 0 && v.max_n % 4 == 0 && ((uintptr_t)h & 15u) == 0;
-    for (int r = 0; r < rows; r++) {
-        float *row = h + (size_t)r * n;
-        const float *mine = slots + (size_t)r * n;
-        int bad = 0;
-        /* h += the slots summed in rank order, every element on its own: the order of the
-         * elements does not matter, only that of the ranks */
-        if (vectors) {
-            for (int j = threadIdx.x; j < n / 4; j += kThreads) {
-                float4 sum = __ldcg((const float4 *)mine + j), value = ((const float4 *)row)[j];
-                for (int q = 1; q < v.ranks; q++) {
-                    float4 add = __ldcg((const float4 *)(mine + (size_t)q * v.max_n) + j);
-                    sum.x += add.x, sum.y += add.y, sum.z += add.z, sum.w += add.w;
-                }
-                value.x += sum.x, value.y += sum.y, value.z += sum.z, value.w += sum.w;
-                ((float4 *)row)[j] = value;
-                bad |= !isfinite(value.x) | !isfinite(value.y) | !isfinite(value.z) | !isfinite(value.w);
-            }
-        } else {
-            for (int i = threadIdx.x; i < n; i += kThreads) {
-                float sum = __ldcg(mine + i);
-                for (int q = 1; q < v.ranks; q++)
-                    sum += __ldcg(mine + (size_t)q * v.max_n + i);
-                float value = row[i] + sum;
-                row[i] = value;
-                bad |= !isfinite(value);
-            }
-        }
-        /* the barrier also makes every thread's h visible to the squares below */
-        if (__syncthreads_or(bad) && flag && threadIdx.x == 0)
-            atomicMax(flag, code);
-        if (!weight)
-            continue;
-        /* the other threads' 0.0f terms leave the warp totals' sum unchanged */
-        float squares = 0.0f;
-        if (threadIdx.x < kNormThreads)
-            for (int i = threadIdx.x; i < n; i += kNormThreads)
-                squares += row[i] * row[i];
-        float inverse_rms = norm_block_inverse_rms(squares, n, eps);
-        float *dst = out + (size_t)r * n;
-        for (int i = threadIdx.x; i < n; i += kThreads)
-            dst[i] = rmsnorm_element(row[i], inverse_rms, weight[i]);
-    }
+    for (int r = 0; r < rows; r++)
+        peer_residual_norm_row(&v, slots + (size_t)r * n, nullptr, h + (size_t)r * n,
+                               out ? out + (size_t)r * n : nullptr, weight, n, eps, code, flag);
     if (threadIdx.x == 0)
         *v.epoch = epoch;
 }

@@ -39,6 +39,24 @@ typedef struct {
     size_t max_n;
 } peer_allreduce_view;
 
+/* What follows a sublayer's output y [n] of one token (o_proj's, the MLP's down projection's),
+ * run by the last block of the launch that computes y (kernels/cuda/forward.h
+ * linear_gemv_residual_cuda, mlp_down_combine_cuda), one launch fewer than
+ * peer_allreduce_residual_rmsnorm_cuda after it: with peer.ranks > 0, y is this rank's partial,
+ * summed over the ranks as peer_allreduce_residual_rmsnorm_cuda sums it (each block pushes the
+ * rows it finishes to every device; the last raises the flags, waits and sums); peer.ranks 0
+ * (one rank): y itself. Then h [n] += the sum; weight not NULL: out [n] = rmsnorm(h) * weight;
+ * flag not NULL: *flag = max(*flag, code) when any h is not finite. The same bits as
+ * peer_allreduce_residual_rmsnorm_cuda, or residual_rmsnorm_flag_cuda at one rank. */
+typedef struct {
+    peer_allreduce_view peer;
+    float *h, *out;
+    const float *weight;
+    float eps;
+    int code;
+    int *flag;
+} residual_epilogue;
+
 /* partial [rows][n] (this rank's; rows * n <= view->max_n) summed over the ranks; h [rows][n] +=
  * the sum; weight not NULL: out [rows][n] = rmsnorm(h row) * weight (the operations of
  * residual_rmsnorm_cuda, bit for bit); flag not NULL: *flag = max(*flag, code) when any h is NaN

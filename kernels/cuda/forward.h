@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cuda/allreduce.h"
 #include "kernels/kv_format.h"
 #include "kernels/moe_routing_math.h"
 #include "kernels/tensor.h"
@@ -49,6 +50,14 @@ int linear_gemv_tokens_cuda(const weight_matrix *w, int rows, int batches, int r
 int linear_gemv_tokens_exact_cuda(const weight_matrix *w, int rows, int batches, int row_batch, const float *x,
                                   size_t x_batch, size_t x_token, float *y, size_t y_batch, size_t y_token, int tokens,
                                   const gemv_scratch *scratch, void *stream);
+
+/* A decode step's GEMV of one token whose output ends a sublayer (o_proj): y [w->rows] = w x as
+ * linear_gemv_cuda computes it (the same K split, the same bits), then in the last block the
+ * residual epilogue on y (kernels/cuda/allreduce.h: the peer all-reduce when epilogue->peer.ranks
+ * > 0, the residual add, the next norm), so the launch replaces the GEMV and the all-reduce's (or
+ * residual_rmsnorm_cuda's) launch. scratch as mla_qkv_a_cuda's. */
+int linear_gemv_residual_cuda(const weight_matrix *w, const float *x, float *y, const residual_epilogue *epilogue,
+                              const gemv_scratch *scratch, void *stream);
 
 /* Absorbed attention: q_latent[t][h][c] = sum_{i < nope} W_UK[h][i][c] * q[t][h][i], W_UK the
  * first nope rows of each head's (nope + v) rows of kv_b; q [tokens][heads][q_width],
@@ -217,10 +226,13 @@ int mlp_down_cuda(const mlp_device *table, const int *index, int slots, const fl
 
 /* One token's MoE output in one launch: mlp_down_cuda of its top_k routed slots (and the shared
  * expert's slot top_k when `shared`), slot s using table[slot_table[s]], into y [slots][hidden],
- * then moe_combine_cuda's sum of them into out [hidden] (scratch: its counters). */
+ * then moe_combine_cuda's sum of them into out [hidden] (scratch: its counters). top_k 0, shared,
+ * slot_table NULL: table[0] alone (a dense MLP's down projection; out may then alias y).
+ * epilogue not NULL: its residual epilogue on out in the last block (kernels/cuda/allreduce.h),
+ * which replaces the all-reduce's (or residual_rmsnorm_cuda's) launch. */
 int mlp_down_combine_cuda(const mlp_device *table, const int *slot_table, int top_k, int shared, const float *act,
                           int hidden, int inter, float *y, const int *chosen, const float *weights, float *out,
-                          const gemv_scratch *scratch, void *stream);
+                          const residual_epilogue *epilogue, const gemv_scratch *scratch, void *stream);
 
 /* The same MLPs for steps of several tokens, each expert's weights read once: moe_group_cuda
  * sorts the slots (chosen [slots], slot t * top_k + j) by expert into offsets [experts + 1]

@@ -7,6 +7,7 @@
 #include <float.h>
 #include <math.h>
 
+#include "kernels/cuda/allreduce_core.cuh"
 #include "kernels/cuda/forward.h"
 #include "kernels/cuda/gemv_core.cuh"
 #include "kernels/cuda/launch_grid.h"
@@ -161,15 +162,36 @@ __global__ void __launch_bounds__(kThreads) kv_rope_cache_kernel(float *kv, int 
 /* shared memory the GEMVs of one token stage their activations in (hidden 7168 in one tile) */
 constexpr int kGemvTailStageFloats = 8 * kGemvStageFloatsPerToken;
 
+/* 1 in the last of a grid's gridDim.x blocks (or row ranges) to get here, each after all its
+ * stores (seen at system scope with `system`: its pushes to peers), so that block can run what
+ * needs them all; *counter zero before and after. The whole block. */
+__device__ int grid_last_block(unsigned *counter, bool system)
+{
+    __shared__ unsigned is_last;
+    if (system)
+        __threadfence_system();
+    else
+        __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        is_last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!is_last)
+        return 0;
+    __threadfence();
+    if (threadIdx.x == 0)
+        *counter = 0;
+    return 1;
+}
+
 /* The GEMV of one token over the rows of two matrices of the same K (blocks [0, w0_blocks)
  * take w0's rows into y0, the rest w1's into y1; w0_blocks = gridDim.x: w0 alone), K split
  * over blockIdx.y as linear_gemv_cuda splits it, with the same sums (a row's parts added in
- * split order by the last of its blocks, `partials` [row slots][GEMV_TAIL_MAX_SPLIT]). Returns
- * 1 in the block that finishes last, after every row is written, so that block can run what
- * needs them all in the same launch (counters [gridDim.x + 1], zero before and after). */
-__device__ int gemv_rows_then_last(const weight_matrix &w0, const weight_matrix &w1, int w0_blocks, const float *x,
-                                   float *y0, float *y1, int lanes_per_row, int split, float *partials,
-                                   unsigned *counters)
+ * split order by the last of its blocks, `partials` [row slots][GEMV_TAIL_MAX_SPLIT],
+ * counters [gridDim.x], zero before and after). Returns 1 in the block that writes its row
+ * range's y (the last of its split parts), after they are written. */
+__device__ int gemv_rows_final(const weight_matrix &w0, const weight_matrix &w1, int w0_blocks, const float *x,
+                               float *y0, float *y1, int lanes_per_row, int split, float *partials, unsigned *counters)
 {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int rows_per_warp = 32 / lanes_per_row, rows_per_block = kThreads / 32 * rows_per_warp;
@@ -187,42 +209,41 @@ __device__ int gemv_rows_then_last(const weight_matrix &w0, const weight_matrix 
                                         reinterpret_cast<float *>(stage), kGemvTailStageFloats);
     sum = gemv_group_sum(sum, lanes_per_row);
     float scale = gemv_row_scale(w);
-    __shared__ unsigned is_last;
     if (split == 1) {
         if (row < w.rows && group_lane == 0)
             y[row] = sum * scale;
-    } else {
-        if (row < w.rows && group_lane == 0)
-            partials[(size_t)slot * GEMV_TAIL_MAX_SPLIT + part] = sum;
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-            is_last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)split - 1;
-        __syncthreads();
-        if (!is_last)
-            return 0;
-        __threadfence();
-        if (row < w.rows && group_lane == 0) {
-            float total = 0.0f;
-            for (int i = 0; i < split; i++)
-                total += __ldcg(&partials[(size_t)slot * GEMV_TAIL_MAX_SPLIT + i]);
-            y[row] = total * scale;
-        }
-        if (threadIdx.x == 0)
-            counters[blockIdx.x] = 0;
+        return 1;
     }
-    /* this row range is done; the last of the gridDim.x ranges goes on */
+    __shared__ unsigned is_last;
+    if (row < w.rows && group_lane == 0)
+        partials[(size_t)slot * GEMV_TAIL_MAX_SPLIT + part] = sum;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0)
-        is_last = atomicAdd(&counters[gridDim.x], 1u) == gridDim.x - 1;
+        is_last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)split - 1;
     __syncthreads();
     if (!is_last)
         return 0;
     __threadfence();
+    if (row < w.rows && group_lane == 0) {
+        float total = 0.0f;
+        for (int i = 0; i < split; i++)
+            total += __ldcg(&partials[(size_t)slot * GEMV_TAIL_MAX_SPLIT + i]);
+        y[row] = total * scale;
+    }
     if (threadIdx.x == 0)
-        counters[gridDim.x] = 0;
+        counters[blockIdx.x] = 0;
     return 1;
+}
+
+/* gemv_rows_final, then 1 in the block that finishes last, after every row is written, so that
+ * block can run what needs them all in the same launch (counters [gridDim.x + 1]). */
+__device__ int gemv_rows_then_last(const weight_matrix &w0, const weight_matrix &w1, int w0_blocks, const float *x,
+                                   float *y0, float *y1, int lanes_per_row, int split, float *partials,
+                                   unsigned *counters)
+{
+    return gemv_rows_final(w0, w1, w0_blocks, x, y0, y1, lanes_per_row, split, partials, counters) &&
+           grid_last_block(&counters[gridDim.x], false);
 }
 
 /* A decode step's q_a and kv_a projections of x in one launch, then, in the last block to
@@ -363,6 +384,32 @@ __global__ void __launch_bounds__(kThreads, 1) router_route_kernel(weight_matrix
         route_token(c, logits, bias, chosen, weights, slot_table, route_shared);
 }
 
+/* What a decode kernel's last block runs after its output (kernels/cuda/allreduce.h
+ * residual_epilogue): nothing, the residual add and norm of one rank, or the peer all-reduce
+ * with them. The census (tests/emu/census_check.py) counts the launches named
+ * <kPeerAllReduceNorm> as peer all-reduces. */
+enum residual_kind { kNoEpilogue, kResidualNorm, kPeerAllReduceNorm };
+
+/* A decode step's GEMV of one token (o_proj) as gemv_rows_then_last runs it, then the residual
+ * epilogue in its last block. */
+template <residual_kind kKind>
+__global__ void __launch_bounds__(kThreads, 4) gemv_residual_kernel(weight_matrix w, const float *x, float *y,
+                                                                     int lanes_per_row, int split, float *partials,
+                                                                     unsigned *counters,
+                                                                     const __grid_constant__ residual_epilogue e)
+{
+    if (!gemv_rows_final(w, w, gridDim.x, x, y, y, lanes_per_row, split, partials, counters))
+        return;
+    if (kKind == kPeerAllReduceNorm) {
+        __syncthreads(); /* the block's rows of y are written: pushed as one contiguous range */
+        int rows_per_block = kThreads / 32 * (32 / lanes_per_row), first_row = (int)blockIdx.x * rows_per_block;
+        peer_push_range(e.peer, peer_next_epoch(e.peer), y + first_row, (size_t)first_row,
+                        min(rows_per_block, w.rows - first_row));
+    }
+    if (grid_last_block(&counters[gridDim.x], kKind == kPeerAllReduceNorm))
+        residual_epilogue_finish(e, y, w.rows);
+}
+
 constexpr int kMlpWarps = 8;
 
 __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_gate_up_kernel(const mlp_device *table, const int *index,
@@ -424,17 +471,21 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_kernel(const mlp_d
     down_rows(table, index ? index[blockIdx.y] : 0, act, hidden, inter, y, lanes_per_row);
 }
 
-/* One token's slots (k routed experts, then the shared expert when there is one) through
- * down (mlp_down_kernel's rows and sums into y [slots][hidden]), and the last of a row range's
- * blocks to finish adds them up for its rows as combine_kernel does: out[r] = 0 + shared[r],
- * then + weights[j] * routed[j][r] in ascending expert index (counters [gridDim.x], zero before
- * and after). */
+/* One token's slots (k routed experts, then the shared expert when there is one; index NULL:
+ * table[0] alone, k = 0) through down (mlp_down_kernel's rows and sums into y [slots][hidden]),
+ * and the last of a row range's blocks to finish adds them up for its rows as combine_kernel
+ * does: out[r] = 0 + shared[r], then + weights[j] * routed[j][r] in ascending expert index
+ * (counters [gridDim.x], zero before and after); with an epilogue, the last of the row ranges
+ * runs it on out (counters [gridDim.x + 1]), the peer kind pushing each out[r] as it is summed. */
+template <residual_kind kKind>
 __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_combine_kernel(
     const mlp_device *table, const int *index, const float *act, int hidden, int inter, float *y, int lanes_per_row,
-    const int *chosen, const float *weights, int top_k, float *out, unsigned *counters)
+    const int *chosen, const float *weights, int top_k, float *out, unsigned *counters,
+    const __grid_constant__ residual_epilogue e)
 {
+    constexpr bool peer = kKind == kPeerAllReduceNorm;
     int rows_per_block = kMlpWarps * (32 / lanes_per_row);
-    down_rows(table, index[blockIdx.y], act, hidden, inter, y, lanes_per_row);
+    down_rows(table, index ? index[blockIdx.y] : 0, act, hidden, inter, y, lanes_per_row);
     __shared__ unsigned is_last;
     __threadfence();
     __syncthreads();
@@ -444,6 +495,7 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_combine_kernel(
     if (!is_last)
         return;
     __threadfence();
+    unsigned epoch = peer ? peer_next_epoch(e.peer) : 0u;
     int shared = (int)gridDim.y > top_k;
     for (int r = blockIdx.x * rows_per_block + threadIdx.x; r < hidden && r < (int)(blockIdx.x + 1) * rows_per_block;
          r += kMlpWarps * 32) {
@@ -460,9 +512,14 @@ __global__ void __launch_bounds__(kMlpWarps * 32, 2) mlp_down_combine_kernel(
             last = chosen[next];
         }
         out[r] = total;
+        if (peer)
+            peer_push_value(e.peer, epoch, (size_t)r, total);
     }
     if (threadIdx.x == 0)
         counters[blockIdx.x] = 0;
+    /* this row range is summed (and pushed); the last of the gridDim.x ranges runs the epilogue */
+    if (kKind != kNoEpilogue && grid_last_block(&counters[gridDim.x], peer))
+        residual_epilogue_finish(e, out, hidden);
 }
 
 /* Slots (token t's j-th choice is slot t * top_k + j) grouped by expert: expert e's slots are
@@ -774,18 +831,54 @@ extern "C" int moe_router_route_cuda(const weight_matrix *router, const float *x
     return (int)cudaGetLastError();
 }
 
+extern "C" int linear_gemv_residual_cuda(const weight_matrix *w, const float *x, float *y,
+                                         const residual_epilogue *epilogue, const gemv_scratch *scratch, void *stream)
+{
+    if (!gemv_shape_ok(w) || !epilogue->h || (epilogue->peer.ranks && (size_t)w->rows > epilogue->peer.max_n))
+        return (int)cudaErrorInvalidValue;
+    int elements = w->format == WEIGHT_NVFP4 ? 32 : w->format == WEIGHT_F32 ? 4 : 8;
+    int chunks = (w->cols + elements - 1) / elements;
+    int lanes = gemv_lanes_per_row(chunks), rows_per_block = kThreads / 32 * (32 / lanes);
+    int blocks = (w->rows + rows_per_block - 1) / rows_per_block;
+    int split = tail_split(blocks, rows_per_block, lanes, chunks, scratch);
+    if (split < 1)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid((unsigned)blocks, (unsigned)split);
+    if (epilogue->peer.ranks)
+        gemv_residual_kernel<kPeerAllReduceNorm><<<grid, kThreads, 0, (cudaStream_t)stream>>>(
+            *w, x, y, lanes, split, scratch->partials, scratch->counters, *epilogue);
+    else
+        gemv_residual_kernel<kResidualNorm><<<grid, kThreads, 0, (cudaStream_t)stream>>>(
+            *w, x, y, lanes, split, scratch->partials, scratch->counters, *epilogue);
+    return (int)cudaGetLastError();
+}
+
 extern "C" int mlp_down_combine_cuda(const mlp_device *table, const int *slot_table, int top_k, int shared,
                                      const float *act, int hidden, int inter, float *y, const int *chosen,
-                                     const float *weights, float *out, const gemv_scratch *scratch, void *stream)
+                                     const float *weights, float *out, const residual_epilogue *epilogue,
+                                     const gemv_scratch *scratch, void *stream)
 {
     int lanes = gemv_lanes_per_row((inter + 31) / 32);
     int rows_per_block = kMlpWarps * (32 / lanes);
     int blocks = (hidden + rows_per_block - 1) / rows_per_block;
-    if (top_k <= 0 || !scratch || blocks > scratch->max_rows)
+    if (top_k < 0 || (top_k == 0 && (!shared || slot_table)) || (top_k > 0 && !slot_table) || !scratch ||
+        blocks + (epilogue ? 1 : 0) > scratch->max_rows ||
+        (epilogue && (!epilogue->h || (epilogue->peer.ranks && (size_t)hidden > epilogue->peer.max_n))))
         return (int)cudaErrorInvalidValue;
     dim3 grid((unsigned)blocks, (unsigned)(top_k + (shared ? 1 : 0)));
-    mlp_down_combine_kernel<<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(
-        table, slot_table, act, hidden, inter, y, lanes, chosen, weights, top_k, out, scratch->counters);
+    if (!epilogue) {
+        residual_epilogue none = {};
+        mlp_down_combine_kernel<kNoEpilogue><<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(
+            table, slot_table, act, hidden, inter, y, lanes, chosen, weights, top_k, out, scratch->counters, none);
+    } else if (epilogue->peer.ranks) {
+        mlp_down_combine_kernel<kPeerAllReduceNorm><<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(
+            table, slot_table, act, hidden, inter, y, lanes, chosen, weights, top_k, out, scratch->counters,
+            *epilogue);
+    } else {
+        mlp_down_combine_kernel<kResidualNorm><<<grid, kMlpWarps * 32, 0, (cudaStream_t)stream>>>(
+            table, slot_table, act, hidden, inter, y, lanes, chosen, weights, top_k, out, scratch->counters,
+            *epilogue);
+    }
     return (int)cudaGetLastError();
 }
 

@@ -6,8 +6,9 @@ the model's shapes, computed here independently from config.json and the safeten
     (issue 20's budget for a decode step), the per-kernel rows
     add up to the launches and the bytes read, a replayed graph holds every launch;
   - all-reduces: 2 per layer of hidden floats, either all NCCL collectives or all launches of the
-    peer all-reduce (peer_allreduce_norm_kernel, engine/backend/cuda_peer.h; COMM nccl or peer runs
-    with KIMI_CUDA_COMM set so and requires that kind);
+    peer all-reduce (peer_allreduce_norm_kernel, engine/backend/cuda_peer.h, or a decode kernel
+    that runs it in its last block, named <kPeerAllReduceNorm> in kernels/cuda/ops.cu; COMM nccl
+    or peer runs with KIMI_CUDA_COMM set so and requires that kind);
   - collectives: the NCCL all-reduces, and rank 0's gather of the logits (one
     receive per other rank of its vocabulary slice), with exactly those bytes; with DCP > 1 (the
     latent cache sharded over groups of DCP ranks) two exchanges per layer within rank 0's group,
@@ -87,7 +88,8 @@ def even_split(n, parts, rank):
 
 
 allreduces = 2 * layers
-peer = sum(k['launches'] for k in c['kernels'] if k['name'] == 'peer_allreduce_norm_kernel')
+peer = sum(k['launches'] for k in c['kernels']
+           if k['name'] == 'peer_allreduce_norm_kernel' or k['name'].endswith('<kPeerAllReduceNorm>'))
 check(peer in (0, allreduces), 'the %d all-reduces all NCCL or all peer (%d peer launches)' % (allreduces, peer))
 if comm:
     check(peer == (allreduces if comm == 'peer' else 0), 'KIMI_CUDA_COMM=%s: %d peer all-reduces' % (comm, peer))

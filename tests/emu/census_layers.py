@@ -5,14 +5,15 @@ only in their number of MoE layers (one dense layer each), the decode-step censu
 (kimi-probe bench --census --json), and the launches one MoE layer adds: their difference over
 the difference in layers, free of what a step spends once (embedding, final norm, lm_head,
 sampling). Fails when a MoE layer takes more than MOE_LAYER_LAUNCHES launches, what the decode
-step reaches now (12: qkv_a, q_b, absorb_q_rope, attention partial and merge, W_UV, o_proj,
-residual + norm, router, gate_up, down + combine, residual + norm); lower it as fusions land."""
+step reaches now (10: qkv_a, q_b, absorb_q_rope, attention partial and merge, W_UV, o_proj with
+the peer all-reduce + residual + norm in its last block, router, gate_up, down + combine with
+the same in its last block); lower it as fusions land."""
 import json
 import os
 import subprocess
 import sys
 
-MOE_LAYER_LAUNCHES = 12
+MOE_LAYER_LAUNCHES = 10
 
 probe, mkmodel, work = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(work, exist_ok=True)

@@ -181,7 +181,7 @@ static int run_experts(table_ctx *c, int i, cudaStream_t s)
     if (!rc)
         rc = mlp_down_combine_cuda(c->tables, slot_table, k, 1, ws(c, c->l.act), m->hidden, c->moe_inter,
                                    ws(c, c->l.routed_y), c->chosen + (size_t)i * (size_t)k, ws(c, c->l.route_weights),
-                                   ws(c, c->l.partial), &c->gemv, s);
+                                   ws(c, c->l.partial), NULL, &c->gemv, s);
     return rc;
 }
 

@@ -11,7 +11,12 @@
  *   - KIMI_EMU_PEER=0 (no two devices map each other): the communicator falls back to NCCL and
  *     says why, and KIMI_CUDA_COMM=peer's insist fails the open naming the devices;
  *   - the stop: rank 0 calls while rank 1 never does; its kernel waits until cuda_comm_fail,
- *     then ends without touching h, and later calls are refused.
+ *     then ends without touching h, and later calls are refused;
+ *   - the decode kernels that run the all-reduce in their own last block (residual_epilogue:
+ *     linear_gemv_residual_cuda, mlp_down_combine_cuda with an epilogue) against their unfused
+ *     launches followed by the reference: h, x, the flag and the partial bit for bit, calls
+ *     interleaved with cuda_comm_allreduce_norm's (one epoch count), then captured and replayed;
+ *     and at one rank (no exchange) against the unfused launch and residual_rmsnorm_flag_cuda.
  * Exits 77 (skipped) with fewer than two devices. */
 #include <math.h>
 #include <stdlib.h>
@@ -146,14 +151,15 @@ static void results_free(rank_result *res, int ranks)
 }
 
 /* The backend's path without the peer exchange, on the NCCL communicator (its emulation sums in
- * rank order, as the CPU communicator does). */
+ * rank order, as the CPU communicator does; NULL: one rank, nothing to sum). */
 static void reference_enqueue(cuda_comm *nccl, rank_bufs *rb, int ranks, int rows, int n, int with_norm, int code)
 {
     size_t count = (size_t)rows * n;
     for (int r = 0; r < ranks; r++) {
         set_device(r);
         kimi_err err = {0};
-        CHECK_MSG(!cuda_comm_allreduce_sum(nccl, r, rb[r].partial, count, rb[r].stream, &err), "nccl: %s", err.msg);
+        CHECK_MSG(!nccl || !cuda_comm_allreduce_sum(nccl, r, rb[r].partial, count, rb[r].stream, &err), "nccl: %s",
+                  err.msg);
         int e = 0;
         if (with_norm && code > 0)
             e = residual_rmsnorm_flag_cuda(rb[r].h, rb[r].partial, rb[r].x, rb[r].weight, rows, n, EPS, code,
@@ -203,6 +209,203 @@ static cuda_comm *open_peer(int ranks, size_t max_n, int insist)
     int rc = cuda_comm_open_peer(&c, ranks, devices, max_n, insist, &err);
     CHECK_MSG(rc == 0, "open peer, %d ranks: %s", ranks, err.msg);
     return c;
+}
+
+/* One rank's decode kernel of check_fused: an F32 GEMV [n][FUSED_K] of x, or a token's MoE down
+ * projections (FUSED_TOP_K routed slots + the shared one, each F32 [n][FUSED_INTER] of act) and
+ * their weighted sum; both write the rank's partial [n]. */
+enum { FUSED_K = 64, FUSED_INTER = 32, FUSED_TOP_K = 2, FUSED_SLOTS = FUSED_TOP_K + 1, FUSED_CALLS = 8 };
+
+typedef struct {
+    weight_matrix w;                /* the GEMV's */
+    float *x;                       /* [FUSED_K] */
+    mlp_device *table;              /* device [FUSED_SLOTS]: down only */
+    int *slot_table, *chosen;       /* device [FUSED_SLOTS], [FUSED_TOP_K] */
+    float *route_weights, *act, *y; /* device [FUSED_TOP_K], [FUSED_SLOTS][FUSED_INTER], [FUSED_SLOTS][n] */
+    gemv_scratch scratch;
+    void *allocations[FUSED_SLOTS + 1];
+} fused_rank;
+
+static float *random_device_floats(size_t count, float scale)
+{
+    float *host = malloc(count * sizeof(float));
+    for (size_t i = 0; i < count; i++)
+        host[i] = gpu_test_uniform() * scale;
+    float *device = gpu_test_upload(host, count * sizeof(float));
+    free(host);
+    return device;
+}
+
+static weight_matrix f32_matrix(const float *data, int rows, int cols)
+{
+    weight_matrix w = {WEIGHT_F32, rows, cols, (const uint8_t *)data, (size_t)cols * sizeof(float), NULL, 0, 1.0f};
+    return w;
+}
+
+/* Rank r's weights and inputs on device r for hidden width n (the same for every call). */
+static void fused_rank_make(fused_rank *f, int r, int n)
+{
+    set_device(r);
+    float *w = random_device_floats((size_t)n * FUSED_K, 0.2f);
+    f->allocations[0] = w;
+    f->w = f32_matrix(w, n, FUSED_K);
+    f->x = random_device_floats(FUSED_K, 1.0f);
+    mlp_device table[FUSED_SLOTS];
+    memset(table, 0, sizeof table);
+    for (int e = 0; e < FUSED_SLOTS; e++) {
+        float *down = random_device_floats((size_t)n * FUSED_INTER, 0.3f);
+        f->allocations[1 + e] = down;
+        table[e].down = f32_matrix(down, n, FUSED_INTER);
+    }
+    f->table = gpu_test_upload(table, sizeof table);
+    /* routed experts 1 and 0 of the table's 1 + expert entries, then the shared one (entry 0) */
+    int chosen[FUSED_TOP_K] = {1, 0}, slots[FUSED_SLOTS] = {2, 1, 0};
+    f->chosen = gpu_test_upload(chosen, sizeof chosen);
+    f->slot_table = gpu_test_upload(slots, sizeof slots);
+    f->route_weights = random_device_floats(FUSED_TOP_K, 1.0f);
+    f->act = random_device_floats((size_t)FUSED_SLOTS * FUSED_INTER, 1.0f);
+    CUDA_CHECK(cudaMalloc((void **)&f->y, (size_t)FUSED_SLOTS * n * sizeof(float)));
+    f->scratch.max_rows = 4096;
+    f->scratch.sm_count = 8;
+    CUDA_CHECK(cudaMalloc((void **)&f->scratch.partials, (size_t)f->scratch.max_rows * 16 * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&f->scratch.counters, (size_t)f->scratch.max_rows * sizeof(unsigned)));
+    CUDA_CHECK(cudaMemset(f->scratch.counters, 0, (size_t)f->scratch.max_rows * sizeof(unsigned)));
+}
+
+static void fused_rank_free(fused_rank *f, int r)
+{
+    set_device(r);
+    for (int i = 0; i < FUSED_SLOTS + 1; i++)
+        cudaFree(f->allocations[i]);
+    cudaFree(f->x);
+    cudaFree(f->table);
+    cudaFree(f->slot_table);
+    cudaFree(f->chosen);
+    cudaFree(f->route_weights);
+    cudaFree(f->act);
+    cudaFree(f->y);
+    cudaFree(f->scratch.partials);
+    cudaFree(f->scratch.counters);
+}
+
+/* Rank r's decode kernel (moe: the down projections, else the GEMV) into its partial, with the
+ * epilogue e or (NULL) alone. */
+static int fused_launch(fused_rank *f, rank_bufs *b, int n, int moe, const residual_epilogue *e)
+{
+    if (moe)
+        return mlp_down_combine_cuda(f->table, f->slot_table, FUSED_TOP_K, 1, f->act, n, FUSED_INTER, f->y, f->chosen,
+                                     f->route_weights, b->partial, e, &f->scratch, b->stream);
+    if (e)
+        return linear_gemv_residual_cuda(&f->w, f->x, b->partial, e, &f->scratch, b->stream);
+    return linear_gemv_cuda(&f->w, n, 1, 0, f->x, 0, b->partial, 0, &f->scratch, b->stream);
+}
+
+/* Rank r's fused launch on its stream (peer NULL: one rank, no exchange). */
+static void fused_enqueue(cuda_comm *peer, fused_rank *f, rank_bufs *b, int r, int n, int moe, int with_norm, int code)
+{
+    set_device(r);
+    residual_epilogue e;
+    memset(&e, 0, sizeof e);
+    kimi_err err = {0};
+    CHECK_MSG(!peer || !cuda_comm_peer_view(peer, r, (size_t)n, &e.peer, &err), "peer view, rank %d: %s", r, err.msg);
+    e.h = b->h;
+    e.out = b->x;
+    e.weight = with_norm ? b->weight : NULL;
+    e.eps = EPS;
+    e.code = code;
+    e.flag = code > 0 ? b->flag : NULL;
+    int rc = fused_launch(f, b, n, moe, &e);
+    CHECK_MSG(rc == 0, "fused launch, rank %d: %s", r, cudaGetErrorString((cudaError_t)rc));
+}
+
+/* Each rank's partial (before any all-reduce, as the fused launch leaves it). */
+static float *partial_download(rank_bufs *b, int r, int n)
+{
+    set_device(r);
+    float *host = malloc((size_t)n * sizeof(float));
+    CUDA_CHECK(cudaMemcpyAsync(host, b->partial, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, b->stream));
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    return host;
+}
+
+/* FUSED_CALLS calls of both kernels, widths with and without 16-byte vectors, with and without a
+ * norm and a flag, on check_calls' communicators and buffers (the emulator keeps every stream
+ * thread's fiber stacks: new streams would run it out of mappings); peer and nccl NULL: rank 0
+ * alone, no exchange (the one-rank epilogue). */
+static void check_fused(cuda_comm *peer, cuda_comm *nccl, rank_bufs *rb, int ranks)
+{
+    fused_rank f[MAX_RANKS];
+    for (int call = 0; call < FUSED_CALLS + 1; call++) {
+        int n = call % 2 ? 1030 : 1024, moe = call / 2 % 2, with_norm = call != 5, code = call % 3 ? 1 + call : 0;
+        int replay = call == FUSED_CALLS;   /* the last call: captured, then replayed with new inputs */
+        for (int r = 0; r < ranks; r++)
+            fused_rank_make(&f[r], r, n);
+        call_inputs in;
+        inputs_make(&in, ranks, n, n, -1);
+        rank_result want[MAX_RANKS], got[MAX_RANKS];
+        inputs_upload(&in, rb, ranks, n, n);
+        for (int r = 0; r < ranks; r++) {
+            set_device(r);
+            int rc = fused_launch(&f[r], &rb[r], n, moe, NULL);
+            CHECK_MSG(rc == 0, "unfused launch, rank %d: %s", r, cudaGetErrorString((cudaError_t)rc));
+        }
+        float *want_partial[MAX_RANKS];
+        for (int r = 0; r < ranks; r++)
+            want_partial[r] = partial_download(&rb[r], r, n);
+        reference_enqueue(nccl, rb, ranks, 1, n, with_norm, code);
+        results_download(rb, ranks, n, want);
+        if (peer && call % 3 == 1) {  /* a plain peer call in between: the fused kernels share its epochs */
+            inputs_upload(&in, rb, ranks, n, n);
+            peer_enqueue(peer, rb, ranks, 1, n, with_norm, code);
+            for (int r = 0; r < ranks; r++)
+                CUDA_CHECK(cudaStreamSynchronize(rb[r].stream));
+        }
+        inputs_upload(&in, rb, ranks, n, n);
+        if (replay) {
+            cudaGraphExec_t exec[MAX_RANKS] = {0};
+            for (int r = 0; r < ranks; r++) {
+                set_device(r);
+                cudaGraph_t graph = NULL;
+                CUDA_CHECK(cudaStreamBeginCapture(rb[r].stream, cudaStreamCaptureModeRelaxed));
+                fused_enqueue(peer, &f[r], &rb[r], r, n, moe, with_norm, code);
+                CUDA_CHECK(cudaStreamEndCapture(rb[r].stream, &graph));
+                CUDA_CHECK(cudaGraphInstantiate(&exec[r], graph, 0));
+                cudaGraphDestroy(graph);
+            }
+            for (int launch = 0; launch < 3; launch++) {   /* the same inputs each time */
+                inputs_upload(&in, rb, ranks, n, n);
+                for (int r = 0; r < ranks; r++) {
+                    set_device(r);
+                    CUDA_CHECK(cudaGraphLaunch(exec[r], rb[r].stream));
+                }
+                for (int r = 0; r < ranks; r++)
+                    CUDA_CHECK(cudaStreamSynchronize(rb[r].stream));
+            }
+            for (int r = 0; r < ranks; r++) {
+                set_device(r);
+                cudaGraphExecDestroy(exec[r]);
+            }
+        } else {
+            for (int r = 0; r < ranks; r++)
+                fused_enqueue(peer, &f[r], &rb[r], r, n, moe, with_norm, code);
+        }
+        results_download(rb, ranks, n, got);
+        char what[96];
+        snprintf(what, sizeof what, "%d ranks, fused %s call %d (%d wide)%s", ranks, moe ? "down" : "gemv", call, n,
+                 replay ? ", graph replays" : "");
+        compare(got, want, ranks, n, with_norm, what);
+        for (int r = 0; r < ranks; r++) {
+            float *partial = partial_download(&rb[r], r, n);
+            CHECK_MSG(!memcmp(partial, want_partial[r], (size_t)n * sizeof(float)), "%s: rank %d's partial differs",
+                      what, r);
+            free(partial);
+            free(want_partial[r]);
+            fused_rank_free(&f[r], r);
+        }
+        results_free(want, ranks);
+        results_free(got, ranks);
+        inputs_free(&in, ranks);
+    }
 }
 
 /* N_CALLS calls of varied shapes, each against the reference; then graph replays. */
@@ -287,6 +490,9 @@ static void check_calls(int ranks)
         set_device(r);
         cudaGraphExecDestroy(exec[r]);
     }
+    check_fused(peer, nccl, rb, ranks);
+    if (ranks == 2)
+        check_fused(NULL, NULL, rb, 1);
     ranks_free(rb, ranks);
     cuda_comm_close(peer);
     cuda_comm_close(nccl);

@@ -22,6 +22,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __grid_constant__
 #define __launch_bounds__(...)
 #define __constant__
 #define __restrict__ __restrict
