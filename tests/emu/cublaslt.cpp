@@ -9,6 +9,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <new>
 #include <vector>
 
@@ -36,6 +37,22 @@ static float element(const void *base, cudaDataType_t type, size_t index)
     case CUDA_R_16F: return emu::half_bits_to_float(((const uint16_t *)base)[index]);
     default: return ((const float *)base)[index];
     }
+}
+
+/* The dot products of x[0..k) with Columns contiguous vectors of k (y, y + k, ...), each summed
+ * in double in order: the same sums as one at a time, but Columns independent additions a step
+ * where one would wait for the last (a fifth of an emulated prefill's CPU time went here). */
+constexpr uint64_t kColumns = 4;
+template <int Columns> static void dot_columns(const float *x, const float *y, uint64_t k, double *sums)
+{
+    double s[Columns] = {};
+    for (uint64_t p = 0; p < k; p++) {
+        double xp = x[p];
+        for (int q = 0; q < Columns; q++)
+            s[q] += xp * (double)y[q * k + p];
+    }
+    for (int q = 0; q < Columns; q++)
+        sums[q] = s[q];
 }
 
 static size_t type_bytes(cudaDataType_t type)
@@ -188,15 +205,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t p = 0; p < k; p++)
                 cols[j * k + p] = element(b, B.type, tb == CUBLAS_OP_N ? p + j * B.ld : j + p * B.ld);
-        for (uint64_t j = 0; j < n; j++)
+        for (uint64_t j = 0; j < n; j += kColumns) {
+            uint64_t width = std::min<uint64_t>(kColumns, n - j);
             for (uint64_t i = 0; i < m; i++) {
-                const float *x = &rows[i * k], *y = &cols[j * k];
-                double sum = 0.0;
-                for (uint64_t p = 0; p < k; p++)
-                    sum += (double)x[p] * (double)y[p];
-                float prior = be != 0.0f ? element(c, C.type, i + j * C.ld) : 0.0f;
-                ((float *)d)[i + j * D.ld] = (float)((double)al * sum + (double)be * prior);
+                double sums[kColumns];
+                if (width == kColumns)
+                    dot_columns<kColumns>(&rows[i * k], &cols[j * k], k, sums);
+                else
+                    for (uint64_t q = 0; q < width; q++)
+                        dot_columns<1>(&rows[i * k], &cols[(j + q) * k], k, sums + q);
+                for (uint64_t q = 0; q < width; q++) {
+                    float prior = be != 0.0f ? element(c, C.type, i + (j + q) * C.ld) : 0.0f;
+                    ((float *)d)[i + (j + q) * D.ld] = (float)((double)al * sums[q] + (double)be * prior);
+                }
             }
+        }
     };
     return emu::enqueue(stream, std::move(w)) ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
 }

@@ -44,20 +44,20 @@ until_failure() {
 # changes nothing, the two barriers of block_sum between the tables' writes and reads already
 # order them.)
 mutants=(
-  "kernels/cuda/ops.cu|22|0xFFFFFFFFu|0x0000FFFFu|block_sum: shuffle mask of a half warp|kernels_test"
-  "kernels/cuda/ops.cu|21|offset > 0|offset > 1|block_sum: butterfly one step short|kernels_test"
-  "kernels/cuda/ops.cu|44|i < n|i <= n|rmsnorm: store one past the row|kernels_test"
-  "kernels/cuda/linear.cu|78|counters[blockIdx.x] = 0;|(void)0;|split-K GEMV: counter never reset|kernels_test"
+  "kernels/cuda/norm_core.cuh|25|0xFFFFFFFFu|0x0000FFFFu|block_sum: shuffle mask of a half warp|kernels_test"
+  "kernels/cuda/norm_core.cuh|24|offset > 0|offset > 1|block_sum: butterfly one step short|kernels_test"
+  "kernels/cuda/norm_core.cuh|54|i < n|i <= n|rmsnorm: store one past the row|kernels_test"
+  "kernels/cuda/linear.cu|99|counters[blockIdx.x] = 0;|(void)0;|split-K GEMV: counter never reset|kernels_test"
   "engine/backend/backend_cuda.c|@= rank_warm_up_enqueue(be, rd);|status = rank_warm_up_enqueue(be, rd);|status = 0 && rank_warm_up_enqueue(be, rd);|NCCL: communicators not warmed up before the first capture|nccl_test"
   "engine/backend/backend_cuda.c|@if (cuda_comm_gather(be->comm, rd->rank, ws(rd, l->logits_part)|if (cuda_comm_gather(|if (0 && cuda_comm_gather(|NCCL: the logits gather's peers not connected before the first capture|nccl_test"
-  "kernels/cuda/ops.cu|27|__syncthreads();||block_sum: barrier after the warp partials are staged removed (rmsnorm, kv norm)|kernels_test"
-  "kernels/cuda/linear.cu|67|__syncthreads();||split-K GEMV: barrier after is_last is staged removed|kernels_test"
-  "kernels/cuda/mla.cu|85|__syncthreads();||mla_partial: barrier after a cache chunk is staged removed|kernels_test"
-  "kernels/cuda/mla.cu|74|__syncthreads();||mla_partial: barrier before a chunk is restaged removed|kernels_test"
-  "kernels/cuda/mla.cu|347|__syncthreads();||mla_prefill: barrier after a key chunk is staged removed|kernels_test"
-  "kernels/cuda/ops.cu|183|__syncthreads();||route: barrier after the scores are staged removed|kernels_test"
-  "kernels/cuda/ops.cu|155|__syncthreads();||block_arg_max: barrier after the warp bests are staged removed (route)|kernels_test"
-  "kernels/cuda/ops.cu|282|__syncthreads();||moe_group: barrier after the per-expert counts removed|kernels_test"
+  "kernels/cuda/norm_core.cuh|30|__syncthreads();||block_sum: barrier after the warp partials are staged removed (rmsnorm, kv norm)|kernels_test"
+  "kernels/cuda/linear.cu|83|__syncthreads();||split-K GEMV: barrier after is_last is staged removed|kernels_test"
+  "kernels/cuda/mla.cu|272|__syncthreads();||mla_partial: barrier after a cache chunk is staged removed|kernels_test"
+  "kernels/cuda/mla.cu|257|__syncthreads();||mla_partial: barrier before a chunk is restaged removed|kernels_test"
+  "kernels/cuda/mla.cu|576|__syncthreads();||mla_prefill: barrier after a key chunk is staged removed|kernels_test"
+  "kernels/cuda/ops.cu|301|__syncthreads();||route: barrier after the scores are staged removed|kernels_test"
+  "kernels/cuda/ops.cu|275|__syncthreads();||block_arg_max: barrier after the warp bests are staged removed (route)|kernels_test"
+  "kernels/cuda/ops.cu|480|__syncthreads();||moe_group: barrier after the per-expert counts removed|kernels_test"
 )
 
 survived=0

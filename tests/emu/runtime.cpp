@@ -149,6 +149,7 @@ struct worker {
     std::vector<char *> stacks;
     std::vector<fiber> fibers;
     std::vector<int> order;
+    size_t position = 0;        /* in order: the fiber running now (this round) */
     std::vector<unsigned char> shared;
     size_t shared_bytes = 0;
     void *scheduler_sp = nullptr;
@@ -158,12 +159,41 @@ struct worker {
 };
 static __thread worker *this_worker;
 
+/* The round's next runnable fiber after the running one (in the schedule's order), made the
+ * running one; null when the round is over. Within a round only a fiber itself changes its
+ * state, so this is the fiber the scheduler's loop would resume next. */
+static fiber *next_runnable(worker *w)
+{
+    for (size_t i = w->position + 1; i < w->order.size(); i++) {
+        fiber *f = &w->fibers[w->order[i]];
+        if (f->state == FIBER_RUNNABLE) {
+            w->position = i;
+            w->current = f;
+            threadIdx = f->index;
+            return f;
+        }
+    }
+    w->current = nullptr;
+    return nullptr;
+}
+
+/* Leaves the running fiber f (its state set) for the round's next runnable fiber, directly: a
+ * switch through the scheduler would cost two switches a fiber, both returning where the
+ * return predictor does not expect (fibers of one block mostly wait at the same call site, so
+ * a direct switch returns where it was called from); the scheduler is resumed when the round
+ * is over. */
+static void leave_fiber(worker *w, fiber *f)
+{
+    fiber *next = next_runnable(w);
+    emu_fiber_switch(&f->sp, next ? next->sp : w->scheduler_sp);
+}
+
 static void fiber_main()
 {
     worker *w = this_worker;
     (*w->body)();
     w->current->state = FIBER_DONE;
-    emu_fiber_switch(&w->current->sp, w->scheduler_sp);
+    leave_fiber(w, w->current);
     fatal("a finished fiber was resumed");
 }
 
@@ -193,7 +223,7 @@ static void yield_fiber()
     worker *w = this_worker;
     if (!w || !w->current)
         fatal("a barrier or warp collective outside a kernel");
-    emu_fiber_switch(&w->current->sp, w->scheduler_sp);
+    leave_fiber(w, w->current);
 }
 
 int syncthreads(const char *file, int line, int kind, int pred)
@@ -406,31 +436,36 @@ static void run_block(worker *w, const launch_desc &d, const std::function<void(
     memset(w->shared.data(), 0xFF, d.shared);   /* NaN bytes: a read before the write shows */
     w->fibers.resize(n);
     w->body = &body;
+    const schedule_kind schedule = cfg().schedule;
+    const size_t stack_bytes = cfg().stack_bytes;
+    uint3 index = {0, 0, 0};    /* thread t's, counted up rather than divided out */
     for (int t = 0; t < n; t++) {
-        fiber &f = w->fibers[t];
-        f = fiber{};
+        fiber &f = w->fibers[t];    /* the fields a collective or barrier sets are set there */
         f.tid = t;
-        f.index = {(unsigned)t % d.block.x, (unsigned)t / d.block.x % d.block.y,
-                   (unsigned)t / (d.block.x * d.block.y)};
+        f.index = index;
+        if (++index.x == d.block.x) {
+            index.x = 0;
+            if (++index.y == d.block.y) {
+                index.y = 0;
+                index.z++;
+            }
+        }
         f.stack = stack_get(w, t);
-        f.sp = emu_fiber_prepare(f.stack, cfg().stack_bytes, fiber_main);
+        f.sp = emu_fiber_prepare(f.stack, stack_bytes, fiber_main);
         f.state = FIBER_RUNNABLE;
     }
     w->order.resize(n);
+    for (int t = 0; t < n; t++)
+        w->order[t] = schedule == SCHEDULE_REVERSE ? n - 1 - t : t;
     for (;;) {
-        for (int t = 0; t < n; t++)
-            w->order[t] = cfg().schedule == SCHEDULE_REVERSE ? n - 1 - t : t;
-        if (cfg().schedule == SCHEDULE_RANDOM)
+        if (schedule == SCHEDULE_RANDOM) {   /* each round a new permutation of 0..n-1 */
+            for (int t = 0; t < n; t++)
+                w->order[t] = t;
             std::shuffle(w->order.begin(), w->order.end(), w->rng);
-        for (int t : w->order) {
-            fiber &f = w->fibers[t];
-            if (f.state != FIBER_RUNNABLE)
-                continue;
-            w->current = &f;
-            threadIdx = f.index;
-            emu_fiber_switch(&w->scheduler_sp, f.sp);
         }
-        w->current = nullptr;
+        w->position = (size_t)-1;   /* before the first: next_runnable starts at 0 */
+        if (fiber *first = next_runnable(w))
+            emu_fiber_switch(&w->scheduler_sp, first->sp);    /* back when the round's last fiber leaves */
         bool progressed = false;
         for (int base = 0; base < n; base += 32)
             progressed |= resolve_warp(w, d.name, base, std::min(32, n - base));
