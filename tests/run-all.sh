@@ -75,10 +75,11 @@ cmake --build build-asan -j"$jobs"
 # Under the sanitizers, the larger configurations of code a smaller test already runs there are
 # left out (about 440 of 1,360 CPU seconds): the K2.5-shaped plan (test_probe_plan's rules run),
 # golden at TP 4 (TP 2 and 8 run), the sharded goldens but fp8 at DCP 4 (test_backend_dcp and
-# test_engine_dcp2/8 run the sharding) and the speculation variants but the plain one. Each of
-# them runs in the first stage.
+# test_engine_dcp2/8 run the sharding), the speculation variants but the plain one, and the int8
+# activations' golden at TP 8 (TP 1 and test_linear_int8 run the int8 path). Each of them runs in
+# the first stage.
 ctest --test-dir build-asan --output-on-failure -j"$jobs" \
-  -E '^(test_probe_plan_k25|golden_model_tp4|golden_model_tp8_dcp[248]|golden_model_fp8_tp8_dcp8|test_engine_speculate_(fp8|dcp|dcp_fp8))$'
+  -E '^(test_probe_plan_k25|golden_model_tp4|golden_model_tp8_dcp[248]|golden_model_fp8_tp8_dcp8|golden_model_int8_tp8|test_engine_speculate_(fp8|dcp|dcp_fp8))$'
 stage_done asan
 
 cuemu_status=0
