@@ -24,7 +24,7 @@ report="$tmp/report"
     echo "# smem: static shared memory in bytes. Dynamic on top: mla_partial_kernel 56,352 B, mla_prefill_kernel"
     echo "# 76,480 B and route_kernel 3,112 B at Kimi-K2.5's dims. stack without spills: fp32 sincosf's buffer for"
     echo "# huge arguments (kv_rope_cache, qkv_a: given angles within +-pi) and the all-reduce's by-value pointer table."
-    printf '%-6s %-36s %5s %6s %7s %7s %7s\n' arch kernel regs stack spill_st spill_ld smem
+    printf '%-6s %-50s %5s %6s %7s %7s %7s\n' arch kernel regs stack spill_st spill_ld smem
 } >"$report"
 spills=0
 logs="${KIMI_PTXAS_LOGS:-}"
@@ -59,8 +59,10 @@ for arch in "${archs[@]}"; do
     done
 done
 while read -r arch file name regs stack st ld smem; do
-    short="$(echo "$name" | "$filt" | sed -E 's/\(anonymous namespace\):://; s/\(.*//; s/.*:://; s/^void //')"
-    printf '%-6s %-36s %5s %6s %7s %7s %7s\n' "sm_$arch" "$file:$short" "$regs" "$stack" "$st" "$ld" "$smem" >>"$report"
+    # void (anonymous namespace)::k<((anonymous namespace)::kind)1>(args) -> k<(kind)1>: the
+    # template arguments name the instance (one kernel, several epilogues)
+    short="$(echo "$name" | "$filt" | sed -E 's/\(anonymous namespace\):://g; s/^void //; s/^([^(<]+(<[^>]*>)?)\(.*/\1/; s/^[^<]*::([^:<]+)/\1/')"
+    printf '%-6s %-50s %5s %6s %7s %7s %7s\n' "sm_$arch" "$file:$short" "$regs" "$stack" "$st" "$ld" "$smem" >>"$report"
     if [[ "$st" != 0 || "$ld" != 0 ]]; then
         spills=$((spills + 1))
     fi
