@@ -780,6 +780,15 @@ int gemv_shape_ok(const weight_matrix *w)
     return !((w->format == WEIGHT_NVFP4 && (!w->scale || w->cols % 16)) || w->data_stride % 16);
 }
 
+/* How a tail GEMV lays out w's rows: chunks per row, lanes per row, rows per block. */
+void tail_gemv_layout(const weight_matrix *w, int *chunks, int *lanes, int *rows_per_block)
+{
+    int elements = w->format == WEIGHT_NVFP4 ? 32 : w->format == WEIGHT_F32 ? 4 : 8;
+    *chunks = (w->cols + elements - 1) / elements;
+    *lanes = gemv_lanes_per_row(*chunks);
+    *rows_per_block = kThreads / 32 * (32 / *lanes);
+}
+
 } // namespace
 
 extern "C" int mla_qkv_a_cuda(const weight_matrix *q_a_proj, const weight_matrix *kv_a_proj, const float *x,
@@ -792,9 +801,8 @@ extern "C" int mla_qkv_a_cuda(const weight_matrix *q_a_proj, const weight_matrix
     if (tail->rope % 2 || tail->rope > 256 || tail->kv_lora + tail->rope != kv_a_proj->rows ||
         (tail->cache_format == KV_CACHE_FP8 && (tail->kv_lora % 2 || tail->kv_lora > 1024)))
         return (int)cudaErrorInvalidValue;
-    int elements = q_a_proj->format == WEIGHT_NVFP4 ? 32 : q_a_proj->format == WEIGHT_F32 ? 4 : 8;
-    int chunks = (q_a_proj->cols + elements - 1) / elements;
-    int lanes = gemv_lanes_per_row(chunks), rows_per_block = kThreads / 32 * (32 / lanes);
+    int chunks, lanes, rows_per_block;
+    tail_gemv_layout(q_a_proj, &chunks, &lanes, &rows_per_block);
     int q_blocks = (q_a_proj->rows + rows_per_block - 1) / rows_per_block;
     int blocks = q_blocks + (kv_a_proj->rows + rows_per_block - 1) / rows_per_block;
     int split = tail_split(blocks, rows_per_block, lanes, chunks, scratch);
@@ -817,9 +825,8 @@ extern "C" int moe_router_route_cuda(const weight_matrix *router, const float *x
         shared + kGemvTailStageFloats * sizeof(float) > 48 * 1024 || router->rows != c->experts ||
         !gemv_shape_ok(router))
         return (int)cudaErrorInvalidValue;
-    int elements = router->format == WEIGHT_NVFP4 ? 32 : router->format == WEIGHT_F32 ? 4 : 8;
-    int chunks = (router->cols + elements - 1) / elements;
-    int lanes = gemv_lanes_per_row(chunks), rows_per_block = kThreads / 32 * (32 / lanes);
+    int chunks, lanes, rows_per_block;
+    tail_gemv_layout(router, &chunks, &lanes, &rows_per_block);
     int blocks = (router->rows + rows_per_block - 1) / rows_per_block;
     int split = tail_split(blocks, rows_per_block, lanes, chunks, scratch);
     if (split < 1)
@@ -836,9 +843,8 @@ extern "C" int linear_gemv_residual_cuda(const weight_matrix *w, const float *x,
 {
     if (!gemv_shape_ok(w) || !epilogue->h || (epilogue->peer.ranks && (size_t)w->rows > epilogue->peer.max_n))
         return (int)cudaErrorInvalidValue;
-    int elements = w->format == WEIGHT_NVFP4 ? 32 : w->format == WEIGHT_F32 ? 4 : 8;
-    int chunks = (w->cols + elements - 1) / elements;
-    int lanes = gemv_lanes_per_row(chunks), rows_per_block = kThreads / 32 * (32 / lanes);
+    int chunks, lanes, rows_per_block;
+    tail_gemv_layout(w, &chunks, &lanes, &rows_per_block);
     int blocks = (w->rows + rows_per_block - 1) / rows_per_block;
     int split = tail_split(blocks, rows_per_block, lanes, chunks, scratch);
     if (split < 1)
