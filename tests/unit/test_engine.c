@@ -714,6 +714,12 @@ static double seconds_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* The DONE of a prefill of n tokens cancelled part-way reports what it did: its finished chunks
  * (in the cache), and a rate over at most those plus the chunk it stopped in. */
 static void check_cancelled_prefill_stats(const engine_stats *st, int n, int chunk)
@@ -728,11 +734,14 @@ static void check_cancelled_prefill_stats(const engine_stats *st, int n, int chu
 
 /* A cancel during a prefill takes effect between layers, not only between chunks of 256
  * tokens: cancelled shortly after a long prefill starts, the time from engine_cancel to the
- * DONE must stay well under the time of that first chunk alone (the old granularity). Also
- * progress over a prefill of several chunks. */
+ * DONE must stay well under the time of that first chunk alone (the old granularity). The
+ * median of several cancels is judged, not the worst: on a loaded 2-core machine with 8 rank
+ * threads one cancel can wait a scheduler slice longer (CI saw 0.56 of a chunk once), while a
+ * cancel checked only between chunks takes about 0.9 of a chunk every time. Also progress over
+ * a prefill of several chunks. */
 static void test_cancel_during_prefill(void)
 {
-    enum { n = 768, chunk = 256, runs = 3 };
+    enum { n = 768, chunk = 256, runs = 5 };
     engine *e = open_engine(1, n + 8, 0);
     int32_t *prompt = malloc(n * sizeof *prompt);
     for (int i = 0; i < n; i++)
@@ -744,7 +753,7 @@ static void test_cancel_during_prefill(void)
     prompt[0] = 99;
     collect(e, submit(e, prompt, chunk, 1, NULL, 0, NULL), &o);
     double chunk_seconds = o.stats.prefill_seconds;
-    double worst = 0;
+    double latencies[runs];
     for (int r = 0; r < runs; r++) {
         prompt[0] = (int32_t)(100 + r);   /* nothing reused */
         uint64_t id = submit(e, prompt, n, 1, NULL, 0, NULL);
@@ -755,8 +764,7 @@ static void test_cancel_during_prefill(void)
         int got_done = 0;
         while (!got_done && engine_next_event(e, &ev, 60000))
             got_done = ev.kind == ENGINE_EVENT_DONE;
-        double latency = seconds_now() - t;
-        worst = latency > worst ? latency : worst;
+        latencies[r] = seconds_now() - t;
         CHECK(got_done);
         CHECK_INT(ev.stats.stop_reason, ENGINE_STOP_CANCELLED);
         CHECK_INT(ev.stats.generated_tokens, 0);
@@ -776,10 +784,12 @@ static void test_cancel_during_prefill(void)
         CHECK_INT(o.stats.reused_tokens, cancelled.prefilled_tokens);
         CHECK_INT(o.stats.prefilled_tokens, n - cancelled.prefilled_tokens);
     }
-    printf("cancel during prefill: worst %.1f ms from cancel to DONE; the first %d-token chunk takes %.1f ms\n",
-           worst * 1e3, chunk, chunk_seconds * 1e3);
-    CHECK_MSG(worst < chunk_seconds / 2, "cancel took %.1f ms, the first chunk %.1f ms", worst * 1e3,
-              chunk_seconds * 1e3);
+    qsort(latencies, runs, sizeof latencies[0], compare_doubles);
+    double median = latencies[runs / 2], worst = latencies[runs - 1];
+    printf("cancel during prefill: median %.1f ms, worst %.1f ms from cancel to DONE; the first %d-token chunk "
+           "takes %.1f ms\n", median * 1e3, worst * 1e3, chunk, chunk_seconds * 1e3);
+    CHECK_MSG(median < chunk_seconds / 2, "cancel took %.1f ms (median of %d), the first chunk %.1f ms",
+              median * 1e3, runs, chunk_seconds * 1e3);
     free(prompt);
     engine_close(e);
 }
