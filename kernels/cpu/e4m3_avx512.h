@@ -8,18 +8,18 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-/* 16 e4m3 codes as floats: the 7 magnitude bits moved to the top of a float's exponent and
- * mantissa and multiplied by 2^120 (exact, also for the subnormal codes), the sign bit, and NaN
- * for the two NaN codes. */
+/* 16 e4m3 codes as floats: sign-extended to 32 bits and shifted left by 20, the 7 magnitude
+ * bits land at the top of a float's exponent and mantissa and the sign's copies above them
+ * (bits 27-31), of which the mask keeps bit 31; times 2^120 that is the value (exact, also for
+ * the subnormal codes), and NaN for the two NaN codes (magnitude 0x7F: the code's low 7 bits
+ * shifted to the top). Two operations fewer than moving the sign and the magnitude apart. */
 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline __m512 e4m3_convert(__m128i bytes)
 {
-    __m512i codes = _mm512_cvtepu8_epi32(bytes);
-    __m512i magnitude = _mm512_and_si512(codes, _mm512_set1_epi32(0x7F));
-    __m512 value = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(magnitude, 20)), _mm512_set1_ps(0x1p120f));
-    __mmask16 nan = _mm512_cmpeq_epi32_mask(magnitude, _mm512_set1_epi32(0x7F));
-    value = _mm512_mask_mov_ps(value, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(codes, _mm512_set1_epi32(0x80)), 24);
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(value), sign));
+    __m512i codes = _mm512_cvtepi8_epi32(bytes);
+    __m512i bits = _mm512_and_si512(_mm512_slli_epi32(codes, 20), _mm512_set1_epi32((int)0x87F00000u));
+    __m512 value = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+    __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_slli_epi32(codes, 25), _mm512_set1_epi32((int)0xFE000000u));
+    return _mm512_mask_mov_ps(value, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }
 
 /* The scales of blocks [b, b + count), count <= 16, as floats (lanes past count: 0). A whole

@@ -1,17 +1,21 @@
 /* linear_int8: NVFP4 products with int8 activations (the contract is in linear_int8.h).
  *
- * Layout. A row is cut into chunks of 64 columns (4 blocks, 32 bytes of codes). A chunk's
- * codes go into one 64-byte register as they are read: bytes 0-31 hold the low nibbles (columns
- * 0, 2, ..., 62 of the chunk), bytes 32-63 the high ones (columns 1, 3, ..., 63), so byte p is
- * column 2p (p < 32) or 2(p - 32) + 1. The quantised activations are stored in the same order
- * once per call. The 16 dword lanes of vpdpbusd each sum 4 neighbouring bytes: lane L holds
- * block 4c + (L & 7) / 2 of chunk c. Per chunk and token:
- *   lane_sum[L] = sum of its 4 (2 e2m1 + 12) * q  - 12 * sum of its 4 q      (exact: the codes
+ * Layout. A row is cut into chunks of 128 columns (8 blocks, 64 bytes of codes, one load). Byte
+ * i of a chunk's codes holds columns 2i (low nibble) and 2i + 1 (high nibble), so the chunk's
+ * low nibbles, looked up as they are, and its high nibbles, shifted down, give two 64-byte
+ * registers of weights: the even and the odd columns in order. The quantised activations are
+ * stored the same way once per call (per chunk: 64 bytes of even columns, then 64 of odd). The
+ * 16 dword lanes of vpdpbusd each sum 4 neighbouring bytes, so lane d of both registers covers
+ * columns 8d .. 8d + 7 of the chunk, all in block 8c + d / 2, and both dot products go into one
+ * integer sum. Per chunk and token:
+ *   lane_sum[d] = sum of its 8 (2 e2m1 + 12) * q  - 12 * sum of its 8 q      (exact: the codes
  *                 go in as unsigned 2 e2m1 + 12 in [0, 24], vpdpbusd's unsigned operand, and the
  *                 correction, precomputed per token, starts the sum)
- *   acc[c % 2][L] = fma((float)lane_sum[L], e4m3(s_rb) * a_b, acc[c % 2][L])   (b: L's block)
+ *   acc[c % 2][d] = fma((float)lane_sum[d], e4m3(s_rb) * a_b, acc[c % 2][d])   (b: d's block)
  * and the row's value is (scale_2 / 2) times the 16 lanes of acc[0] + acc[1] summed by
- * lanes_sum. The portable loops do exactly these operations (fmaf), so both give the same bits.
+ * lanes_sum. One conversion and one fma per 128 columns (a chunk of 64 took one each, and a
+ * broadcast), ~0.6 vector operations per 16 weights. The portable loops do exactly these
+ * operations (fmaf), so both give the same bits.
  */
 #include "kernels/cpu/linear_int8.h"
 
@@ -35,9 +39,10 @@
 
 enum {
     BLOCK = 16,          /* columns per NVFP4 block (one scale) */
-    CHUNK = 64,          /* columns per chunk: one register of codes, one vpdpbusd */
+    CHUNK = 128,         /* columns per chunk: one 64-byte register of codes, two vpdpbusd */
     CHUNK_BLOCKS = CHUNK / BLOCK,
-    LANES = 16,          /* dword lanes of a chunk's sums, 4 columns each */
+    CHUNK_BYTES = CHUNK / 2, /* bytes of codes per chunk; also bytes of each half of its q */
+    LANES = 16,          /* dword lanes of a chunk's sums, 8 columns (half a block) each */
     GROUP_BLOCKS = 16,   /* blocks whose scales are converted at once (one register) */
     GROUP_CHUNKS = GROUP_BLOCKS / CHUNK_BLOCKS,
     TILE = 4,            /* tokens that share each decoded chunk */
@@ -54,9 +59,9 @@ enum {
 /* Blocks whose max|x| is below PRESCALE_BELOW are multiplied by PRESCALE before 127 / max. */
 static const float PRESCALE_BELOW = 0x1p-64f, PRESCALE = 0x1p64f;
 
-/* One token's activations, quantised: q [chunks][CHUNK] in the chunk byte order,
- * correction [chunks][LANES] = -CODE_OFFSET * (sum of the lane's 4 q), scale [groups *
- * GROUP_BLOCKS] = a_b (0 past the last block). */
+/* One token's activations, quantised: q [chunks][CHUNK] (per chunk its even columns, then its
+ * odd ones), correction [chunks][LANES] = -CODE_OFFSET * (sum of the lane's 8 q), scale
+ * [groups * GROUP_BLOCKS] = a_b (0 past the last block). */
 typedef struct {
     int8_t *q;
     int32_t *correction;
@@ -87,8 +92,8 @@ static quantized_token token_at(uint8_t *buffer, int cols, int t)
     return token;
 }
 
-/* Byte p of a chunk -> its column within the chunk. */
-static int chunk_column(int p) { return p < CHUNK / 2 ? 2 * p : 2 * (p - CHUNK / 2) + 1; }
+/* Byte p of a chunk's q -> its column within the chunk: the even columns, then the odd. */
+static int chunk_column(int p) { return p < CHUNK_BYTES ? 2 * p : 2 * (p - CHUNK_BYTES) + 1; }
 
 static int simd_available; /* AVX-512 F/BW/VL + VBMI + VNNI */
 static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
@@ -146,13 +151,14 @@ static void quantize_portable(const float *x, int cols, quantized_token *out)
         out->scale[b] = block_quantize(x + (size_t)b * BLOCK, q);
         for (int k = 0; k < BLOCK; k++) {
             int col = b * BLOCK + k, c = col / CHUNK, i = col % CHUNK;
-            out->q[(size_t)c * CHUNK + (i % 2 ? CHUNK / 2 + i / 2 : i / 2)] = q[k];
+            out->q[(size_t)c * CHUNK + (i % 2 ? CHUNK_BYTES + i / 2 : i / 2)] = q[k];
         }
     }
     for (size_t c = 0; c < chunks; c++)
         for (int lane = 0; lane < LANES; lane++) {
-            const int8_t *q = out->q + c * CHUNK + 4 * lane;
-            out->correction[c * LANES + lane] = -CODE_OFFSET * (q[0] + q[1] + q[2] + q[3]);
+            const int8_t *even = out->q + c * CHUNK + 4 * lane, *odd = even + CHUNK_BYTES;
+            out->correction[c * LANES + lane] =
+                -CODE_OFFSET * (even[0] + even[1] + even[2] + even[3] + odd[0] + odd[1] + odd[2] + odd[3]);
         }
 }
 
@@ -180,12 +186,13 @@ static void row_portable(const weight_matrix *w, int r, const quantized_token *x
         float acc[2][LANES] = {{0}};
         for (size_t c = 0; c < chunks; c++) {
             for (int lane = 0; lane < LANES; lane++) {
-                int b = (int)c * CHUNK_BLOCKS + (lane & 7) / 2, sum = 0;
-                for (int j = 0; j < 4; j++) {
-                    int p = 4 * lane + j, col = (int)c * CHUNK + chunk_column(p);
-                    uint8_t byte = col / BLOCK < blocks ? row[col / 2] : 0;
-                    sum += twice_e2m1(col % 2 ? byte >> 4 : byte & 15) * x[t].q[c * CHUNK + p];
-                }
+                int b = (int)c * CHUNK_BLOCKS + lane / 2, sum = 0;
+                for (int half = 0; half < 2; half++)
+                    for (int j = 0; j < 4; j++) {
+                        int p = half * CHUNK_BYTES + 4 * lane + j, col = (int)c * CHUNK + chunk_column(p);
+                        uint8_t byte = col / BLOCK < blocks ? row[col / 2] : 0;
+                        sum += twice_e2m1(col % 2 ? byte >> 4 : byte & 15) * x[t].q[c * CHUNK + p];
+                    }
                 float block_scale = b < blocks ? nvfp4_e4m3_to_float(scales[b]) : 0.0f;
                 acc[c % 2][lane] = fmaf((float)sum, block_scale * x[t].scale[b], acc[c % 2][lane]);
             }
@@ -200,82 +207,76 @@ static void row_portable(const weight_matrix *w, int r, const quantized_token *x
 #if KIMI_INT8_AVX512
 #define INT8_TARGET "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni"
 
-/* Four blocks quantised at once into chunk c's bytes, correction and scales. */
+/* A chunk's 8 blocks quantised into its q (even columns, then odd), correction and scales. */
 __attribute__((target(INT8_TARGET))) static void quantize_avx512(const float *x, int cols, quantized_token *out)
 {
     int blocks = cols / BLOCK;
     size_t chunks = chunks_of(cols);
-    uint8_t to_chunk_order[CHUNK];
-    for (int p = 0; p < CHUNK; p++)
-        to_chunk_order[p] = (uint8_t)chunk_column(p);
-    const __m512i order = _mm512_loadu_si512(to_chunk_order);
+    uint8_t even_index[CHUNK_BYTES], odd_index[CHUNK_BYTES];
+    for (int p = 0; p < CHUNK_BYTES; p++) {
+        even_index[p] = (uint8_t)chunk_column(p);
+        odd_index[p] = (uint8_t)chunk_column(CHUNK_BYTES + p);
+    }
+    const __m512i even_of = _mm512_loadu_si512(even_index), odd_of = _mm512_loadu_si512(odd_index);
     const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
     memset(out->scale, 0, scale_slots_of(cols) * sizeof(float));
     for (size_t c = 0; c < chunks; c++) {
-        __m512i column_order = _mm512_setzero_si512();
+        _Alignas(64) int8_t natural[CHUNK] = {0}; /* the chunk's q in column order */
         for (int k = 0; k < CHUNK_BLOCKS; k++) {
             int b = (int)c * CHUNK_BLOCKS + k;
             if (b >= blocks)
                 break;
             __m512 v = _mm512_loadu_ps(x + (size_t)b * BLOCK);
             __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), magnitude));
-            __m128i q = _mm_setzero_si128();
             if (_mm512_cmp_ps_mask(a, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ) != 0xFFFF) {
                 out->scale[b] = NAN;
-            } else {
-                float amax = _mm512_reduce_max_ps(a);
-                if (amax != 0.0f) {
-                    float prescale = amax < PRESCALE_BELOW ? PRESCALE : 1.0f; /* as in block_quantize */
-                    __m512 units = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(prescale)),
-                                                 _mm512_set1_ps((float)QMAX / (amax * prescale)));
-                    q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(units));
-                    out->scale[b] = amax / (float)QMAX;
-                }
+                continue;
             }
-            column_order = _mm512_inserti32x4(column_order, q, 0);
-            column_order = _mm512_alignr_epi32(column_order, column_order, 4); /* block k -> bytes 16k.. */
+            float amax = _mm512_reduce_max_ps(a);
+            if (amax == 0.0f)
+                continue;
+            float prescale = amax < PRESCALE_BELOW ? PRESCALE : 1.0f; /* as in block_quantize */
+            __m512 units = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(prescale)),
+                                         _mm512_set1_ps((float)QMAX / (amax * prescale)));
+            _mm_store_si128((__m128i *)(natural + k * BLOCK), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(units)));
+            out->scale[b] = amax / (float)QMAX;
         }
-        /* After 4 rotations by 16 bytes block k sits at bytes 16k; a short last chunk rotated
-         * fewer times: finish the rotation so its blocks are in place too. */
-        for (int k = blocks - (int)c * CHUNK_BLOCKS; k < CHUNK_BLOCKS; k++)
-            column_order = _mm512_alignr_epi32(column_order, column_order, 4);
-        __m512i q = _mm512_permutexvar_epi8(order, column_order);
-        _mm512_storeu_si512(out->q + c * CHUNK, q);
-        __m512i lane_sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(CODE_OFFSET), q);
+        __m512i low = _mm512_load_si512(natural), high = _mm512_load_si512(natural + CHUNK_BYTES);
+        __m512i even = _mm512_permutex2var_epi8(low, even_of, high), odd = _mm512_permutex2var_epi8(low, odd_of, high);
+        _mm512_storeu_si512(out->q + c * CHUNK, even);
+        _mm512_storeu_si512(out->q + c * CHUNK + CHUNK_BYTES, odd);
+        __m512i lane_sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(CODE_OFFSET), even);
+        lane_sums = _mm512_dpbusd_epi32(lane_sums, _mm512_set1_epi8(CODE_OFFSET), odd);
         _mm512_storeu_si512(out->correction + c * LANES, _mm512_sub_epi32(_mm512_setzero_si512(), lane_sums));
     }
 }
 
 typedef struct {
     __m512i codes_to_weights; /* vpermb table: byte i -> 2 e2m1(i & 15) + CODE_OFFSET */
-    __m512i block_of_lane[GROUP_CHUNKS]; /* vpermps index: chunk k of a group, lane L -> 4k + (L & 7) / 2 */
+    __m512i block_of_lane[GROUP_CHUNKS]; /* vpermps index: chunk k of a group, lane d -> 8k + d / 2 */
     int32_t row_of_sum[LANES];            /* vpermps index: row i's sum is lane row_of_sum[i] of sixteen_sums */
 } int8_consts;
 
-/* Chunk c of a row (blocks_left < CHUNK_BLOCKS: a short last chunk, read with a mask) as 64
- * unsigned weights in the chunk byte order. */
-__attribute__((target(INT8_TARGET), always_inline)) static inline __m512i chunk_weights(
-    const uint8_t *row, size_t c, int blocks_left, const int8_consts *k)
-{
-    __m256i bytes = blocks_left >= CHUNK_BLOCKS
-                        ? _mm256_loadu_si256((const __m256i *)(row + c * (CHUNK / 2)))
-                        : _mm256_maskz_loadu_epi8((__mmask32)((1ull << (blocks_left * BLOCK / 2)) - 1),
-                                                  row + c * (CHUNK / 2));
-    __m512i both = _mm512_broadcast_i64x4(bytes);
-    both = _mm512_mask_srli_epi16(both, (__mmask32)0xFFFF0000u, both, 4); /* high nibbles -> bytes 32-63 */
-    return _mm512_permutexvar_epi8(both, k->codes_to_weights);
-}
-
-/* Chunk c0 + j of a row (blocks_left as in chunk_weights) into accumulator j % 2 of every
- * token. */
+/* Chunk c0 + j of a row (blocks_left < CHUNK_BLOCKS: a short last chunk, read with a mask) into
+ * accumulator j % 2 of every token. */
 __attribute__((target(INT8_TARGET), always_inline)) static inline void chunk_fma(
     const uint8_t *row, size_t c0, int j, int blocks_left, const quantized_token *x, int n_tokens,
     const __m512 group_scale[TILE], const int8_consts *k, __m512 acc[TILE][2])
 {
-    __m512i weights = chunk_weights(row, c0 + j, blocks_left, k);
+    const uint8_t *codes = row + (c0 + j) * CHUNK_BYTES;
+    __m512i bytes = blocks_left >= CHUNK_BLOCKS
+                        ? _mm512_loadu_si512(codes)
+                        : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (blocks_left * BLOCK / 2)) - 1), codes);
+    /* vpermb looks at the low 6 bits of each byte and the table repeats every 16 entries: the
+     * low nibble as it is, the high one once shifted down (within 16 bits: the neighbour's
+     * bits that come in above it are ignored too). */
+    __m512i even = _mm512_permutexvar_epi8(bytes, k->codes_to_weights);
+    __m512i odd = _mm512_permutexvar_epi8(_mm512_srli_epi16(bytes, 4), k->codes_to_weights);
     for (int t = 0; t < n_tokens; t++) {
-        __m512i sums = _mm512_dpbusd_epi32(_mm512_loadu_si512(x[t].correction + (c0 + j) * LANES), weights,
-                                           _mm512_loadu_si512(x[t].q + (c0 + j) * CHUNK));
+        const int8_t *q = x[t].q + (c0 + j) * CHUNK;
+        __m512i sums = _mm512_dpbusd_epi32(_mm512_loadu_si512(x[t].correction + (c0 + j) * LANES), even,
+                                           _mm512_loadu_si512(q));
+        sums = _mm512_dpbusd_epi32(sums, odd, _mm512_loadu_si512(q + CHUNK_BYTES));
         acc[t][j % 2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
                                         _mm512_permutexvar_ps(k->block_of_lane[j], group_scale[t]), acc[t][j % 2]);
     }
@@ -301,8 +302,6 @@ __attribute__((target(INT8_TARGET), always_inline)) static inline void row_lanes
         _mm_prefetch((const char *)scales + g + PREFETCH_AHEAD_BYTES / (BLOCK / 2), _MM_HINT_T0); /* the same blocks' scales */
         chunk_fma(row, (size_t)g / CHUNK_BLOCKS, 0, CHUNK_BLOCKS, x, n_tokens, group_scale, k, acc);
         chunk_fma(row, (size_t)g / CHUNK_BLOCKS, 1, CHUNK_BLOCKS, x, n_tokens, group_scale, k, acc);
-        chunk_fma(row, (size_t)g / CHUNK_BLOCKS, 2, CHUNK_BLOCKS, x, n_tokens, group_scale, k, acc);
-        chunk_fma(row, (size_t)g / CHUNK_BLOCKS, 3, CHUNK_BLOCKS, x, n_tokens, group_scale, k, acc);
     }
     if (g < blocks) {
         int count = blocks - g;
@@ -369,7 +368,7 @@ __attribute__((target(INT8_TARGET))) static void rows_avx512(const weight_matrix
     for (int j = 0; j < GROUP_CHUNKS; j++) {
         int32_t index[LANES];
         for (int lane = 0; lane < LANES; lane++)
-            index[lane] = j * CHUNK_BLOCKS + (lane & 7) / 2;
+            index[lane] = j * CHUNK_BLOCKS + lane / 2;
         k.block_of_lane[j] = _mm512_loadu_si512(index);
     }
     for (int i = 0; i < LANES; i++)

@@ -1,7 +1,7 @@
 /* linear_int8: y = W x for NVFP4 W with the activations x rounded to int8, the CPU backend's
  * fast mode (--cpu-activations int8). The NVFP4 product is bound by the instructions that turn
  * codes into floats (~4 vector operations per 16 weights in linear.c); with int8 activations
- * one VNNI dot product (vpdpbusd) takes 64 weights, ~1.5 operations per 16. It is a numeric
+ * two VNNI dot products (vpdpbusd) take 128 weights, ~1.2 operations per 16. It is a numeric
  * contract of its own, not the fp32 reference: each 16-column block of x (one NVFP4 block) is
  *   a_b = max|x_k| / 127,   q_k = round-to-even(x_k * (127 / max|x_k|))  in [-127, 127]
  * (a block of zeros: a_b = 0, q = 0; a block holding an infinity or a NaN: a_b = NaN, so the

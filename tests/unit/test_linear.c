@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/nvfp4_math.h"
 #include "tests/unit/check.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -200,6 +201,13 @@ static void check_nvfp4_by_hand(void)
     scale[0] = 0xFF;
     linear_rows(&w, x, 16, 1, &y, 1, 0, 1);
     CHECK(isnan(y));
+    /* Every code (the SIMD kernels convert scales their own way: kernels/cpu/e4m3_avx512.h). */
+    for (int code = 0; code < 256; code++) {
+        scale[0] = (uint8_t)code;
+        linear_rows(&w, x, 16, 1, &y, 1, 0, 1);
+        float want = -7 * nvfp4_e4m3_to_float((uint8_t)code) * 0.25f;
+        CHECK_MSG(isnan(want) ? isnan(y) : y == want, "e4m3 code 0x%02X: %g, want %g", code, y, want);
+    }
 }
 
 /* The AVX-512F/BW NVFP4 path (where this CPU has it) and the portable loop give the same bits,

@@ -3,8 +3,8 @@
  *  - against a float64 evaluation of the contract written here from nvfp4_math.h (x quantised
  *    per 16-column block, the products summed in double): |y - contract| <= (n u)(1.01) *
  *    sum|terms| + underflow, n = ceil(chunks / 2) + 7 float roundings on a term's way to y
- *    (e4m3 * a_b, one fma per other chunk of its accumulator, acc0 + acc1, 4 levels of lanes,
- *    scale_2 / 2), u = 2^-24; underflow = 2^-149 (sum |2 e2m1 q| + n + 1);
+ *    (chunks of 128 columns; e4m3 * a_b, one fma per other chunk of its accumulator, acc0 +
+ *    acc1, 4 levels of lanes, scale_2 / 2), u = 2^-24; underflow = 2^-149 (sum |2 e2m1 q| + n + 1);
  *  - against the exact product (float64 of the dequantised weights times the unquantised x):
  *    the header's bound (scale_2 / 2) sum_b |e4m3(s_b)| (A_b / 2) sum_k |2 e2m1_k| with
  *    A_b = max|x| / 127 exactly, widened by the float rounding of the quantisation (x * (127 /
@@ -175,7 +175,7 @@ static expected reference_row(const weight_matrix *w, int r, const float *x, con
         code_units += (double)dot_magnitude;
     }
     double half = (double)w->scale_2 / 2;
-    int chunks = (w->cols + 63) / 64, roundings = (chunks + 1) / 2 + 7;
+    int chunks = (w->cols + 127) / 128, roundings = (chunks + 1) / 2 + 7;
     e.contract = half * sum;
     e.contract_bound = fabs(half) * magnitude * (roundings * 0x1p-24 * 1.01 + 1e-12) +
                        0x1p-149 * (code_units + roundings + 1);
