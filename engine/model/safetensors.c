@@ -437,6 +437,11 @@ const st_tensor *safetensors_at(const safetensors_set *set, size_t i)
     return i < set->n_tensors ? &set->tensors[i] : NULL;
 }
 
+int safetensors_file_mapped(const safetensors_set *set, int file)
+{
+    return set->files[file].owns_mapping;
+}
+
 const char *safetensors_file_path(const safetensors_set *set, int file)
 {
     return file >= 0 && file < set->n_files ? set->files[file].path : "?";

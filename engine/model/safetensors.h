@@ -41,6 +41,10 @@ const st_tensor *safetensors_find(const safetensors_set *set, const char *name);
 size_t safetensors_count(const safetensors_set *set);
 const st_tensor *safetensors_at(const safetensors_set *set, size_t i);
 
+/* 1 when shard `file` is this set's own mmap of the file (its pages may be remapped, as
+ * weights_page_in does); 0 for a caller's memory image. */
+int safetensors_file_mapped(const safetensors_set *set, int file);
+
 /* Path of shard `file` as opened (for messages). */
 const char *safetensors_file_path(const safetensors_set *set, int file);
 

@@ -32,7 +32,7 @@ static int use_tensor(loader *L, const st_tensor *t)
 {
     if (array_reserve(&L->spans, &L->span_cap, L->n_spans + 1, sizeof *L->spans))
         return kimi_fail(L->err, KIMI_ERR_NOMEM, "out of memory for the list of %zu tensors", L->n_spans + 1);
-    L->spans[L->n_spans++] = (weight_span){t->data, t->bytes};
+    L->spans[L->n_spans++] = (weight_span){t->data, t->bytes, t->file, safetensors_file_mapped(L->files, t->file)};
     L->bytes += t->bytes;
     return 0;
 }
@@ -326,7 +326,13 @@ static int compare_span(const void *pa, const void *pb)
     return a->data < b->data ? -1 : a->data > b->data;
 }
 
-/* Sort spans [n] by address and merge the ones that touch or overlap; returns how many remain. */
+/* Spans of one shard this close are one: a checkpoint interleaves the tensors the model uses
+ * with small ones it does not (input_scale: 4 bytes beside every NVFP4 linear), and the whole
+ * of a stretch can then move to 2 MiB pages (weights_page_in). */
+#define SPAN_GAP_MERGE ((size_t)64 << 10)
+
+/* Sort spans [n] by address and merge those of a shard that overlap or lie within
+ * SPAN_GAP_MERGE of each other; returns how many remain. */
 static size_t merge_spans(weight_span *spans, size_t n)
 {
     if (n == 0)
@@ -335,10 +341,11 @@ static size_t merge_spans(weight_span *spans, size_t n)
     size_t kept = 0;
     for (size_t i = 1; i < n; i++) {
         weight_span *last = &spans[kept];
-        if (spans[i].data <= last->data + last->bytes) {
+        if (spans[i].file == last->file && (size_t)(spans[i].data - last->data) <= last->bytes + SPAN_GAP_MERGE) {
             const uint8_t *end = spans[i].data + spans[i].bytes;
             if (end > last->data + last->bytes)
                 last->bytes = (size_t)(end - last->data);
+            last->movable &= spans[i].movable;
         } else {
             spans[++kept] = spans[i];
         }
@@ -406,24 +413,29 @@ void weights_free(model_weights *mw)
 }
 
 /* Large enough that madvise reads ahead in big requests, small enough that the threads share
- * the work evenly and a stop takes effect within one step. */
+ * the work evenly and a stop takes effect within one step. A multiple of HUGE_PAGE: steps end
+ * on 2 MiB boundaries, so a span's inside moves to huge pages whole. */
 #define PAGE_IN_STEP ((size_t)64 << 20)
+#define HUGE_PAGE ((uintptr_t)2 << 20)
 
 /* The reading shared by the threads of weights_page_in: steps handed out in address order, so
  * that the requests in flight are neighbours on the disk. */
 typedef struct {
     const model_weights *mw;
     size_t page;                /* bytes per memory page */
+    int huge_pages;             /* weights_page_in_options.huge_pages */
     pthread_mutex_t lock;       /* everything below */
     pthread_cond_t changed;     /* a step was read, or a thread ended */
     size_t next_span, next_off; /* the next step: spans[next_span], from next_off */
     size_t done;                /* bytes of the steps read */
+    size_t moved;               /* of those, bytes moved into 2 MiB pages */
     int running;                /* threads not yet ended */
     int stop;                   /* the caller's progress said stop: hand out no more steps */
 } page_in_work;
 
-/* Take the next step: its start and length, 0 when none is left (or stop was said). */
-static size_t take_step(page_in_work *w, const uint8_t **start)
+/* Take the next step: its span, start and length (up to the next PAGE_IN_STEP boundary of
+ * the address), 0 when none is left (or stop was said). */
+static size_t take_step(page_in_work *w, const weight_span **span, const uint8_t **start)
 {
     const model_weights *mw = w->mw;
     while (w->next_span < mw->n_spans && w->next_off >= mw->spans[w->next_span].bytes) {
@@ -433,14 +445,19 @@ static size_t take_step(page_in_work *w, const uint8_t **start)
     if (w->stop || w->next_span >= mw->n_spans)
         return 0;
     const weight_span *s = &mw->spans[w->next_span];
-    size_t len = s->bytes - w->next_off < PAGE_IN_STEP ? s->bytes - w->next_off : PAGE_IN_STEP;
+    *span = s;
     *start = s->data + w->next_off;
+    size_t to_boundary = PAGE_IN_STEP - (size_t)((uintptr_t)*start % PAGE_IN_STEP);
+    size_t len = s->bytes - w->next_off < to_boundary ? s->bytes - w->next_off : to_boundary;
     w->next_off += len;
     return len;
 }
 
-static void read_step(const uint8_t *start, size_t len, size_t page)
+/* Fault [start, start + len) in from the file. */
+static void touch_pages(const uint8_t *start, size_t len, size_t page)
 {
+    if (len == 0)
+        return;
     uintptr_t first_page = (uintptr_t)start & ~(uintptr_t)(page - 1);
     /* Only advice: memory that is not a file mapping (a test's image) just says no. */
     (void)madvise((void *)first_page, (uintptr_t)start + len - first_page, MADV_WILLNEED);
@@ -451,16 +468,59 @@ static void read_step(const uint8_t *start, size_t len, size_t page)
     (void)bytes[len - 1];
 }
 
+/* Replace the mapping at [at, at + len) (2 MiB-aligned) by an anonymous copy of it advised for
+ * huge pages, read-only as the mmap was. 0 when moved; -1 when it stays as it was. */
+static int move_to_huge_pages(uint8_t *at, size_t len)
+{
+    uint8_t *raw = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return -1;
+    uint8_t *copy = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
+    if (copy > raw)
+        munmap(raw, (size_t)(copy - raw));
+    if (raw + len + HUGE_PAGE > copy + len)
+        munmap(copy + len, (size_t)(raw + len + HUGE_PAGE - (copy + len)));
+    if (madvise(copy, len, MADV_HUGEPAGE) != 0) {
+        munmap(copy, len);
+        return -1;
+    }
+    (void)madvise(at, len, MADV_WILLNEED); /* the file's pages: read ahead of the copy */
+    memcpy(copy, at, len);
+    if (mprotect(copy, len, PROT_READ) != 0 ||
+        mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+        munmap(copy, len);
+        return -1;
+    }
+    return 0;
+}
+
+/* Read one step in; returns the bytes of it moved into huge pages. */
+static size_t read_step(const page_in_work *w, const weight_span *span, const uint8_t *start, size_t len)
+{
+    uintptr_t inside = ((uintptr_t)start + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    uintptr_t inside_end = ((uintptr_t)start + len) & ~(HUGE_PAGE - 1);
+    if (!w->huge_pages || !span->movable || inside_end <= inside ||
+        move_to_huge_pages((uint8_t *)inside, (size_t)(inside_end - inside)) != 0) {
+        touch_pages(start, len, w->page);
+        return 0;
+    }
+    touch_pages(start, (size_t)(inside - (uintptr_t)start), w->page);
+    touch_pages((const uint8_t *)inside_end, (size_t)((uintptr_t)start + len - inside_end), w->page);
+    return (size_t)(inside_end - inside);
+}
+
 static void *page_in_thread(void *arg)
 {
     page_in_work *w = arg;
+    const weight_span *span;
     const uint8_t *start;
     pthread_mutex_lock(&w->lock);
-    for (size_t len; (len = take_step(w, &start)) > 0;) {
+    for (size_t len; (len = take_step(w, &span, &start)) > 0;) {
         pthread_mutex_unlock(&w->lock);
-        read_step(start, len, w->page);
+        size_t moved = read_step(w, span, start, len);
         pthread_mutex_lock(&w->lock);
         w->done += len;
+        w->moved += moved;
         pthread_cond_signal(&w->changed);
     }
     w->running--;
@@ -486,15 +546,20 @@ static int passed(const struct timespec *deadline)
     return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
 }
 
-int weights_page_in(const model_weights *mw, int threads, double report_seconds, weights_page_in_progress progress,
-                    void *user, kimi_err *err)
+int weights_page_in(const model_weights *mw, const weights_page_in_options *o, size_t *huge_bytes, kimi_err *err)
 {
+    int threads = o->threads;
+    double report_seconds = o->report_seconds;
+    weights_page_in_progress progress = o->progress;
+    void *user = o->user;
+    if (huge_bytes)
+        *huge_bytes = 0;
     if (threads < 1)
         return kimi_fail(err, KIMI_ERR_USAGE, "reading the weights in: %d threads (at least 1)", threads);
     size_t total = 0;
     for (size_t i = 0; i < mw->n_spans; i++)
         total += mw->spans[i].bytes;
-    page_in_work w = {.mw = mw, .page = (size_t)sysconf(_SC_PAGESIZE)};
+    page_in_work w = {.mw = mw, .page = (size_t)sysconf(_SC_PAGESIZE), .huge_pages = o->huge_pages};
     pthread_t *ids = calloc((size_t)threads, sizeof *ids);
     if (!ids)
         return kimi_fail(err, KIMI_ERR_NOMEM, "reading the weights in: out of memory for %d threads", threads);
@@ -533,6 +598,8 @@ int weights_page_in(const model_weights *mw, int threads, double report_seconds,
         w.stop |= stop;
     }
     int stopped = w.stop;
+    if (huge_bytes)
+        *huge_bytes = w.moved;
     pthread_mutex_unlock(&w.lock);
     for (int t = 0; t < started; t++)
         pthread_join(ids[t], NULL);
@@ -548,6 +615,17 @@ int weights_page_in(const model_weights *mw, int threads, double report_seconds,
     if (progress && progress(user, total, total))
         return WEIGHTS_STOPPED;
     return 0;
+}
+
+int weights_huge_pages_available(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f)
+        return 0;
+    char line[128] = "";
+    int offered = fgets(line, sizeof line, f) && (strstr(line, "[always]") || strstr(line, "[madvise]"));
+    fclose(f);
+    return offered;
 }
 
 typedef struct {

@@ -1,10 +1,13 @@
 /* test_weights: the tiny-k25 checkpoint resolved into views (counts and formats derived from
  * its config and docs/MODEL_FORMAT.md), shard views against full-matrix decodes, the
  * tensor-parallel plan, the memory plan, and the threads that read the weights in. */
+#include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
@@ -209,8 +212,9 @@ static double seconds_since(const struct timespec *t0)
     return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
-/* The checkpoint's spans, read by several threads: progress sums every thread's bytes to
- * the spans' total, once at the end. Then spans over never-touched anonymous memory (read,
+/* The checkpoint's spans: in address order, disjoint, at least every tensor's bytes (small
+ * gaps between them merged in). Read by several threads: progress
+ * sums every thread's bytes to the spans' total, once at the end. Then spans over never-touched anonymous memory (read,
  * it is the zero page: a GiB costs no memory), in odd sizes around the 64 MiB step: reports
  * in order, summed to the total; a stop at the first report returns WEIGHTS_STOPPED with no
  * report after it, in a fraction of the whole read's time (only the steps in flight finish). */
@@ -219,13 +223,16 @@ static void test_page_in(const model_weights *mw)
     kimi_err err = {0};
     page_in_log log = {.in_order = 1};
     size_t total = 0;
-    for (size_t i = 0; i < mw->n_spans; i++)
+    for (size_t i = 0; i < mw->n_spans; i++) {
         total += mw->spans[i].bytes;
-    CHECK_INT(weights_page_in(mw, 3, 0.1, log_page_in, &log, &err), 0);
-    CHECK(log.in_order && log.calls >= 1 && log.done == total && log.total == total && total == mw->weight_bytes);
-    CHECK_INT(weights_page_in(mw, 0, 0.1, log_page_in, &log, &err), KIMI_ERR_USAGE);
+        CHECK(i == 0 || mw->spans[i].data > mw->spans[i - 1].data + mw->spans[i - 1].bytes);
+    }
+    CHECK_MSG(total >= mw->weight_bytes, "spans of %zu bytes for %zu bytes of tensors", total, mw->weight_bytes);
+    CHECK_INT(weights_page_in(mw, &(weights_page_in_options){3, 0, 0.1, log_page_in, &log}, NULL, &err), 0);
+    CHECK(log.in_order && log.calls >= 1 && log.done == total && log.total == total);
+    CHECK_INT(weights_page_in(mw, &(weights_page_in_options){0, 0, 0.1, log_page_in, &log}, NULL, &err), KIMI_ERR_USAGE);
     CHECK_MSG(strstr(err.msg, "0 threads") != NULL, "%s", err.msg);
-    CHECK_INT(weights_page_in(mw, 2, 0.1, NULL, NULL, &err), 0);
+    CHECK_INT(weights_page_in(mw, &(weights_page_in_options){2, 0, 0.1, NULL, NULL}, NULL, &err), 0);
 
     const size_t mib = (size_t)1 << 20, sizes[] = {300 * mib + 4097, 1, 64 * mib, 640 * mib - 4097 - 1, 20 * mib};
     const size_t n_spans = sizeof sizes / sizeof *sizes;
@@ -244,14 +251,14 @@ static void test_page_in(const model_weights *mw)
         weight_span spans[sizeof sizes / sizeof *sizes];
         size_t off = 0;
         for (size_t i = 0; i < n_spans; i++) {
-            spans[i] = (weight_span){image + off, sizes[i]};
+            spans[i] = (weight_span){image + off, sizes[i], 0, 0};
             off += sizes[i];
         }
         model_weights image_weights = {.spans = spans, .n_spans = n_spans};
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         log = (page_in_log){.in_order = 1, .stop_at = stop};
-        CHECK_INT(weights_page_in(&image_weights, 2, 0.002, log_page_in, &log, &err), stop ? WEIGHTS_STOPPED : 0);
+        CHECK_INT(weights_page_in(&image_weights, &(weights_page_in_options){2, 0, 0.002, log_page_in, &log}, NULL, &err), stop ? WEIGHTS_STOPPED : 0);
         seconds[stop] = seconds_since(&t0);
         CHECK(log.in_order && log.total == bytes);
         if (stop)
@@ -262,6 +269,91 @@ static void test_page_in(const model_weights *mw)
     }
     CHECK_MSG(seconds[1] < seconds[0] * 0.5, "stopped after %.3f s, the whole read took %.3f s", seconds[1],
               seconds[0]);
+}
+
+/* The line of /proc/self/maps that holds addr, or "" (line: [size]). */
+static void mapping_of(const void *addr, char *line, size_t size)
+{
+    line[0] = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return;
+    char buf[512];
+    while (fgets(buf, sizeof buf, f)) {
+        unsigned long lo, hi;
+        if (sscanf(buf, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)addr >= lo && (uintptr_t)addr < hi) {
+            snprintf(line, size, "%s", buf);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* huge_pages: a span of a file mmap keeps its bytes and addresses, its 2 MiB-aligned inside
+ * becomes anonymous read-only memory (the edges stay mapped from the file), and a span that is
+ * not movable (a caller's image) or that has no whole 2 MiB inside stays as it was. */
+static void test_page_in_huge_pages(void)
+{
+    enum { MIB = 1 << 20 };
+    const size_t file_bytes = 9 * (size_t)MIB;
+    char path[] = "/tmp/kimi-test-weights-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    uint8_t *content = malloc(file_bytes);
+    for (size_t i = 0; i < file_bytes; i++)
+        content[i] = (uint8_t)(i * 2654435761u >> 13);
+    CHECK(write(fd, content, file_bytes) == (ssize_t)file_bytes);
+    uint8_t *map = mmap(NULL, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    CHECK(map != MAP_FAILED);
+    if (map == MAP_FAILED) {
+        unlink(path);
+        free(content);
+        return;
+    }
+    /* A span from 100 bytes in to 300 bytes before the end (a 2 MiB-aligned inside of at least
+     * 4 MiB wherever the map lands), and a second, not movable, tail span of 200 bytes. */
+    const uint8_t *first = map + 100;
+    size_t first_bytes = file_bytes - 100 - 500;
+    weight_span spans[2] = {{first, first_bytes, 0, 1}, {map + file_bytes - 200, 200, 0, 0}};
+    model_weights mw = {.spans = spans, .n_spans = 2};
+    uintptr_t inside = ((uintptr_t)first + 2 * MIB - 1) & ~(uintptr_t)(2 * MIB - 1);
+    uintptr_t inside_end = ((uintptr_t)first + first_bytes) & ~(uintptr_t)(2 * MIB - 1);
+    kimi_err err = {0};
+    size_t moved = 1;
+    CHECK_INT(weights_page_in(&mw, &(weights_page_in_options){3, 1, 0.1, NULL, NULL}, &moved, &err), 0);
+    char before[512], at[512], after[512];
+    mapping_of(map, before, sizeof before);
+    mapping_of((const void *)inside, at, sizeof at);
+    mapping_of((const void *)(inside_end - 1), after, sizeof after);
+    if (weights_huge_pages_available()) {
+        CHECK_MSG(moved == inside_end - inside, "moved %zu bytes, the inside is %zu", moved,
+                  (size_t)(inside_end - inside));
+        CHECK_MSG(strstr(before, path) != NULL, "the edge before the inside: %s", before);
+        CHECK_MSG(strstr(at, path) == NULL && strstr(after, path) == NULL && strstr(at, "r--p"),
+                  "the inside, read-only and anonymous: %s / %s", at, after);
+        char edge[512];
+        mapping_of((const void *)inside_end, edge, sizeof edge);
+        CHECK_MSG(strstr(edge, path) != NULL, "the edge after the inside: %s", edge);
+    } else {
+        CHECK_INT((int)moved, 0);
+        printf("transparent huge pages are off here: the weights stayed in the mmap\n");
+    }
+    CHECK(memcmp(map, content, file_bytes) == 0);
+    /* Not movable, and nothing movable asked for: nothing moves. */
+    weight_span fixed = {map + 50, file_bytes - 100, 0, 0};
+    mw = (model_weights){.spans = &fixed, .n_spans = 1};
+    CHECK_INT(weights_page_in(&mw, &(weights_page_in_options){1, 1, 0.1, NULL, NULL}, &moved, &err), 0);
+    CHECK_INT((int)moved, 0);
+    fixed.movable = 1;
+    CHECK_INT(weights_page_in(&mw, &(weights_page_in_options){1, 0, 0.1, NULL, NULL}, &moved, &err), 0);
+    CHECK_INT((int)moved, 0);
+    CHECK(memcmp(map, content, file_bytes) == 0);
+    CHECK_INT(munmap(map, file_bytes), 0); /* one munmap takes the moved pages too (safetensors_close) */
+    unlink(path);
+    free(content);
 }
 
 int main(void)
@@ -281,6 +373,7 @@ int main(void)
     test_tp_plan(&mw);
     test_memory_plan(&mw);
     test_page_in(&mw);
+    test_page_in_huge_pages();
     weights_free(&mw);
     return check_finish();
 }
