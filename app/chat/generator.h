@@ -94,7 +94,7 @@ struct generator {
     const generator_ops *ops;
     char model[128];                /* "demo model", "Kimi-K2.5-NVFP4", the server's model */
     char backend[128];              /* "cpu TP=1", "cuda TP=8", "server http://host:8000" */
-    char summary[1024];             /* the plan (local: ranks, threads, memory, KV-cache notes)
+    char summary[1536];             /* the plan (local: ranks, threads, memory, KV-cache notes)
                                        or the server's details, one or more lines: in /stats,
                                        said at start with --verbose */
     long context_limit;             /* positions an answer and its prompt may fill; 0 = unknown */

@@ -625,9 +625,10 @@ static void write_summary(engine_info *info, const char *threads_note, const kv_
 {
     if (info->backend == BACKEND_CPU)
         snprintf(info->summary, sizeof info->summary,
-                 "%s backend, tp %d, %d threads per rank%s, weights read in by %d thread%s%s; %s",
+                 "%s backend, tp %d, %d threads per rank%s, weights read in by %d thread%s%s%s; %s",
                  backend_name(info->backend), info->tp, info->threads_per_rank, threads_note, info->load_threads,
                  info->load_threads == 1 ? "" : "s",
+                 info->huge_pages ? " into 2 MiB pages" : " (4 KiB pages: transparent huge pages are off)",
                  info->activations == CPU_ACTIVATIONS_INT8 ? ", NVFP4 products with int8 activations (not the fp32 "
                                                              "reference)" : "",
                  plan->summary);
@@ -653,22 +654,6 @@ static void append_measured_overhead(engine_info *info, long planned_context)
 
 /* CUDA: which communicator runs the all-reduces (the peer all-reduce, or NCCL and why not the
  * peer one), added to the summary. */
-/* Where the CPU backend's weights ended up: how much of them in 2 MiB pages (the rest, span
- * edges and what could not move, stays in the mmap's 4 KiB pages). */
-static void append_weight_pages(engine_info *info, int offered, size_t huge_bytes)
-{
-    size_t used = strlen(info->summary);
-    if (!offered) {
-        snprintf(info->summary + used, sizeof info->summary - used,
-                 "; weights in 4 KiB pages (transparent huge pages are off)");
-        return;
-    }
-    int gib = info->weight_bytes >= (size_t)1 << 30;
-    double unit = gib ? 1.0 / (1 << 30) : 1.0 / (1 << 20);
-    snprintf(info->summary + used, sizeof info->summary - used, "; weights in 2 MiB pages: %.*f of %.*f %s",
-             gib ? 2 : 0, (double)huge_bytes * unit, gib ? 2 : 0, (double)info->weight_bytes * unit, gib ? "GiB" : "MiB");
-}
-
 static void append_communicator(engine_info *info, const char *description)
 {
     if (!description)
@@ -761,6 +746,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
             snprintf(threads_note, sizeof threads_note, " (%ld usable CPUs / tp %d)", cores, opt->tp);
         }
         info->load_threads = opt->load_threads > 0 ? opt->load_threads : default_load_threads(cores);
+        info->huge_pages = weights_huge_pages_available();
     }
 
     /* CPU ranks share one memory and one mmap of the weights; a GPU rank has its own device,
@@ -808,16 +794,13 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     /* Only once the plan says the weights fit: the CPU backend computes from the mmap. */
     load_report lr = {opt, monotonic_seconds(), 0, info->weight_bytes};
     if (opt->backend == BACKEND_CPU) {
-        weights_page_in_options page_in = {.threads = info->load_threads,
-                                           .huge_pages = weights_huge_pages_available(),
+        weights_page_in_options page_in = {.threads = info->load_threads, .huge_pages = info->huge_pages,
                                            .report_seconds = PROGRESS_INTERVAL, .progress = report_load, .user = &lr};
-        size_t huge_bytes;
-        rc = weights_page_in(&e->weights, &page_in, &huge_bytes, err);
+        rc = weights_page_in(&e->weights, &page_in, &info->huge_page_bytes, err);
         if (rc == WEIGHTS_STOPPED)
             return load_cancelled(&lr, err);
         if (rc)
             return rc;
-        append_weight_pages(info, page_in.huge_pages, huge_bytes);
     }
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,

@@ -118,6 +118,10 @@ struct engine_info {
     size_t kv_bytes_per_token;      /* per position a rank stores, in the cache's format */
     kv_cache_format kv_cache;       /* the cache's format */
     cpu_activations activations;    /* CPU: what the NVFP4 products run with (fp32 on CUDA) */
+    int huge_pages;                 /* CPU: the weights move into 2 MiB pages as they are read in
+                                       (weights_page_in_options.huge_pages) */
+    size_t huge_page_bytes;         /* of them, the bytes that did (span edges and small models stay
+                                       in the mmap's 4 KiB pages) */
     long max_fit_fp16, max_fit_fp8; /* max_fit with each cache format (at this dcp); -1 = unknown */
     int dcp;                        /* ranks the cache is sharded over (1: replicated) */
     size_t cache_bytes_per_rank;    /* the latent cache one rank holds (backend_cache_bytes_per_rank) */
@@ -127,7 +131,7 @@ struct engine_info {
     int vocab;                      /* logits per row */
     double load_seconds;            /* weights (opened and read into memory) + backend, wall clock */
     int speculate;                  /* what requests run with (SPECULATE_OFF when unavailable) */
-    char summary[768];
+    char summary[1024];
     /* "" or one line for the app to print once: the checkpoint asks for a KV cache format
        (hf_quant_config.json kv_cache_quant_algo, e.g. FP8) other than the one in use */
     char kv_cache_note[256];

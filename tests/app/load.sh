@@ -15,7 +15,7 @@ trap '[[ -n $pid ]] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 export XDG_DATA_HOME=$tmp/data XDG_STATE_HOME=$tmp/state XDG_CONFIG_HOME=$tmp/config
 failed=0
 fail() { echo "FAIL: $*"; [[ -f $tmp/err ]] && { echo "--- stderr:"; cat "$tmp/err"; }; failed=$((failed + 1)); }
-plan_re='^cpu backend, tp 1, .* weights read in by [0-9]+ threads?; context [0-9]+ positions'
+plan_re='^cpu backend, tp 1, .* weights read in by [0-9]+ threads? (into 2 MiB pages|\(4 KiB pages: transparent huge pages are off\)); context [0-9]+ positions'
 fp8_line='the checkpoint asks for an FP8 KV cache \(kv_cache_quant_algo FP8\); kimi-chat keeps the MLA latent cache in fp16 \(--kv-cache fp8 would hold [0-9]+ positions\)'
 
 # The plan and the FP8 note, once each, before anything of the chat (the demo's note comes
@@ -42,7 +42,7 @@ grep -E "$plan_re" "$tmp/err" | grep -qE 'in the fp8 cache; an fp16 cache would 
 # "; context" right after the reading threads); the answer comes.
 "$kimi_chat" --cpu-activations int8 --prompt "Hello! Who are you?" --temperature 0 --no-save > "$tmp/out" 2> "$tmp/err" < /dev/null ||
     fail "the demo model with --cpu-activations int8"
-grep -qE '^cpu backend, tp 1, .* weights read in by [0-9]+ threads?, NVFP4 products with int8 activations \(not the fp32 reference\); context [0-9]+ positions' "$tmp/err" ||
+grep -qE '^cpu backend, tp 1, .* weights read in by [0-9]+ threads? (into 2 MiB pages|\(4 KiB pages: transparent huge pages are off\)), NVFP4 products with int8 activations \(not the fp32 reference\); context [0-9]+ positions' "$tmp/err" ||
     fail "--cpu-activations int8: want the plan to say it"
 [[ -s $tmp/out ]] || fail "--cpu-activations int8: no answer"
 [[ $failed -eq 0 ]] && echo "ok: the plan and the FP8 note, once, before the load"

@@ -503,8 +503,9 @@ static void test_load_progress(void)
     CHECK(log.in_order);
     CHECK_NEAR(log.last.done, log.last.total, 0);
     CHECK_NEAR(log.last.eta_seconds, 0, 0);
-    if (cpu)
-        CHECK_NEAR(log.last.total, (double)info->weight_bytes, 0);
+    if (cpu) /* the tensors and the few bytes between them (engine/model/weights.h: spans) */
+        CHECK_MSG(log.last.total >= info->weight_bytes && log.last.total <= info->weight_bytes * 1.001,
+                  "read in %.0f bytes for %zu of weights", log.last.total, info->weight_bytes);
     CHECK(log.last.seconds >= 0 && log.last.seconds <= info->load_seconds);
     CHECK_MSG(log.calls <= 2 + 10 * info->load_seconds * 1.5, "%d reports in %.2f s", log.calls, info->load_seconds);
     /* the plan, once and before the wait, is the one the engine then runs with */

@@ -393,7 +393,7 @@ static void test_follow_up_reuses_exact_cache(int tp)
 
 /* The plan said before the weights are read (on_plan) names the sharding, and the cache a rank
  * holds is 1/dcp of the replicated one. */
-static char planned[768];
+static char planned[sizeof ((engine_info *)0)->summary];
 
 static void remember_plan(void *user, const engine_info *info)
 {
