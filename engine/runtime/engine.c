@@ -651,13 +651,17 @@ static void append_measured_overhead(engine_info *info, long planned_context)
              (double)info->runtime_overhead_bytes / 1048576.0, info->overhead_device, lowered);
 }
 
-/* CUDA: which communicator runs the all-reduces (the peer all-reduce, or NCCL and why not the
- * peer one), added to the summary. */
-/* Where the CPU backend's weights ended up: how much of them in 2 MiB pages (the rest, span
- * edges and what could not move, stays in the mmap's 4 KiB pages). */
-static void append_weight_pages(engine_info *info, int offered, size_t huge_bytes)
+/* Where the CPU backend's weights ended up: left in the mmap as asked (--cpu-weights mmap), or
+ * how much of them in 2 MiB pages (the rest, span edges and what could not move, stays in the
+ * mmap's 4 KiB pages). */
+static void append_weight_pages(engine_info *info, cpu_weights chosen, int offered, size_t huge_bytes)
 {
     size_t used = strlen(info->summary);
+    if (chosen == CPU_WEIGHTS_MMAP) {
+        snprintf(info->summary + used, sizeof info->summary - used,
+                 "; weights in the mmap's 4 KiB pages (--cpu-weights mmap)");
+        return;
+    }
     if (!offered) {
         snprintf(info->summary + used, sizeof info->summary - used,
                  "; weights in 4 KiB pages (transparent huge pages are off)");
@@ -669,6 +673,8 @@ static void append_weight_pages(engine_info *info, int offered, size_t huge_byte
              gib ? 2 : 0, (double)huge_bytes * unit, gib ? 2 : 0, (double)info->weight_bytes * unit, gib ? "GiB" : "MiB");
 }
 
+/* CUDA: which communicator runs the all-reduces (the peer all-reduce, or NCCL and why not the
+ * peer one), added to the summary. */
 static void append_communicator(engine_info *info, const char *description)
 {
     if (!description)
@@ -732,6 +738,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         return kimi_fail(err, KIMI_ERR_USAGE, "--kv-cache %d: must be fp16 or fp8", (int)opt->kv_cache);
     if (opt->activations != CPU_ACTIVATIONS_FP32 && opt->activations != CPU_ACTIVATIONS_INT8)
         return kimi_fail(err, KIMI_ERR_USAGE, "--cpu-activations %d: must be fp32 or int8", (int)opt->activations);
+    if (opt->weights != CPU_WEIGHTS_HUGE_PAGES && opt->weights != CPU_WEIGHTS_MMAP)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--cpu-weights %d: must be huge-pages or mmap", (int)opt->weights);
 
     if ((rc = weights_load(&e->weights, opt->model_dir, err)))
         return rc;
@@ -808,8 +816,9 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     /* Only once the plan says the weights fit: the CPU backend computes from the mmap. */
     load_report lr = {opt, monotonic_seconds(), 0, info->weight_bytes};
     if (opt->backend == BACKEND_CPU) {
+        int offered = weights_huge_pages_available();
         weights_page_in_options page_in = {.threads = info->load_threads,
-                                           .huge_pages = weights_huge_pages_available(),
+                                           .huge_pages = opt->weights == CPU_WEIGHTS_HUGE_PAGES && offered,
                                            .report_seconds = PROGRESS_INTERVAL, .progress = report_load, .user = &lr};
         size_t huge_bytes;
         rc = weights_page_in(&e->weights, &page_in, &huge_bytes, err);
@@ -817,7 +826,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
             return load_cancelled(&lr, err);
         if (rc)
             return rc;
-        append_weight_pages(info, page_in.huge_pages, huge_bytes);
+        append_weight_pages(info, opt->weights, offered, huge_bytes);
     }
 
     backend_options bo = {.kind = opt->backend, .tp = opt->tp, .threads_per_rank = info->threads_per_rank,

@@ -74,6 +74,10 @@ typedef struct {
     cpu_activations activations;    /* CPU backend: CPU_ACTIVATIONS_FP32 (0, the reference) or
                                        CPU_ACTIVATIONS_INT8 (backend_options.activations); the CUDA
                                        backend ignores it */
+    cpu_weights weights;            /* CPU backend: CPU_WEIGHTS_HUGE_PAGES (0: moved into 2 MiB pages
+                                       when the kernel offers them, weights_page_in) or
+                                       CPU_WEIGHTS_MMAP (left in the shared, droppable mmap); the
+                                       CUDA backend ignores it */
     size_t memory_budget_bytes;     /* CPU: the machine's memory for the weights and every
                                        rank's cache replica (0 = 75% of what is available at
                                        open); CUDA: one rank's device memory for its shard and

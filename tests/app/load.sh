@@ -45,6 +45,24 @@ grep -E "$plan_re" "$tmp/err" | grep -qE 'in the fp8 cache; an fp16 cache would 
 grep -qE '^cpu backend, tp 1, .* weights read in by [0-9]+ threads?, NVFP4 products with int8 activations \(not the fp32 reference\); context [0-9]+ positions' "$tmp/err" ||
     fail "--cpu-activations int8: want the plan to say it"
 [[ -s $tmp/out ]] || fail "--cpu-activations int8: no answer"
+# Where the weights live (--cpu-weights): the summary (/stats) says it. huge-pages (the default)
+# moves them into 2 MiB pages where the kernel offers transparent huge pages to madvise;
+# mmap leaves them in the mmap whatever the kernel offers.
+if grep -qE '\[(always|madvise)\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
+    huge_re='; weights in 2 MiB pages: [0-9.]+ of [0-9.]+ [MG]iB'
+else
+    huge_re='; weights in 4 KiB pages \(transparent huge pages are off\)'
+fi
+for choice in default huge-pages mmap; do
+    flag=()
+    [[ $choice != default ]] && flag=(--cpu-weights "$choice")
+    want=$huge_re
+    [[ $choice == mmap ]] && want="; weights in the mmap's 4 KiB pages \(--cpu-weights mmap\)"
+    printf '/stats\n' | "$kimi_chat" --plain --no-save "${flag[@]}" > "$tmp/out" 2> "$tmp/err" ||
+        fail "--cpu-weights $choice: /stats"
+    [[ $(grep -E "$plan_re" "$tmp/err" | grep -cE "$want") -eq 1 ]] ||
+        fail "--cpu-weights $choice: want the summary to say '$want'"
+done
 [[ $failed -eq 0 ]] && echo "ok: the plan and the FP8 note, once, before the load"
 
 # A checkpoint of 1.6 GB whose tensors are holes of sparse files: nothing on disk, and seconds
