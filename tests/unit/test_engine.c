@@ -503,8 +503,17 @@ static void test_load_progress(void)
     CHECK(log.in_order);
     CHECK_NEAR(log.last.done, log.last.total, 0);
     CHECK_NEAR(log.last.eta_seconds, 0, 0);
-    if (cpu)
-        CHECK_NEAR(log.last.total, (double)info->weight_bytes, 0);
+    if (cpu) {
+        /* the spans read in: the tensors used and the unused bytes between them read with them */
+        model_weights mw;
+        CHECK_INT(weights_load(&mw, MODEL, &err), 0);
+        size_t span_bytes = 0;
+        for (size_t i = 0; i < mw.n_spans; i++)
+            span_bytes += mw.spans[i].bytes;
+        CHECK_NEAR(log.last.total, (double)span_bytes, 0);
+        CHECK(span_bytes >= info->weight_bytes);
+        weights_free(&mw);
+    }
     CHECK(log.last.seconds >= 0 && log.last.seconds <= info->load_seconds);
     CHECK_MSG(log.calls <= 2 + 10 * info->load_seconds * 1.5, "%d reports in %.2f s", log.calls, info->load_seconds);
     /* the plan, once and before the wait, is the one the engine then runs with */
@@ -512,10 +521,11 @@ static void test_load_progress(void)
     CHECK(log.plan_first);
     CHECK_INT(log.plan.max_context, info->max_context);
     CHECK_INT(log.plan.load_threads, cpu ? 3 : 0);
-    /* the same text; CUDA then adds what it measured at open (backend_runtime_overhead) */
+    /* the same text; then the CPU says where the weights went (2 MiB pages or the mmap), CUDA
+     * what it measured at open (backend_runtime_overhead) */
     size_t planned = strlen(log.plan.summary);
     CHECK_MSG(!strncmp(info->summary, log.plan.summary, planned) &&
-                  (cpu ? info->summary[planned] == 0 : !strncmp(info->summary + planned, "; measured at open: ", 20)),
+                  !strncmp(info->summary + planned, cpu ? "; weights in " : "; measured at open: ", cpu ? 13 : 20),
               "plan '%s', then '%s'", log.plan.summary, info->summary);
     CHECK_MSG(strstr(info->summary, "context 64 positions") && (!cpu || strstr(info->summary, "read in by 3 threads")),
               "%s", info->summary);
@@ -564,6 +574,28 @@ static void test_load_cancel(void)
     kimi_err err = {0};
     CHECK_INT(engine_open(&e, &bad, &err), KIMI_ERR_USAGE);
     CHECK_MSG(strstr(err.msg, "load threads -1") != NULL, "%s", err.msg);
+}
+
+/* CPU_WEIGHTS_MMAP: the summary ends saying the weights stayed in the mmap (the user's
+ * choice, not the kernel's); a value outside the enum is a usage error naming the flag. */
+static void test_cpu_weights_mmap(void)
+{
+    engine_options opt = {.model_dir = MODEL, .backend = BACKEND_CPU, .tp = 1, .threads_per_rank = 1,
+                          .max_context = 64, .weights = CPU_WEIGHTS_MMAP};
+    engine *e = NULL;
+    kimi_err err = {0};
+    if (engine_open(&e, &opt, &err)) {
+        CHECK_MSG(0, "engine_open: %s", err.msg);
+        return;
+    }
+    static const char tail[] = "; weights in the mmap's 4 KiB pages (--cpu-weights mmap)";
+    const char *summary = engine_get_info(e)->summary;
+    size_t n = strlen(summary);
+    CHECK_MSG(n >= sizeof tail - 1 && !strcmp(summary + n - (sizeof tail - 1), tail), "%s", summary);
+    engine_close(e);
+    opt.weights = (cpu_weights)2;
+    CHECK_INT(engine_open(&e, &opt, &err), KIMI_ERR_USAGE);
+    CHECK_STR(err.msg, "--cpu-weights 2: must be huge-pages or mmap");
 }
 
 /* ---- shutdown ---- */
@@ -830,6 +862,7 @@ int main(int argc, char **argv)
         test_misuse();
         test_load_progress();
         test_load_cancel();
+        test_cpu_weights_mmap();
         test_null_err();
         test_shutdown_with_full_queue();
         test_waiting_reader_at_shutdown();
