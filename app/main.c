@@ -176,7 +176,8 @@ static int open_generator(app_options *o, const app_frontend *fe, generator **ge
                    .memory_budget_bytes = (size_t)(o->mem_gib * 1073741824.0),
                    .devices = n_devices ? devices : NULL, .n_devices = n_devices, .speculate = o->speculate,
                    .kv_cache = (kv_cache_format)o->kv_cache,
-                   .activations = (cpu_activations)o->cpu_activations},
+                   .activations = (cpu_activations)o->cpu_activations,
+                   .weights = (cpu_weights)o->cpu_weights},
         .on_note = relay_note, .on_load = relay_load_progress, .load_user = (void *)fe,
     };
     return generator_local_open(gen, &lo, err);

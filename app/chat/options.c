@@ -28,7 +28,7 @@
 
 typedef enum {
     OPT_MODEL, OPT_SERVER, OPT_SERVER_MODEL, OPT_API_KEY_ENV, OPT_API_KEY_FILE, OPT_BACKEND, OPT_TP, OPT_DCP, OPT_MAX_CONTEXT, OPT_MEM_GIB, OPT_THREADS, OPT_DEVICES, OPT_SPECULATE,
-    OPT_KV_CACHE, OPT_CPU_ACTIVATIONS,
+    OPT_KV_CACHE, OPT_CPU_ACTIVATIONS, OPT_CPU_WEIGHTS,
     OPT_VERIFY,
     OPT_PLAIN, OPT_SCRIPT, OPT_KEEP_GOING, OPT_PROMPT,
     OPT_RESUME, OPT_LOAD, OPT_SYSTEM, OPT_NO_SAVE,
@@ -64,6 +64,7 @@ static const flag_def flags[] = {
     {"speculate", 0, "off|auto|N", OPT_SPECULATE, "draft N tokens by prompt lookup (default auto)"},
     {"kv-cache", 0, "fp16|fp8", OPT_KV_CACHE, "KV cache format (default fp16; fp8 holds ~1.75x)"},
     {"cpu-activations", 0, "fp32|int8", OPT_CPU_ACTIVATIONS, "CPU NVFP4 math (default fp32; int8 is faster)"},
+    {"cpu-weights", 0, "huge-pages|mmap", OPT_CPU_WEIGHTS, "faster 2 MiB pages (default) or shared mmap"},
     {"verify", 0, NULL, OPT_VERIFY, "check the backend against the CPU first"},
     {NULL, 0, NULL, 0, "Mode"},
     {"plain", 0, NULL, OPT_PLAIN, "line mode (default off a terminal or with TERM=dumb)"},
@@ -110,6 +111,7 @@ static const struct {
     {"model", OPT_MODEL}, {"server", OPT_SERVER}, {"server_model", OPT_SERVER_MODEL},
     {"api_key_env", OPT_API_KEY_ENV}, {"api_key_file", OPT_API_KEY_FILE}, {"backend", OPT_BACKEND}, {"tp", OPT_TP}, {"dcp", OPT_DCP}, {"devices", OPT_DEVICES}, {"speculate", OPT_SPECULATE},
     {"kv_cache", OPT_KV_CACHE}, {"cpu_activations", OPT_CPU_ACTIVATIONS},
+    {"cpu_weights", OPT_CPU_WEIGHTS},
     {"max_context", OPT_MAX_CONTEXT}, {"mem_gib", OPT_MEM_GIB}, {"theme", OPT_THEME},
     {"temperature", OPT_TEMPERATURE}, {"top_p", OPT_TOP_P}, {"top_k", OPT_TOP_K},
     {"max_tokens", OPT_MAX_TOKENS}, {"seed", OPT_SEED}, {"thinking", OPT_THINK},
@@ -279,6 +281,13 @@ static int apply(app_options *o, parse_state *ps, option_id id, const char *v, i
         if (cpu_activations_parse(v, &activations))
             return kimi_fail(err, KIMI_ERR_USAGE, "%s: must be fp32 or int8", what);
         o->cpu_activations = (int)activations;
+        return 0;
+    }
+    case OPT_CPU_WEIGHTS: {
+        cpu_weights weights;
+        if (cpu_weights_parse(v, &weights))
+            return kimi_fail(err, KIMI_ERR_USAGE, "%s: must be huge-pages or mmap", what);
+        o->cpu_weights = (int)weights;
         return 0;
     }
     case OPT_VERIFY: o->verify = 1; return 0;

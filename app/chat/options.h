@@ -38,6 +38,9 @@ typedef struct {
                                KV_CACHE_FP8 (README "FP8 latent cache") */
     int cpu_activations;    /* --cpu-activations / cpu_activations =: CPU_ACTIVATIONS_FP32 (default,
                                the reference) or CPU_ACTIVATIONS_INT8 (README "int8 activations") */
+    int cpu_weights;        /* --cpu-weights / cpu_weights =: CPU_WEIGHTS_HUGE_PAGES (default: moved
+                               into 2 MiB pages, faster) or CPU_WEIGHTS_MMAP (left in the mmap:
+                               shared between processes, droppable under memory pressure) */
     char *devices;          /* --devices / devices =: which GPUs, as written ("0,1,2,3", checked
                                by device_list_parse); NULL: the engine's choice */
     int verify;             /* --verify: the self-check (engine/runtime/verify.h) before the chat */

@@ -98,6 +98,15 @@ int probe_arg_cpu_activations(const probe_args *a, cpu_activations *out, kimi_er
     return 0;
 }
 
+int probe_arg_cpu_weights(const probe_args *a, cpu_weights *out, kimi_err *err)
+{
+    const char *v = probe_arg(a, "cpu-weights");
+    *out = CPU_WEIGHTS_HUGE_PAGES;
+    if (v && cpu_weights_parse(v, out))
+        return kimi_fail(err, KIMI_ERR_USAGE, "--cpu-weights: '%s' is not huge-pages or mmap", v);
+    return 0;
+}
+
 int probe_arg_double(const probe_args *a, const char *name, double def, double *out, kimi_err *err)
 {
     const char *v = probe_arg(a, name);

@@ -28,6 +28,8 @@ int probe_arg_double(const probe_args *a, const char *name, double def, double *
 int probe_arg_kv_cache(const probe_args *a, kv_cache_format *out, kimi_err *err);
 /* --cpu-activations fp32|int8 (engine/backend/backend.h), fp32 when absent. */
 int probe_arg_cpu_activations(const probe_args *a, cpu_activations *out, kimi_err *err);
+/* --cpu-weights huge-pages|mmap (engine/backend/backend.h), huge-pages when absent. */
+int probe_arg_cpu_weights(const probe_args *a, cpu_weights *out, kimi_err *err);
 /* A required --name; fills err (usage) when missing. */
 int probe_arg_required(const probe_args *a, const char *name, const char **out, kimi_err *err);
 /* Comma-separated integers ("1,2,3") into a malloc'ed array. */

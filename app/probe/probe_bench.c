@@ -18,6 +18,7 @@
 #include "engine/backend/device_census.h"
 #include "engine/backend/device_plan.h"
 #include "engine/backend/kv_shard.h"
+#include "engine/base/cpu_count.h"
 #include "engine/base/monotonic.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/speculate.h"
@@ -33,7 +34,7 @@ int probe_engine_options(const probe_args *a, long default_ctx, engine_options *
         kv_shard_check((int)tp, (int)dcp, err) || probe_arg_int(a, "threads", 0, 4096, 0, &threads, err) ||
         probe_arg_int(a, "ctx", 0, 1L << 30, default_ctx, &ctx, err) ||
         probe_arg_devices(a, devices, &opt->n_devices, err) || probe_arg_kv_cache(a, &opt->kv_cache, err) ||
-        probe_arg_cpu_activations(a, &opt->activations, err))
+        probe_arg_cpu_activations(a, &opt->activations, err) || probe_arg_cpu_weights(a, &opt->weights, err))
         return err->code;
     const char *speculate = probe_arg(a, "speculate");
     char what[64];
@@ -46,6 +47,14 @@ int probe_engine_options(const probe_args *a, long default_ctx, engine_options *
     opt->threads_per_rank = (int)threads;
     opt->max_context = ctx;
     return 0;
+}
+
+int probe_page_in_cpu_weights(const model_weights *mw, cpu_weights w, kimi_err *err)
+{
+    weights_page_in_options o = {.threads = cpu_usable_count(),
+                                 .huge_pages = w == CPU_WEIGHTS_HUGE_PAGES && weights_huge_pages_available(),
+                                 .report_seconds = 1.0};
+    return weights_page_in(mw, &o, NULL, err);
 }
 
 /* Run one request to its end; ids [cap] receive the generated ids. */
@@ -99,7 +108,7 @@ int probe_generate(int argc, char **argv)
     engine_options opt;
     long n_new;
     int *stop = NULL, n_stop = 0;
-    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,dcp,devices,threads,ctx,speculate,kv-cache,cpu-activations", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,tokens,prompt,n,stop,backend,tp,dcp,devices,threads,ctx,speculate,kv-cache,cpu-activations,cpu-weights", &err) ||
         probe_engine_options(&a, 0, &opt, &err) || probe_arg_int(&a, "n", 1, 1 << 20, 32, &n_new, &err))
         return probe_report(&err);
     const char *tokens_text = probe_arg(&a, "tokens"), *prompt_text = probe_arg(&a, "prompt");
@@ -506,7 +515,7 @@ int probe_bench(int argc, char **argv)
     engine_options opt;
     long n_prompt, n_gen, read_mib;
     if (probe_args_parse(&a, argc, argv,
-                         "model,backend,tp,dcp,devices,threads,prompt,gen,ctx,read-mib,speculate,kv-cache,cpu-activations,census,json", &err))
+                         "model,backend,tp,dcp,devices,threads,prompt,gen,ctx,read-mib,speculate,kv-cache,cpu-activations,cpu-weights,census,json", &err))
         return probe_report(&err);
     if (probe_arg(&a, "census"))
         return bench_census(&a, &err) ? probe_report(&err) : 0;

@@ -56,7 +56,7 @@ int probe_load(int argc, char **argv)
     engine_options opt;
     double sample_gib;
     long request_mib, load_threads;
-    if (probe_args_parse(&a, argc, argv, "model,backend,tp,devices,threads,load-threads,ctx,sample-gib,request-mib,warm,kv-cache,cpu-activations", &err) ||
+    if (probe_args_parse(&a, argc, argv, "model,backend,tp,devices,threads,load-threads,ctx,sample-gib,request-mib,warm,kv-cache,cpu-activations,cpu-weights", &err) ||
         probe_engine_options(&a, 4096, &opt, &err) ||
         probe_arg_int(&a, "load-threads", 0, 256, 0, &load_threads, &err) ||
         probe_arg_int(&a, "request-mib", 1, 1024, 16, &request_mib, &err) ||

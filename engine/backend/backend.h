@@ -37,6 +37,25 @@ static inline int cpu_activations_parse(const char *text, cpu_activations *out)
     return 0;
 }
 
+/* Where the CPU backend's weights live once read in: moved into anonymous memory in 2 MiB pages
+ * (the default: decode ~1.3x faster, weights_page_in_options.huge_pages, where the kernel offers
+ * transparent huge pages), or left in the shard files' mmap in 4 KiB pages, which processes on
+ * one model share and which the kernel can drop and read again under memory pressure. The CUDA
+ * backend ignores it. */
+typedef enum { CPU_WEIGHTS_HUGE_PAGES, CPU_WEIGHTS_MMAP } cpu_weights;
+
+/* "huge-pages" or "mmap" -> *out and 0; anything else: -1, *out untouched. */
+static inline int cpu_weights_parse(const char *text, cpu_weights *out)
+{
+    if (!strcmp(text, "huge-pages"))
+        *out = CPU_WEIGHTS_HUGE_PAGES;
+    else if (!strcmp(text, "mmap"))
+        *out = CPU_WEIGHTS_MMAP;
+    else
+        return -1;
+    return 0;
+}
+
 typedef struct {
     backend_kind kind;
     int tp;                     /* ranks, 1..8, divides the head count */

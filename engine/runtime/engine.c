@@ -621,14 +621,15 @@ static int load_cancelled(const load_report *lr, kimi_err *err)
 }
 
 /* The one line engine_info.summary says: what was chosen for the user, and why. */
-static void write_summary(engine_info *info, const char *threads_note, const kv_cache_plan *plan)
+static void write_summary(engine_info *info, const char *threads_note, const char *weights_note,
+                          const kv_cache_plan *plan)
 {
     if (info->backend == BACKEND_CPU)
         snprintf(info->summary, sizeof info->summary,
                  "%s backend, tp %d, %d threads per rank%s, weights read in by %d thread%s%s%s; %s",
                  backend_name(info->backend), info->tp, info->threads_per_rank, threads_note, info->load_threads,
                  info->load_threads == 1 ? "" : "s",
-                 info->huge_pages ? " into 2 MiB pages" : " (4 KiB pages: transparent huge pages are off)",
+                 weights_note,
                  info->activations == CPU_ACTIVATIONS_INT8 ? ", NVFP4 products with int8 activations (not the fp32 "
                                                              "reference)" : "",
                  plan->summary);
@@ -717,6 +718,8 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
         return kimi_fail(err, KIMI_ERR_USAGE, "--kv-cache %d: must be fp16 or fp8", (int)opt->kv_cache);
     if (opt->activations != CPU_ACTIVATIONS_FP32 && opt->activations != CPU_ACTIVATIONS_INT8)
         return kimi_fail(err, KIMI_ERR_USAGE, "--cpu-activations %d: must be fp32 or int8", (int)opt->activations);
+    if (opt->weights != CPU_WEIGHTS_HUGE_PAGES && opt->weights != CPU_WEIGHTS_MMAP)
+        return kimi_fail(err, KIMI_ERR_USAGE, "--cpu-weights %d: must be huge-pages or mmap", (int)opt->weights);
 
     if ((rc = weights_load(&e->weights, opt->model_dir, err)))
         return rc;
@@ -736,7 +739,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     info->tp = opt->tp;
     info->vocab = cfg->vocab;
     info->weight_bytes = e->weights.weight_bytes;
-    char threads_note[96] = "";
+    char threads_note[96] = "", weights_note[64] = "";
     info->threads_per_rank = opt->threads_per_rank;
     if (opt->backend == BACKEND_CPU) {
         /* the CPUs this process may use (affinity, cgroup quota), as backend_cpu counts them */
@@ -746,7 +749,12 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
             snprintf(threads_note, sizeof threads_note, " (%ld usable CPUs / tp %d)", cores, opt->tp);
         }
         info->load_threads = opt->load_threads > 0 ? opt->load_threads : default_load_threads(cores);
-        info->huge_pages = weights_huge_pages_available();
+        int offered = weights_huge_pages_available();
+        info->huge_pages = opt->weights == CPU_WEIGHTS_HUGE_PAGES && offered;
+        snprintf(weights_note, sizeof weights_note, "%s",
+                 info->huge_pages ? " into 2 MiB pages"
+                 : opt->weights == CPU_WEIGHTS_MMAP ? " (the mmap's 4 KiB pages: --cpu-weights mmap)"
+                                                    : " (4 KiB pages: transparent huge pages are off)");
     }
 
     /* CPU ranks share one memory and one mmap of the weights; a GPU rank has its own device,
@@ -784,7 +792,7 @@ static int engine_start(engine *e, const engine_options *opt, kimi_err *err)
     info->rank_budget_bytes = plan.rank_budget_bytes;
     info->kv_bytes_per_token = plan.kv_bytes_per_token;
     info->dcp = dcp;
-    write_summary(info, threads_note, &plan);
+    write_summary(info, threads_note, weights_note, &plan);
     write_kv_cache_note(info, cfg);
     /* Said before the wait: on a large checkpoint the user learns what context fits before
      * the weights are read. */

@@ -74,6 +74,10 @@ typedef struct {
     cpu_activations activations;    /* CPU backend: CPU_ACTIVATIONS_FP32 (0, the reference) or
                                        CPU_ACTIVATIONS_INT8 (backend_options.activations); the CUDA
                                        backend ignores it */
+    cpu_weights weights;            /* CPU backend: CPU_WEIGHTS_HUGE_PAGES (0: moved into 2 MiB pages
+                                       when the kernel offers them, weights_page_in) or
+                                       CPU_WEIGHTS_MMAP (left in the shared, droppable mmap); the
+                                       CUDA backend ignores it */
     size_t memory_budget_bytes;     /* CPU: the machine's memory for the weights and every
                                        rank's cache replica (0 = 75% of what is available at
                                        open); CUDA: one rank's device memory for its shard and
@@ -97,7 +101,8 @@ typedef struct {
      * second and once at the end (done == total). On the CPU backend engine_open reads the
      * model's weights through the mmap into memory (weights_page_in, load_threads threads),
      * once the memory plan says they fit: "done" counts the bytes read so far, total is every
-     * byte of the tensors the model uses (engine_info.weight_bytes). On the CUDA backend it
+     * byte of the weights' spans (model_weights.spans: engine_info.weight_bytes and the few
+     * unused bytes between tensors read with them). On the CUDA backend it
      * counts the bytes of the packed shards uploaded to the devices (backend_options.on_load).
      * A non-zero return stops the load within one step: engine_open then frees everything and
      * fails with KIMI_ERR_CANCELLED ("loading cancelled ..."). */

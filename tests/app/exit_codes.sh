@@ -37,6 +37,8 @@ expect 2 '^kimi-chat: --tp 0: must be 1..8' -- --tp 0 --prompt hi
 # a cache format that does not exist: one line, before the model loads (issue 22)
 expect 2 '^kimi-chat: --kv-cache fp4: must be fp16 or fp8$' -- --kv-cache fp4 --prompt hi
 [[ $(wc -l < "$tmp/err") -eq 1 ]] || { echo "FAIL: --kv-cache fp4: more than one line on stderr"; cat "$tmp/err"; failed=$((failed + 1)); }
+expect 2 '^kimi-chat: --cpu-weights thp: must be huge-pages or mmap$' -- --cpu-weights thp --prompt hi
+[[ $(wc -l < "$tmp/err") -eq 1 ]] || { echo "FAIL: --cpu-weights thp: more than one line on stderr"; cat "$tmp/err"; failed=$((failed + 1)); }
 expect 3 "^kimi-chat: --model $tmp/nowhere: no such folder" -- --model "$tmp/nowhere" --prompt hi
 cp -r "$root/app/demo/kimi-demo" "$tmp/broken" && chmod -R u+w "$tmp/broken"
 truncate -s 1000 "$tmp/broken/model-00002-of-00003.safetensors"

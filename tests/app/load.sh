@@ -15,7 +15,8 @@ trap '[[ -n $pid ]] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 export XDG_DATA_HOME=$tmp/data XDG_STATE_HOME=$tmp/state XDG_CONFIG_HOME=$tmp/config
 failed=0
 fail() { echo "FAIL: $*"; [[ -f $tmp/err ]] && { echo "--- stderr:"; cat "$tmp/err"; }; failed=$((failed + 1)); }
-plan_re='^cpu backend, tp 1, .* weights read in by [0-9]+ threads? (into 2 MiB pages|\(4 KiB pages: transparent huge pages are off\)); context [0-9]+ positions'
+pages_re="(into 2 MiB pages|\\((the mmap's )?4 KiB pages: [^)]*\\))"
+plan_re="^cpu backend, tp 1, .* weights read in by [0-9]+ threads? $pages_re; context [0-9]+ positions"
 fp8_line='the checkpoint asks for an FP8 KV cache \(kv_cache_quant_algo FP8\); kimi-chat keeps the MLA latent cache in fp16 \(--kv-cache fp8 would hold [0-9]+ positions\)'
 
 # The plan and the FP8 note, once each, before anything of the chat (the demo's note comes
@@ -42,9 +43,27 @@ grep -E "$plan_re" "$tmp/err" | grep -qE 'in the fp8 cache; an fp16 cache would 
 # "; context" right after the reading threads); the answer comes.
 "$kimi_chat" --cpu-activations int8 --prompt "Hello! Who are you?" --temperature 0 --no-save > "$tmp/out" 2> "$tmp/err" < /dev/null ||
     fail "the demo model with --cpu-activations int8"
-grep -qE '^cpu backend, tp 1, .* weights read in by [0-9]+ threads? (into 2 MiB pages|\(4 KiB pages: transparent huge pages are off\)), NVFP4 products with int8 activations \(not the fp32 reference\); context [0-9]+ positions' "$tmp/err" ||
+grep -qE "^cpu backend, tp 1, .* weights read in by [0-9]+ threads? $pages_re, NVFP4 products with int8 activations \\(not the fp32 reference\\); context [0-9]+ positions" "$tmp/err" ||
     fail "--cpu-activations int8: want the plan to say it"
 [[ -s $tmp/out ]] || fail "--cpu-activations int8: no answer"
+# Where the weights live (--cpu-weights), said in the plan before the load: huge-pages (the
+# default) moves them into 2 MiB pages where the kernel offers transparent huge pages to
+# madvise; mmap leaves them in the mmap whatever the kernel offers.
+if grep -qE '\[(always|madvise)\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
+    huge_re='threads? into 2 MiB pages; '
+else
+    huge_re='threads? \(4 KiB pages: transparent huge pages are off\); '
+fi
+for choice in default huge-pages mmap; do
+    flag=()
+    [[ $choice != default ]] && flag=(--cpu-weights "$choice")
+    want=$huge_re
+    [[ $choice == mmap ]] && want="threads? \\(the mmap's 4 KiB pages: --cpu-weights mmap\\); "
+    "$kimi_chat" "${flag[@]}" --prompt "Hello" --temperature 0 --no-save > "$tmp/out" 2> "$tmp/err" < /dev/null ||
+        fail "--cpu-weights $choice: the demo model"
+    [[ $(grep -E "$plan_re" "$tmp/err" | grep -cE "$want") -eq 1 ]] ||
+        fail "--cpu-weights $choice: want the plan to say '$want'"
+done
 [[ $failed -eq 0 ]] && echo "ok: the plan and the FP8 note, once, before the load"
 
 # A checkpoint of 1.6 GB whose tensors are holes of sparse files: nothing on disk, and seconds

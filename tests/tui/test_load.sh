@@ -13,7 +13,9 @@ MKMODEL=${2:?usage: $0 path/to/kimi-chat path/to/kimi-mkmodel}
 
 start typed 100 24 -- --model "$TMP/big" --verbose
 wait_for 'loading [0-9.]+/1\.6 GB · [0-9.]+ [MG]B/s · ETA [0-9]+(s|m[0-9]{2}s)'
-screen | grep -Eq 'weights read in by [0-9]+ threads;$' || fail "the plan is not on screen while loading"
+# the plan, word-wrapped: its lines joined
+screen | sed 's/^ *//' | tr '\n' ' ' | grep -Eq 'weights read in by [0-9]+ threads( into 2 MiB pages| \([^)]*\)); context [0-9]+ positions' ||
+    fail "the plan is not on screen while loading"
 screen | grep -q 'the checkpoint asks for an FP8 KV cache' || fail "the FP8 note is not on screen while loading"
 tm send-keys -t "$PANE" 'typed while loading'
 # a Ctrl-C byte inside a paste is text, not a stop

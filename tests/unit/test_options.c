@@ -95,6 +95,7 @@ static void test_defaults(void)
     CHECK_INT(o.speculate, SPECULATE_AUTO);
     CHECK_INT(o.kv_cache, KV_CACHE_FP16);
     CHECK_INT(o.cpu_activations, CPU_ACTIVATIONS_FP32);
+    CHECK_INT(o.cpu_weights, CPU_WEIGHTS_HUGE_PAGES);
     CHECK_INT(o.mode, APP_MODE_PLAIN);
     CHECK(o.script_path == NULL && o.prompt_text == NULL && !o.keep_going);
     CHECK(!o.resume && o.load_path == NULL && o.system_prompt == NULL && !o.no_save);
@@ -283,6 +284,9 @@ static void test_flag_errors(void)
     EXPECT_ERROR("--cpu-activations int4: must be fp32 or int8", "--cpu-activations", "int4");
     EXPECT_ERROR("--cpu-activations INT8: must be fp32 or int8", "--cpu-activations", "INT8");
     EXPECT_ERROR("--cpu-activations '': must be fp32 or int8", "--cpu-activations", "");
+    EXPECT_ERROR("--cpu-weights huge: must be huge-pages or mmap", "--cpu-weights", "huge");
+    EXPECT_ERROR("--cpu-weights MMAP: must be huge-pages or mmap", "--cpu-weights", "MMAP");
+    EXPECT_ERROR("--cpu-weights '': must be huge-pages or mmap", "--cpu-weights", "");
     EXPECT_ERROR("--think maybe: must be on or off", "--think", "maybe");
     EXPECT_ERROR("--think true: must be on or off", "--think", "true");
     EXPECT_ERROR("--temperature 150: must be a number in [0, 100]", "--temperature", "150");
@@ -442,6 +446,15 @@ static void test_config(void)
     CHECK_INT(o.cpu_activations, CPU_ACTIVATIONS_FP32);
     options_free(&o);
 
+    /* cpu_weights = huge-pages|mmap, and the flag over it */
+    write_config("cpu_weights = mmap\n");
+    PARSE_OK(o, NULL);
+    CHECK_INT(o.cpu_weights, CPU_WEIGHTS_MMAP);
+    options_free(&o);
+    PARSE_OK(o, "--cpu-weights", "huge-pages");
+    CHECK_INT(o.cpu_weights, CPU_WEIGHTS_HUGE_PAGES);
+    options_free(&o);
+
     /* XDG_CONFIG_HOME moves the default file. */
     char xdg[PATH_MAX + 64], other[PATH_MAX + 96];
     snprintf(xdg, sizeof xdg, "%s/xdg", tmp);
@@ -521,6 +534,7 @@ static void test_config_errors(void)
     CONFIG_ERROR("tp =   \n", "CFG:1: tp: no value");
     CONFIG_ERROR("thinking = yes\n", "CFG:1: thinking = yes: must be on or off (or true or false)");
     CONFIG_ERROR("backend = gpu\n", "CFG:1: backend = gpu: must be cpu or cuda");
+    CONFIG_ERROR("cpu_weights = thp\n", "CFG:1: cpu_weights = thp: must be huge-pages or mmap");
     CONFIG_ERROR("devices = 0 1\n", "CFG:1: devices = 0 1: not a list of device ordinals 0..1023 like 0,1,2,3");
     CONFIG_ERROR("seed = 1.5\n", "CFG:1: seed = 1.5: must be a whole number from 0 to 18446744073709551615");
     CONFIG_ERROR("reasoning = folded\n", "CFG:1: reasoning = folded: must be collapsed, expanded or hidden");
@@ -713,7 +727,7 @@ static void test_help_matches_man_page(void)
     }
     CHECK(width_ok);
     static const char *const brief[] = {
-        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--dcp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--kv-cache", "--cpu-activations", "--verify", "--plain", "--script",
+        "--model", "--server", "--server-model", "--api-key-env", "--api-key-file", "--backend", "--tp", "--dcp", "--max-context", "--mem-gib", "--threads", "--devices", "--speculate", "--kv-cache", "--cpu-activations", "--cpu-weights", "--verify", "--plain", "--script",
         "--keep-going", "--prompt", "--resume", "--load", "--system", "--no-save", "--think", "--no-think",
         "--temperature", "--top-p", "--top-k", "--max-tokens", "--seed", "--tools", "--no-tools",
         "--allow-tools", "--reasoning", "--hide-reasoning", "--theme", "--no-color", "--mouse",
