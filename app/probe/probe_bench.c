@@ -607,6 +607,7 @@ int probe_bench(int argc, char **argv)
         json_object_set_new(o, "accepted_tokens", json_integer(st.accepted_tokens));
         json_object_set_new(o, "cache_clamps", json_integer((json_int_t)st.cache_clamps));
         json_object_set_new(o, "weight_bytes", json_integer((json_int_t)info->weight_bytes));
+        json_object_set_new(o, "huge_page_bytes", json_integer((json_int_t)info->huge_page_bytes));
         json_object_set_new(o, "bytes_per_token", json_real(bytes_per_token));
         json_object_set_new(o, "bytes_per_token_method",
                             json_string("architecture: every rank's shard (replicated tensors once per rank), "
