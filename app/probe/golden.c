@@ -114,10 +114,9 @@ int probe_golden(int argc, char **argv)
     long tp, dcp;
     golden_run g = {0};
     const char *only;
-    if (probe_args_parse(&a, argc, argv, "model,reference,only,backend,tp,dcp,devices,skip,kv-cache,cpu-activations,cpu-weights",
+    if (probe_args_parse(&a, argc, argv, "model,reference,only,backend,tp,dcp,devices,skip,kv-cache,cpu-activations",
                          &err) ||
         probe_arg_kv_cache(&a, &g.kv_cache, &err) || probe_arg_cpu_activations(&a, &g.activations, &err) ||
-        probe_arg_cpu_weights(&a, &g.weights, &err) ||
         probe_arg_required(&a, "model", &g.model_dir, &err) ||
         probe_arg_required(&a, "reference", &g.reference_dir, &err) ||
         probe_arg_int(&a, "tp", 1, 8, 1, &tp, &err) || probe_arg_int(&a, "dcp", 1, 8, 1, &dcp, &err) ||

@@ -17,8 +17,6 @@ typedef struct {
     kv_cache_format kv_cache;   /* --kv-cache: the cache the model cases run with (fp8: wider tolerances) */
     cpu_activations activations; /* --cpu-activations: the CPU backend's NVFP4 products (int8: wider
                                     tolerances) */
-    cpu_weights weights;        /* --cpu-weights: the CPU backend's weights read into 2 MiB pages (the
-                                   default, as kimi-chat does) or left in the mmap */
     int dcp;                    /* ranks the latent cache is sharded over (--dcp) */
     char ranks[32];             /* "tp 8" or "tp 8, dcp 4", for the case lines */
     int devices[8], n_devices;  /* --devices (the CUDA backend's; 0: its default) */

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "app/probe/golden.h"
-#include "app/probe/probe.h"
 #include "engine/backend/backend.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/numeric.h"
@@ -97,10 +96,7 @@ static int session_open(model_session *s, golden_run *g, kimi_err *err)
     if (weights_load(&s->mw, g->model_dir, err))
         return err->code;
     s->vocab = s->mw.cfg.vocab;
-    backend_kind kind = strcmp(g->backend, "cuda") ? BACKEND_CPU : BACKEND_CUDA;
-    if (kind == BACKEND_CPU && probe_page_in_cpu_weights(&s->mw, g->weights, err))
-        return err->code;
-    backend_options opt = {.kind = kind, .tp = g->tp,
+    backend_options opt = {.kind = strcmp(g->backend, "cuda") ? BACKEND_CPU : BACKEND_CUDA, .tp = g->tp,
                            .dcp = g->dcp, .max_context = capacity, .kv_cache = g->kv_cache,
                            .activations = g->activations, .devices = g->devices,
                            .n_devices = g->n_devices};

@@ -25,11 +25,6 @@ int probe_load(int argc, char **argv);      /* app/probe/probe_load.c */
  * --cpu-weights. app/probe/probe_bench.c */
 int probe_engine_options(const probe_args *a, long default_ctx, engine_options *opt, kimi_err *err);
 
-/* For the commands that open the CPU backend themselves (golden, verify): read the weights in
- * as engine_open does, into 2 MiB pages when w is CPU_WEIGHTS_HUGE_PAGES and the kernel offers
- * them, so that they compute from the memory kimi-chat would. app/probe/probe_bench.c */
-int probe_page_in_cpu_weights(const model_weights *mw, cpu_weights w, kimi_err *err);
-
 /* Print "kimi-probe: <msg>" to stderr and return the exit code for err. */
 int probe_report(const kimi_err *err);
 

@@ -18,7 +18,6 @@
 #include "engine/backend/device_census.h"
 #include "engine/backend/device_plan.h"
 #include "engine/backend/kv_shard.h"
-#include "engine/base/cpu_count.h"
 #include "engine/base/monotonic.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/speculate.h"
@@ -47,14 +46,6 @@ int probe_engine_options(const probe_args *a, long default_ctx, engine_options *
     opt->threads_per_rank = (int)threads;
     opt->max_context = ctx;
     return 0;
-}
-
-int probe_page_in_cpu_weights(const model_weights *mw, cpu_weights w, kimi_err *err)
-{
-    weights_page_in_options o = {.threads = cpu_usable_count(),
-                                 .huge_pages = w == CPU_WEIGHTS_HUGE_PAGES && weights_huge_pages_available(),
-                                 .report_seconds = 1.0};
-    return weights_page_in(mw, &o, NULL, err);
 }
 
 /* Run one request to its end; ids [cap] receive the generated ids. */

@@ -15,7 +15,6 @@ typedef struct {
     model_weights mw, candidate_mw;     /* candidate_mw: --candidate-model, else unused */
     int *token_list, n_token_list;      /* --tokens, as given */
     int devices[8], n_devices;          /* --devices */
-    cpu_weights weights;                /* --cpu-weights: how the CPU runs' weights are read in */
     int32_t *tokens;                    /* [n_tokens] the prompt run */
     int n_tokens;
     char source[64];                    /* where the prompt came from, for the header line */
@@ -48,8 +47,7 @@ static int parse_flags(const probe_args *a, verify_probe *p, verify_options *vo,
         return err->code;
     backend_kind kind;
     cpu_activations activations;
-    if (probe_arg_backend(a, &kind, err) || probe_arg_cpu_activations(a, &activations, err) ||
-        probe_arg_cpu_weights(a, &p->weights, err))
+    if (probe_arg_backend(a, &kind, err) || probe_arg_cpu_activations(a, &activations, err))
         return err->code;
     if (tokens_text && probe_arg(a, "prompt"))
         return kimi_fail(err, KIMI_ERR_USAGE, "give at most one of --tokens 1,2,3 and --prompt TEXT");
@@ -119,7 +117,7 @@ int probe_verify(int argc, char **argv)
     verify_report report;
     const char *model_dir = NULL, *candidate_dir = NULL;
     int status = 0;
-    if (probe_args_parse(&a, argc, argv, "model,candidate-model,backend,tp,ref-tp,devices,threads,tokens,prompt,decode,cpu-activations,cpu-weights",
+    if (probe_args_parse(&a, argc, argv, "model,candidate-model,backend,tp,ref-tp,devices,threads,tokens,prompt,decode,cpu-activations",
                          &err) ||
         parse_flags(&a, &p, &vo, &err))
         goto done;
@@ -136,10 +134,7 @@ int probe_verify(int argc, char **argv)
     vo.n_tokens = p.n_tokens;
     vo.candidate_weights = candidate_dir ? &p.candidate_mw : NULL;
     vo.on_phase = print_phase;
-    /* the reference runs on the CPU from p.mw; a CPU candidate from its own weights too */
-    if (verify_check_options(&p.mw, &vo, &err) || probe_page_in_cpu_weights(&p.mw, p.weights, &err) ||
-        (candidate_dir && vo.candidate.kind == BACKEND_CPU &&
-         probe_page_in_cpu_weights(&p.candidate_mw, p.weights, &err)))
+    if (verify_check_options(&p.mw, &vo, &err))
         goto done;
     fprintf(stderr, "kimi-probe: verify: %d prompt tokens (%s) + %d decode steps, reference cpu tp %d, candidate %s tp %d%s%s\n",
             p.n_tokens, p.source, vo.n_decode, vo.reference.tp, vo.candidate.kind == BACKEND_CUDA ? "cuda" : "cpu",
