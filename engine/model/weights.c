@@ -416,7 +416,7 @@ void weights_free(model_weights *mw)
  * the work evenly and a stop takes effect within one step. Steps end on multiples of their size
  * in the address space (so on 2 MiB boundaries: a span's inside moves to huge pages whole). A
  * step that moves to huge pages is smaller: where the host hands a virtual machine its memory
- * as it is first touched, fresh pages fill at 0.1-0.2 GB/s (the development box), and a stop
+ * as it is first touched, fresh pages fill at 0.1-0.8 GB/s (the development box), and a stop
  * waits for the steps in flight. */
 #define PAGE_IN_STEP ((size_t)64 << 20)
 #define HUGE_PAGE_STEP ((size_t)16 << 20)
