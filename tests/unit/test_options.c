@@ -428,32 +428,24 @@ static void test_config(void)
     CHECK_INT(o.speculate, 3);
     options_free(&o);
 
-    /* kv_cache = fp16|fp8, and the flag over it */
-    write_config("kv_cache = fp8\n");
-    PARSE_OK(o, NULL);
-    CHECK_INT(o.kv_cache, KV_CACHE_FP8);
-    options_free(&o);
-    PARSE_OK(o, "--kv-cache", "fp16");
-    CHECK_INT(o.kv_cache, KV_CACHE_FP16);
-    options_free(&o);
-
-    /* cpu_activations = fp32|int8, and the flag over it */
-    write_config("cpu_activations = int8\n");
-    PARSE_OK(o, NULL);
-    CHECK_INT(o.cpu_activations, CPU_ACTIVATIONS_INT8);
-    options_free(&o);
-    PARSE_OK(o, "--cpu-activations", "fp32");
-    CHECK_INT(o.cpu_activations, CPU_ACTIVATIONS_FP32);
-    options_free(&o);
-
-    /* cpu_weights = huge-pages|mmap, and the flag over it */
-    write_config("cpu_weights = mmap\n");
-    PARSE_OK(o, NULL);
-    CHECK_INT(o.cpu_weights, CPU_WEIGHTS_MMAP);
-    options_free(&o);
-    PARSE_OK(o, "--cpu-weights", "huge-pages");
-    CHECK_INT(o.cpu_weights, CPU_WEIGHTS_HUGE_PAGES);
-    options_free(&o);
+    /* kv_cache = fp16|fp8, cpu_activations = fp32|int8, cpu_weights = huge-pages|mmap: the key
+     * sets it, and the flag (with the other value) wins over the key. */
+#define CONFIG_THEN_FLAG(line, field, config_value, flag, flag_arg, flag_value) \
+    do {                                                                        \
+        write_config(line);                                                     \
+        PARSE_OK(o, NULL);                                                      \
+        CHECK_INT(o.field, config_value);                                       \
+        options_free(&o);                                                       \
+        PARSE_OK(o, flag, flag_arg);                                            \
+        CHECK_INT(o.field, flag_value);                                         \
+        options_free(&o);                                                       \
+    } while (0)
+    CONFIG_THEN_FLAG("kv_cache = fp8\n", kv_cache, KV_CACHE_FP8, "--kv-cache", "fp16", KV_CACHE_FP16);
+    CONFIG_THEN_FLAG("cpu_activations = int8\n", cpu_activations, CPU_ACTIVATIONS_INT8, "--cpu-activations", "fp32",
+                     CPU_ACTIVATIONS_FP32);
+    CONFIG_THEN_FLAG("cpu_weights = mmap\n", cpu_weights, CPU_WEIGHTS_MMAP, "--cpu-weights", "huge-pages",
+                     CPU_WEIGHTS_HUGE_PAGES);
+#undef CONFIG_THEN_FLAG
 
     /* XDG_CONFIG_HOME moves the default file. */
     char xdg[PATH_MAX + 64], other[PATH_MAX + 96];
