@@ -583,10 +583,9 @@ static void test_cpu_weights_mmap(void)
                           .max_context = 64, .weights = CPU_WEIGHTS_MMAP};
     engine *e = NULL;
     kimi_err err = {0};
-    if (engine_open(&e, &opt, &err)) {
-        CHECK_MSG(0, "engine_open: %s", err.msg);
+    CHECK_MSG(engine_open(&e, &opt, &err) == 0, "engine_open: %s", err.msg);
+    if (!e)
         return;
-    }
     const engine_info *info = engine_get_info(e);
     CHECK_MSG(strstr(info->summary, " threads (the mmap's 4 KiB pages: --cpu-weights mmap); context ") &&
                   !info->huge_pages && info->huge_page_bytes == 0,
