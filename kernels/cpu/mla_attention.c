@@ -435,8 +435,20 @@ void mla_merge_parts(const mla_shape *s, const float *parts, int n_parts, size_t
 {
     float global_max = attention_parts_max(parts, n_parts, part_stride);
     float inverse = attention_parts_inverse_total(parts, n_parts, part_stride, global_max);
+    /* attention_parts_merge_element's sums, parts outer: each part's weight (an expf) once, not
+     * once per element. */
     for (int c = 0; c < s->kv_lora; c++)
-        o_latent[c] = attention_parts_merge_element(parts, n_parts, part_stride, global_max, inverse, c);
+        o_latent[c] = 0.0f;
+    for (int p = 0; p < n_parts; p++) {
+        const float *part = parts + (size_t)p * part_stride;
+        if (part[1] == 0.0f)
+            continue;
+        float weight = attention_part_weight(part, global_max);
+        for (int c = 0; c < s->kv_lora; c++)
+            o_latent[c] += part[2 + c] * weight;
+    }
+    for (int c = 0; c < s->kv_lora; c++)
+        o_latent[c] *= inverse;
 }
 
 void mla_apply_uv(const mla_shape *s, const weight_matrix *kv_b, int head, const float *o_latent, float *out)

@@ -267,8 +267,37 @@ static void check_merge_nonfinite(const weight_matrix *kv_b, const uint16_t *fin
     free(parts);
 }
 
+/* mla_merge_parts gives attention_merge_math's element-by-element merge bit for bit: parts with
+ * different maxima, an empty one among them, and a single part (a decode without context
+ * parallelism). */
+static void check_merge_bits(void)
+{
+    enum { WIDTH = 40, PARTS = 4, STRIDE = WIDTH + 2 };
+    mla_shape s = {WIDTH, ROPE, NOPE, V, 0.3f, KV_CACHE_FP16};
+    float parts[PARTS * STRIDE], got[WIDTH], want[WIDTH];
+    for (int p = 0; p < PARTS; p++) {
+        parts[p * STRIDE] = 3.0f * uniform();
+        parts[p * STRIDE + 1] = 1.0f + 20.0f * fabsf(uniform());
+        for (int c = 0; c < WIDTH; c++)
+            parts[p * STRIDE + 2 + c] = 5.0f * uniform();
+    }
+    parts[2 * STRIDE] = -INFINITY; /* part 2 empty */
+    parts[2 * STRIDE + 1] = 0.0f;
+    for (int c = 0; c < WIDTH; c++)
+        parts[2 * STRIDE + 2 + c] = 0.0f;
+    for (int n_parts = 1; n_parts <= PARTS; n_parts += PARTS - 1) {
+        float max = attention_parts_max(parts, n_parts, STRIDE);
+        float inverse = attention_parts_inverse_total(parts, n_parts, STRIDE, max);
+        for (int c = 0; c < WIDTH; c++)
+            want[c] = attention_parts_merge_element(parts, n_parts, STRIDE, max, inverse, c);
+        mla_merge_parts(&s, parts, n_parts, STRIDE, got);
+        CHECK_MSG(!memcmp(got, want, sizeof got), "%d parts: mla_merge_parts differs from the element merge", n_parts);
+    }
+}
+
 int main(void)
 {
+    check_merge_bits();
     check_fp8(KV_LORA, POSITIONS, 20);
     check_fp8(320, 100, 70);
     check_simd_bits(KV_LORA, ROPE, POSITIONS, 20, 2);
