@@ -534,37 +534,74 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void nvfp4_rows_pair
     }
 }
 
-/* linear_transposed_accumulate for BF16 (the absorbed attention's W_UK^T q_nope): STRIP blocks
- * of y stay in registers while every row adds coefficient * weights into them by FMA (rows in
- * order, as in the portable loop, with one rounding per step instead of two). */
-enum { TRANSPOSED_STRIP = 8 };
+/* linear_transposed_accumulate for BF16 (the absorbed attention's W_UK^T q_nope): a strip of y
+ * stays in registers (unrolled: with a variable count the compiler kept it on the stack) while
+ * every row adds coefficient * weights into it by FMA (rows in order, as in the portable loop,
+ * with one rounding per step instead of two). A row's 32 columns at a time are one 64-byte load
+ * read as 16 dwords: the high halves masked are the odd columns' floats, the low halves shifted
+ * up the even ones (two operations per 32 columns, where widening took two per 16), so the
+ * accumulators hold even and odd columns apart: y is split so on loading and interleaved again on
+ * storing. The first pass over the rows also prefetches whole rows ahead (the later strips then
+ * read them from L2): the loads alone left the weights waiting on memory. */
+enum { TRANSPOSED_PAIRS = 8, TRANSPOSED_AHEAD_ROWS = 8 };
 
-__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void bf16_transposed_strip(
-    const weight_matrix *w, const float *x, float *y, int b0, int n_blocks)
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void bf16_transposed_pairs(
+    const weight_matrix *w, const float *x, float *y, int p0, int n_pairs, int prefetch)
 {
-    __m512 acc[TRANSPOSED_STRIP];
-    for (int j = 0; j < n_blocks; j++)
-        acc[j] = _mm512_loadu_ps(y + (size_t)(b0 + j) * BLOCK);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512i low_to_even = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i high_to_even = _mm512_add_epi32(low_to_even, _mm512_set1_epi32(8));
+    const __m512i high_halves = _mm512_set1_epi32((int)0xFFFF0000u);
+    size_t row_bytes = (size_t)w->cols * 2;
+    __m512 acc_even[TRANSPOSED_PAIRS], acc_odd[TRANSPOSED_PAIRS];
+#pragma GCC unroll 8
+    for (int j = 0; j < n_pairs; j++) {
+        __m512 first = _mm512_loadu_ps(y + (size_t)(p0 + j) * 2 * BLOCK);
+        __m512 second = _mm512_loadu_ps(y + (size_t)(p0 + j) * 2 * BLOCK + BLOCK);
+        acc_even[j] = _mm512_permutex2var_ps(first, even, second);
+        acc_odd[j] = _mm512_permutex2var_ps(first, odd, second);
+    }
     for (int r = 0; r < w->rows; r++) {
         const uint8_t *row = w->data + (size_t)r * w->data_stride;
+        if (prefetch && r + TRANSPOSED_AHEAD_ROWS < w->rows)
+            for (size_t line = 0; line < row_bytes; line += 64)
+                _mm_prefetch((const char *)row + TRANSPOSED_AHEAD_ROWS * w->data_stride + line, _MM_HINT_T0);
         __m512 coefficient = _mm512_set1_ps(x[r]);
-        for (int j = 0; j < n_blocks; j++)
-            acc[j] = _mm512_fmadd_ps(coefficient, bf16_block_m512(row, b0 + j), acc[j]);
+#pragma GCC unroll 8
+        for (int j = 0; j < n_pairs; j++) {
+            __m512i dwords = _mm512_loadu_si512(row + (size_t)(p0 + j) * 2 * BLOCK * 2);
+            acc_even[j] = _mm512_fmadd_ps(coefficient, _mm512_castsi512_ps(_mm512_slli_epi32(dwords, 16)), acc_even[j]);
+            acc_odd[j] = _mm512_fmadd_ps(coefficient, _mm512_castsi512_ps(_mm512_and_si512(dwords, high_halves)),
+                                         acc_odd[j]);
+        }
     }
-    for (int j = 0; j < n_blocks; j++)
-        _mm512_storeu_ps(y + (size_t)(b0 + j) * BLOCK, acc[j]);
+#pragma GCC unroll 8
+    for (int j = 0; j < n_pairs; j++) {
+        _mm512_storeu_ps(y + (size_t)(p0 + j) * 2 * BLOCK, _mm512_permutex2var_ps(acc_even[j], low_to_even, acc_odd[j]));
+        _mm512_storeu_ps(y + (size_t)(p0 + j) * 2 * BLOCK + BLOCK,
+                         _mm512_permutex2var_ps(acc_even[j], high_to_even, acc_odd[j]));
+    }
 }
 
 __attribute__((target("avx512f,avx512bw"))) static void bf16_transposed_avx512(const weight_matrix *w,
                                                                               const float *x, float *y)
 {
-    int blocks = w->cols / BLOCK, b0 = 0;
-    for (; b0 + TRANSPOSED_STRIP <= blocks; b0 += TRANSPOSED_STRIP)
-        bf16_transposed_strip(w, x, y, b0, TRANSPOSED_STRIP);
-    for (; b0 < blocks; b0++)
-        bf16_transposed_strip(w, x, y, b0, 1);
+    int pairs = w->cols / (2 * BLOCK), p0 = 0;
+    for (; p0 + TRANSPOSED_PAIRS <= pairs; p0 += TRANSPOSED_PAIRS)
+        bf16_transposed_pairs(w, x, y, p0, TRANSPOSED_PAIRS, p0 == 0);
+    for (; p0 < pairs; p0++)
+        bf16_transposed_pairs(w, x, y, p0, 1, p0 == 0);
+    /* a last odd block, then the columns past the last block */
+    if (w->cols / BLOCK % 2) {
+        int b = pairs * 2;
+        __m512 acc = _mm512_loadu_ps(y + (size_t)b * BLOCK);
+        for (int r = 0; r < w->rows; r++)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(x[r]), bf16_block_m512(w->data + (size_t)r * w->data_stride, b), acc);
+        _mm512_storeu_ps(y + (size_t)b * BLOCK, acc);
+    }
     for (int r = 0; r < w->rows; r++)
-        for (int k = blocks * BLOCK; k < w->cols; k++)
+        for (int k = w->cols / BLOCK * BLOCK; k < w->cols; k++)
             y[k] += x[r] * element_decode(w, w->data + (size_t)r * w->data_stride, k);
 }
 

@@ -26,6 +26,10 @@
 
 enum { CHUNK = 64 };
 
+/* The AVX-512 decode takes heads HEAD_GROUP at a time (decode_chunk_avx512): its scratch holds
+ * HEAD_GROUP rows of CHUNK scores. */
+enum { HEAD_GROUP = 4 };
+
 typedef struct {
     float max;      /* running max of the scores seen */
     float sum;      /* sum of e^(score - max) */
@@ -88,39 +92,7 @@ static void online_softmax_update(softmax_state *state, float *acc, int width, f
 }
 
 #if KIMI_MLA_AVX512
-enum { DOT_ROWS = 4, ACC_STRIP = 8 };
-
-/* scores[j] = (q_lat . latent[j] + q_pe . k_pe[j]) * scale for j < n, DOT_ROWS rows at a time so
- * their dependent chains of additions overlap. */
-__attribute__((target("avx512f"))) static void scores_avx512(const mla_shape *s, const float *q_lat,
-                                                            const float *q_pe, const float *latent,
-                                                            const float *k_pe, int n, float *scores)
-{
-    for (int j0 = 0; j0 < n; j0 += DOT_ROWS) {
-        int rows = n - j0 < DOT_ROWS ? n - j0 : DOT_ROWS;
-        for (int part = 0; part < 2; part++) {
-            const float *q = part ? q_pe : q_lat, *base = part ? k_pe : latent;
-            int width = part ? s->rope : s->kv_lora, i = 0;
-            __m512 lanes[DOT_ROWS];
-            for (int r = 0; r < rows; r++)
-                lanes[r] = _mm512_setzero_ps();
-            for (; i + DOT_LANES <= width; i += DOT_LANES) {
-                __m512 qi = _mm512_loadu_ps(q + i);
-                for (int r = 0; r < rows; r++)
-                    lanes[r] = _mm512_add_ps(
-                        lanes[r], _mm512_mul_ps(qi, _mm512_loadu_ps(base + (size_t)(j0 + r) * width + i)));
-            }
-            for (int r = 0; r < rows; r++) {
-                float l[DOT_LANES];
-                _mm512_storeu_ps(l, lanes[r]);
-                float d = lanes_then_tail(l, q, base + (size_t)(j0 + r) * width, i, width);
-                scores[j0 + r] = part ? scores[j0 + r] + d : d;
-            }
-        }
-        for (int r = 0; r < rows; r++)
-            scores[j0 + r] *= s->softmax_scale;
-    }
-}
+enum { ACC_STRIP = 8 };
 
 /* online_softmax_update with ACC_STRIP vectors of acc held in registers while every row adds
  * into them: per element, the same rescale and then the rows in order. */
@@ -154,6 +126,178 @@ __attribute__((target("avx512f"))) static void online_softmax_update_avx512(soft
     }
 }
 
+/* The decode's heads in groups of HEAD_GROUP (a chunk's rows are loaded once per group, not once
+ * per head), HEAD_GROUP x TILE_ROWS scores or HEAD_GROUP x TILE_VECTORS weighted-sum vectors in
+ * registers. A group of fewer heads repeats its last head (the same work twice, stored twice). */
+enum { TILE_ROWS = 4, TILE_VECTORS = 4, TILE = HEAD_GROUP * TILE_ROWS };
+
+/* Lane k of the result = 0 + a[k][0] + a[k][1] + ... + a[k][15], lanes_then_tail's sum of the
+ * sixteen lanes of a[k] in its order: a 16 x 16 transpose (32-bit, 64-bit, then 128-bit
+ * interleaves), then the columns added one by one. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 lane_sums(const __m512 a[TILE])
+{
+    __m512 b[TILE], c[TILE], t[TILE];
+    for (int i = 0; i < TILE; i += 2) {
+        b[i] = _mm512_unpacklo_ps(a[i], a[i + 1]);
+        b[i + 1] = _mm512_unpackhi_ps(a[i], a[i + 1]);
+    }
+    /* c[4g + e], 128-bit chunk q: element 4q + e of a[4g .. 4g + 3] */
+    for (int g = 0; g < TILE; g += 4) {
+        c[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[g]), _mm512_castps_pd(b[g + 2])));
+        c[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[g]), _mm512_castps_pd(b[g + 2])));
+        c[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[g + 1]), _mm512_castps_pd(b[g + 3])));
+        c[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[g + 1]), _mm512_castps_pd(b[g + 3])));
+    }
+    /* t[4q + e], chunk g: element 4q + e of a[4g .. 4g + 3] */
+    for (int e = 0; e < 4; e++) {
+        __m512 d0 = _mm512_shuffle_f32x4(c[e], c[4 + e], 0x44), d1 = _mm512_shuffle_f32x4(c[e], c[4 + e], 0xEE);
+        __m512 d2 = _mm512_shuffle_f32x4(c[8 + e], c[12 + e], 0x44), d3 = _mm512_shuffle_f32x4(c[8 + e], c[12 + e], 0xEE);
+        t[e] = _mm512_shuffle_f32x4(d0, d2, 0x88);
+        t[4 + e] = _mm512_shuffle_f32x4(d0, d2, 0xDD);
+        t[8 + e] = _mm512_shuffle_f32x4(d1, d3, 0x88);
+        t[12 + e] = _mm512_shuffle_f32x4(d1, d3, 0xDD);
+    }
+    __m512 sum = _mm512_setzero_ps();
+    for (int l = 0; l < TILE; l++)
+        sum = _mm512_add_ps(sum, t[l]);
+    return sum;
+}
+
+/* Lane g * TILE_ROWS + r of the result: dot(q[g], rows[r], width) (the portable dot's bits). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 dot_tile(const float *const q[HEAD_GROUP],
+                                                                               const float *const rows[TILE_ROWS],
+                                                                               int width)
+{
+    __m512 lanes[TILE];
+    for (int k = 0; k < TILE; k++)
+        lanes[k] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + DOT_LANES <= width; i += DOT_LANES) {
+        __m512 row[TILE_ROWS];
+        for (int r = 0; r < TILE_ROWS; r++)
+            row[r] = _mm512_loadu_ps(rows[r] + i);
+        for (int g = 0; g < HEAD_GROUP; g++) {
+            __m512 qi = _mm512_loadu_ps(q[g] + i);
+            for (int r = 0; r < TILE_ROWS; r++)
+                lanes[g * TILE_ROWS + r] = _mm512_add_ps(lanes[g * TILE_ROWS + r], _mm512_mul_ps(qi, row[r]));
+        }
+    }
+    __m512 sums = lane_sums(lanes);
+    if (i == width)
+        return sums;
+    float d[TILE];
+    _mm512_storeu_ps(d, sums);
+    for (int g = 0; g < HEAD_GROUP; g++)
+        for (int r = 0; r < TILE_ROWS; r++)
+            for (int k = i; k < width; k++)
+                d[g * TILE_ROWS + r] += q[g][k] * rows[r][k];
+    return _mm512_loadu_ps(d);
+}
+
+/* scores [HEAD_GROUP][CHUNK]: row j < n of head g = (q_lat[g] . latent[j] + q_pe[g] . k_pe[j]) * scale. A
+ * tile of fewer rows repeats its last row. */
+__attribute__((target("avx512f"))) static void group_scores_avx512(const mla_shape *s, const float *const q_lat[HEAD_GROUP],
+                                                                  const float *const q_pe[HEAD_GROUP],
+                                                                  const float *latent, const float *k_pe, int n,
+                                                                  float *scores)
+{
+    __m512 scale = _mm512_set1_ps(s->softmax_scale);
+    for (int j0 = 0; j0 < n; j0 += TILE_ROWS) {
+        const float *lat_rows[TILE_ROWS], *pe_rows[TILE_ROWS];
+        for (int r = 0; r < TILE_ROWS; r++) {
+            int j = j0 + r < n ? j0 + r : n - 1;
+            lat_rows[r] = latent + (size_t)j * s->kv_lora;
+            pe_rows[r] = k_pe + (size_t)j * s->rope;
+        }
+        float tile[TILE];
+        _mm512_storeu_ps(tile, _mm512_mul_ps(_mm512_add_ps(dot_tile(q_lat, lat_rows, s->kv_lora),
+                                                           dot_tile(q_pe, pe_rows, s->rope)), scale));
+        for (int g = 0; g < HEAD_GROUP; g++)
+            for (int r = 0; r < TILE_ROWS && j0 + r < n; r++)
+                scores[g * CHUNK + j0 + r] = tile[g * TILE_ROWS + r];
+    }
+}
+
+/* acc[g][i0 + 16 v], v < vectors, of every head g: times rescale[g], then plus weights[g][j] * row j
+ * for the rows in order (online_softmax_update's operations per element). */
+__attribute__((target("avx512f"), always_inline)) static inline void weighted_tile(
+    float *const acc[HEAD_GROUP], const float *const weights[HEAD_GROUP], const float rescale[HEAD_GROUP], int i0,
+    int vectors, int n, const float *values, int width)
+{
+    __m512 sums[HEAD_GROUP][TILE_VECTORS];
+    for (int g = 0; g < HEAD_GROUP; g++) {
+        __m512 r = _mm512_set1_ps(rescale[g]);
+        for (int v = 0; v < vectors; v++)
+            sums[g][v] = _mm512_mul_ps(_mm512_loadu_ps(acc[g] + i0 + v * DOT_LANES), r);
+    }
+    for (int j = 0; j < n; j++) {
+        const float *row = values + (size_t)j * width + i0;
+        __m512 x[TILE_VECTORS];
+        for (int v = 0; v < vectors; v++)
+            x[v] = _mm512_loadu_ps(row + v * DOT_LANES);
+        for (int g = 0; g < HEAD_GROUP; g++) {
+            __m512 p = _mm512_set1_ps(weights[g][j]);
+            for (int v = 0; v < vectors; v++)
+                sums[g][v] = _mm512_add_ps(sums[g][v], _mm512_mul_ps(p, x[v]));
+        }
+    }
+    for (int g = 0; g < HEAD_GROUP; g++)
+        for (int v = 0; v < vectors; v++)
+            _mm512_storeu_ps(acc[g] + i0 + v * DOT_LANES, sums[g][v]);
+}
+
+__attribute__((target("avx512f"))) static void group_weighted_sum_avx512(float *const acc[HEAD_GROUP],
+                                                                        const float *const weights[HEAD_GROUP],
+                                                                        const float rescale[HEAD_GROUP], int n,
+                                                                        const float *values, int width)
+{
+    int i0 = 0;
+    for (; i0 + TILE_VECTORS * DOT_LANES <= width; i0 += TILE_VECTORS * DOT_LANES)
+        weighted_tile(acc, weights, rescale, i0, TILE_VECTORS, n, values, width);
+    for (; i0 + DOT_LANES <= width; i0 += DOT_LANES)
+        weighted_tile(acc, weights, rescale, i0, 1, n, values, width);
+    for (int g = 0; g < HEAD_GROUP; g++)
+        for (int i = i0; i < width; i++) {
+            acc[g][i] *= rescale[g];
+            for (int j = 0; j < n; j++)
+                acc[g][i] += weights[g][j] * values[(size_t)j * width + i];
+        }
+}
+
+/* One chunk of rows (latent [n][kv_lora], k_pe [n][rope]) into the parts of head_count heads:
+ * scores [HEAD_GROUP][CHUNK] of scratch. */
+__attribute__((target("avx512f"))) static void decode_chunk_avx512(const mla_shape *s, const float *q_abs,
+                                                                  int head_count, const float *latent,
+                                                                  const float *k_pe, int n, float *scores,
+                                                                  float *parts)
+{
+    int abs_width = s->kv_lora + s->rope;
+    size_t part_floats = ATTENTION_PART_FLOATS(s->kv_lora);
+    for (int h0 = 0; h0 < head_count; h0 += HEAD_GROUP) {
+        int heads = head_count - h0 < HEAD_GROUP ? head_count - h0 : HEAD_GROUP;
+        const float *q_lat[HEAD_GROUP], *q_pe[HEAD_GROUP], *weights[HEAD_GROUP];
+        float *part[HEAD_GROUP], *acc[HEAD_GROUP], rescale[HEAD_GROUP];
+        for (int g = 0; g < HEAD_GROUP; g++) {
+            int h = h0 + (g < heads ? g : heads - 1);
+            q_lat[g] = q_abs + (size_t)h * abs_width;
+            q_pe[g] = q_lat[g] + s->kv_lora;
+            part[g] = parts + (size_t)h * part_floats;
+            acc[g] = part[g] + 2;
+            weights[g] = scores + (size_t)(g < heads ? g : heads - 1) * CHUNK;
+        }
+        group_scores_avx512(s, q_lat, q_pe, latent, k_pe, n, scores);
+        for (int g = 0; g < heads; g++) {
+            softmax_state state = {part[g][0], part[g][1]};
+            softmax_weights(&state, scores + (size_t)g * CHUNK, n, &rescale[g]);
+            part[g][0] = state.max;
+            part[g][1] = state.sum;
+        }
+        for (int g = heads; g < HEAD_GROUP; g++)
+            rescale[g] = rescale[heads - 1];
+        group_weighted_sum_avx512(acc, weights, rescale, n, latent, s->kv_lora);
+    }
+}
+
 /* f16_row_to_float with vcvtph2ps (exact, as the portable conversion). */
 __attribute__((target("avx512f"))) static void f16_row_to_float_avx512(const uint16_t *in, int n, float *out)
 {
@@ -173,16 +317,9 @@ static int attention_wide(void)
 #endif
 }
 
-static void chunk_scores(const mla_shape *s, int wide, const float *q_lat, const float *q_pe, const float *latent,
+static void chunk_scores(const mla_shape *s, const float *q_lat, const float *q_pe, const float *latent,
                          const float *k_pe, int n, float *scores)
 {
-#if KIMI_MLA_AVX512
-    if (wide) {
-        scores_avx512(s, q_lat, q_pe, latent, k_pe, n, scores);
-        return;
-    }
-#endif
-    (void)wide;
     for (int j = 0; j < n; j++)
         scores[j] = (dot(q_lat, latent + (size_t)j * s->kv_lora, s->kv_lora) +
                      dot(q_pe, k_pe + (size_t)j * s->rope, s->rope)) * s->softmax_scale;
@@ -253,7 +390,7 @@ void mla_absorb_query(const mla_shape *s, const weight_matrix *kv_b, int head_be
 
 size_t mla_partial_scratch_floats(const mla_shape *s)
 {
-    return (size_t)CHUNK * (s->kv_lora + s->rope + 1);
+    return (size_t)CHUNK * (s->kv_lora + s->rope + HEAD_GROUP);
 }
 
 WIDE_VECTOR_CLONES
@@ -264,7 +401,7 @@ void mla_decode_partial(const mla_shape *s, const float *q_abs, int head_count, 
     size_t part_floats = ATTENTION_PART_FLOATS(s->kv_lora);
     float *latent = scratch;                                    /* [CHUNK][kv_lora] */
     float *k_pe = latent + (size_t)CHUNK * s->kv_lora;          /* [CHUNK][rope] */
-    float *scores = k_pe + (size_t)CHUNK * s->rope;             /* [CHUNK] */
+    float *scores = k_pe + (size_t)CHUNK * s->rope;             /* [HEAD_GROUP][CHUNK] */
     int wide = attention_wide();
 
     for (int h = 0; h < head_count; h++) {
@@ -276,10 +413,16 @@ void mla_decode_partial(const mla_shape *s, const float *q_abs, int head_count, 
     for (long first = 0; first < n_rows; first += CHUNK) {
         int n = n_rows - first < CHUNK ? (int)(n_rows - first) : CHUNK;
         chunk_to_float(s, wide, cache, first, n, latent, k_pe);
+#if KIMI_MLA_AVX512
+        if (wide) {
+            decode_chunk_avx512(s, q_abs, head_count, latent, k_pe, n, scores, parts);
+            continue;
+        }
+#endif
         for (int h = 0; h < head_count; h++) {
             const float *q_lat = q_abs + (size_t)h * abs_width, *q_pe = q_lat + s->kv_lora;
             float *part = parts + (size_t)h * part_floats;
-            chunk_scores(s, wide, q_lat, q_pe, latent, k_pe, n, scores);
+            chunk_scores(s, q_lat, q_pe, latent, k_pe, n, scores);
             softmax_state state = {part[0], part[1]};
             softmax_update(wide, &state, part + 2, s->kv_lora, scores, n, latent);
             part[0] = state.max;
@@ -292,8 +435,20 @@ void mla_merge_parts(const mla_shape *s, const float *parts, int n_parts, size_t
 {
     float global_max = attention_parts_max(parts, n_parts, part_stride);
     float inverse = attention_parts_inverse_total(parts, n_parts, part_stride, global_max);
+    /* attention_parts_merge_element's sums, parts outer: each part's weight (an expf) once, not
+     * once per element. */
     for (int c = 0; c < s->kv_lora; c++)
-        o_latent[c] = attention_parts_merge_element(parts, n_parts, part_stride, global_max, inverse, c);
+        o_latent[c] = 0.0f;
+    for (int p = 0; p < n_parts; p++) {
+        const float *part = parts + (size_t)p * part_stride;
+        if (part[1] == 0.0f)
+            continue;
+        float weight = attention_part_weight(part, global_max);
+        for (int c = 0; c < s->kv_lora; c++)
+            o_latent[c] += part[2 + c] * weight;
+    }
+    for (int c = 0; c < s->kv_lora; c++)
+        o_latent[c] *= inverse;
 }
 
 void mla_apply_uv(const mla_shape *s, const weight_matrix *kv_b, int head, const float *o_latent, float *out)

@@ -245,6 +245,47 @@ static void check_nvfp4_simd_matches_portable(void)
     free(t.scale);
 }
 
+/* linear_transposed_accumulate on BF16 at LINEAR_SIMD_AVX512_VBMI (where this CPU has it) gives,
+ * bit for bit, every column's chain of fused multiply-adds over the rows in order, y[k] =
+ * fmaf(x[r], W[r][k], y[k]) from the y given: row counts with and without whole groups of rows,
+ * widths with a tail past the last 16-block, and a view of rows inside a wider tensor. */
+static void check_bf16_transposed_fma_bits(void)
+{
+    if (linear_use_simd(LINEAR_SIMD_AVX512_VBMI) != LINEAR_SIMD_AVX512_VBMI) {
+        linear_use_simd(LINEAR_SIMD_BEST);
+        return;
+    }
+    static const int shapes[][2] = {{128, 512}, {7, 72}, {18, 200}, {5, 400}, {1, 32}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        int rows = shapes[c][0], cols = shapes[c][1];
+        tensor t = make_tensor(WEIGHT_BF16, rows + 3, cols + 16);
+        weight_matrix view = linear_row_view(&t.w, 2, rows + 2);
+        view.cols = cols;
+        view.data += 16 * 2;
+        float *x = malloc((size_t)rows * sizeof *x), *row = malloc((size_t)cols * sizeof *row);
+        float *got = malloc((size_t)cols * sizeof *got), *want = malloc((size_t)cols * sizeof *want);
+        for (int r = 0; r < rows; r++)
+            x[r] = uniform();
+        for (int k = 0; k < cols; k++)
+            got[k] = want[k] = uniform();
+        for (int r = 0; r < rows; r++) {
+            weight_matrix_decode_row(&view, r, row);
+            for (int k = 0; k < cols / 16 * 16; k++)
+                want[k] = fmaf(x[r], row[k], want[k]);
+        }
+        for (int r = 0; r < rows; r++) { /* the tail past the last block: product, then sum */
+            weight_matrix_decode_row(&view, r, row);
+            for (int k = cols / 16 * 16; k < cols; k++)
+                want[k] += x[r] * row[k];
+        }
+        linear_transposed_accumulate(&view, x, got);
+        CHECK_MSG(!memcmp(got, want, (size_t)cols * sizeof *got), "%d x %d: BF16 transposed product differs from its FMA chains",
+                  rows, cols);
+        free(x), free(row), free(got), free(want), free(t.data), free(t.scale);
+    }
+    linear_use_simd(LINEAR_SIMD_BEST);
+}
+
 /* A token's products have the same bits alone (a decode step) and at any place in a batch
  * (prefill, speculative verification: greedy output must not change with speculation), on every
  * SIMD level this CPU has and the portable loops, for every format and block counts that leave
@@ -281,6 +322,7 @@ static void check_token_alone_equals_batched(void)
 int main(void)
 {
     check_nvfp4_simd_matches_portable();
+    check_bf16_transposed_fma_bits();
     check_token_alone_equals_batched();
     /* Every kernel against the float64 product: the portable loops and each SIMD level the CPU has. */
     for (int simd = LINEAR_SIMD_NONE; simd <= LINEAR_SIMD_BEST; simd++) {

@@ -6,7 +6,8 @@
  * bit for bit what they give over the fp16 values the fp8 rows decode to. Partial attentions
  * over parts of the cache merged (decode context parallelism) carry a non-finite cache value
  * into the output as the whole decode does. The AVX-512 scores, weighted sums and fp16
- * conversion give the portable loops' bits (widths with whole and partial strips and tails). */
+ * conversion give the portable loops' bits (widths with whole and partial strips and tails, head
+ * counts with whole and partial groups of four). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,16 +176,17 @@ static void check_fp8(int kv_lora, long n_pos, int prefill)
 
 /* Decode and prefill over an fp16 cache of n_pos positions give the same bits with the
  * attention's AVX-512 paths (LINEAR_SIMD_AVX512: BF16 products stay the portable loops there)
- * as with none. */
-static void check_simd_bits(int kv_lora, int rope, long n_pos, int prefill)
+ * as with none, for `heads` heads (the AVX-512 decode takes them four at a time, the last group
+ * possibly short); and so does the partial attention of the same absorbed queries at every SIMD
+ * level the CPU has. */
+static void check_simd_bits(int kv_lora, int rope, long n_pos, int prefill, int heads)
 {
-    enum { HEADS_S = 2 };
-    int rows = HEADS_S * (NOPE + V), q_width = NOPE + rope;
-    size_t half_row = (size_t)kv_lora + rope, outs = (size_t)prefill * HEADS_S * V;
+    int rows = heads * (NOPE + V), q_width = NOPE + rope;
+    size_t half_row = (size_t)kv_lora + rope, outs = (size_t)prefill * heads * V;
     uint16_t *cache = malloc((size_t)n_pos * half_row * sizeof *cache), *kv_b16 = malloc((size_t)rows * kv_lora * 2);
-    float *q = malloc((size_t)prefill * HEADS_S * q_width * sizeof *q);
+    float *q = malloc((size_t)prefill * heads * q_width * sizeof *q);
     float *out[2] = {malloc(outs * sizeof(float)), malloc(outs * sizeof(float))};
-    float *dec[2] = {malloc(HEADS_S * V * sizeof(float)), malloc(HEADS_S * V * sizeof(float))};
+    float *dec[2] = {malloc(heads * V * sizeof(float)), malloc(heads * V * sizeof(float))};
     for (size_t i = 0; i < (size_t)n_pos * half_row; i++)
         cache[i] = float_to_f16(uniform() * 3.0f);
     for (int i = 0; i < rows * kv_lora; i++) {
@@ -193,25 +195,42 @@ static void check_simd_bits(int kv_lora, int rope, long n_pos, int prefill)
         memcpy(&bits, &v, 4);
         kv_b16[i] = (uint16_t)(bits >> 16);
     }
-    for (int i = 0; i < prefill * HEADS_S * q_width; i++)
+    for (int i = 0; i < prefill * heads * q_width; i++)
         q[i] = uniform();
     weight_matrix kv_b = {WEIGHT_BF16, rows, kv_lora, (const uint8_t *)kv_b16, (size_t)kv_lora * 2, NULL, 0, 1.0f};
     mla_shape s = {kv_lora, rope, NOPE, V, 0.25f, KV_CACHE_FP16};
-    size_t p_floats = mla_prefill_scratch_floats(&s, prefill), d_floats = mla_decode_scratch_floats(&s, HEADS_S);
+    size_t p_floats = mla_prefill_scratch_floats(&s, prefill), d_floats = mla_decode_scratch_floats(&s, heads);
     float *scratch = malloc((p_floats > d_floats ? p_floats : d_floats) * sizeof *scratch);
     const int levels[2] = {LINEAR_SIMD_NONE, LINEAR_SIMD_AVX512};
     for (int k = 0; k < 2; k++) {
         linear_use_simd(levels[k]);
-        mla_prefill(&s, &kv_b, 0, HEADS_S, q, prefill, n_pos - prefill, cache, scratch, out[k]);
-        mla_decode(&s, &kv_b, 0, HEADS_S, q + (size_t)(prefill - 1) * HEADS_S * q_width, cache, n_pos, scratch,
+        mla_prefill(&s, &kv_b, 0, heads, q, prefill, n_pos - prefill, cache, scratch, out[k]);
+        mla_decode(&s, &kv_b, 0, heads, q + (size_t)(prefill - 1) * heads * q_width, cache, n_pos, scratch,
                    dec[k]);
     }
     linear_use_simd(LINEAR_SIMD_BEST);
     CHECK_MSG(!memcmp(out[0], out[1], outs * sizeof(float)), "kv_lora %d rope %d: SIMD prefill differs", kv_lora,
               rope);
-    CHECK_MSG(!memcmp(dec[0], dec[1], HEADS_S * V * sizeof(float)), "kv_lora %d rope %d: SIMD decode differs",
+    CHECK_MSG(!memcmp(dec[0], dec[1], heads * V * sizeof(float)), "kv_lora %d rope %d: SIMD decode differs",
               kv_lora, rope);
     CHECK(isfinite(dec[1][0]) && dec[1][0] != 0.0f);
+
+    size_t abs_floats = (size_t)heads * (kv_lora + rope), part_floats = heads * ATTENTION_PART_FLOATS(kv_lora);
+    float *q_abs = malloc(abs_floats * sizeof *q_abs), *parts[2] = {malloc(part_floats * 4), malloc(part_floats * 4)};
+    for (size_t i = 0; i < abs_floats; i++)
+        q_abs[i] = uniform();
+    linear_use_simd(LINEAR_SIMD_NONE);
+    mla_decode_partial(&s, q_abs, heads, cache, n_pos, scratch, parts[0]);
+    for (int level = LINEAR_SIMD_AVX512; level <= LINEAR_SIMD_BEST; level++) {
+        if (linear_use_simd(level) != level)
+            continue;
+        mla_decode_partial(&s, q_abs, heads, cache, n_pos, scratch, parts[1]);
+        CHECK_MSG(!memcmp(parts[0], parts[1], part_floats * sizeof(float)),
+                  "kv_lora %d rope %d heads %d: partial attention at SIMD level %d differs", kv_lora, rope, heads,
+                  level);
+    }
+    linear_use_simd(LINEAR_SIMD_BEST);
+    free(q_abs), free(parts[0]), free(parts[1]);
     free(cache), free(kv_b16), free(q), free(out[0]), free(out[1]), free(dec[0]), free(dec[1]), free(scratch);
 }
 
@@ -248,13 +267,44 @@ static void check_merge_nonfinite(const weight_matrix *kv_b, const uint16_t *fin
     free(parts);
 }
 
+/* mla_merge_parts gives attention_merge_math's element-by-element merge bit for bit: parts with
+ * different maxima, an empty one among them, and a single part (a decode without context
+ * parallelism). */
+static void check_merge_bits(void)
+{
+    enum { WIDTH = 40, PARTS = 4, STRIDE = WIDTH + 2 };
+    mla_shape s = {WIDTH, ROPE, NOPE, V, 0.3f, KV_CACHE_FP16};
+    float parts[PARTS * STRIDE], got[WIDTH], want[WIDTH];
+    for (int p = 0; p < PARTS; p++) {
+        parts[p * STRIDE] = 3.0f * uniform();
+        parts[p * STRIDE + 1] = 1.0f + 20.0f * fabsf(uniform());
+        for (int c = 0; c < WIDTH; c++)
+            parts[p * STRIDE + 2 + c] = 5.0f * uniform();
+    }
+    parts[2 * STRIDE] = -INFINITY; /* part 2 empty */
+    parts[2 * STRIDE + 1] = 0.0f;
+    for (int c = 0; c < WIDTH; c++)
+        parts[2 * STRIDE + 2 + c] = 0.0f;
+    for (int n_parts = 1; n_parts <= PARTS; n_parts += PARTS - 1) {
+        float max = attention_parts_max(parts, n_parts, STRIDE);
+        float inverse = attention_parts_inverse_total(parts, n_parts, STRIDE, max);
+        for (int c = 0; c < WIDTH; c++)
+            want[c] = attention_parts_merge_element(parts, n_parts, STRIDE, max, inverse, c);
+        mla_merge_parts(&s, parts, n_parts, STRIDE, got);
+        CHECK_MSG(!memcmp(got, want, sizeof got), "%d parts: mla_merge_parts differs from the element merge", n_parts);
+    }
+}
+
 int main(void)
 {
+    check_merge_bits();
     check_fp8(KV_LORA, POSITIONS, 20);
     check_fp8(320, 100, 70);
-    check_simd_bits(KV_LORA, ROPE, POSITIONS, 20);
-    check_simd_bits(160, 24, 150, 30);
-    check_simd_bits(512, 64, 70, 5);
+    check_simd_bits(KV_LORA, ROPE, POSITIONS, 20, 2);
+    check_simd_bits(160, 24, 150, 30, 5);
+    check_simd_bits(512, 64, 70, 5, 2);
+    check_simd_bits(512, 64, 131, 3, 9); /* the bench model's shape: two groups of four heads and one */
+    check_simd_bits(72, 64, 66, 2, 4);   /* a last chunk of two rows */
     static uint16_t cache[POSITIONS * ROW];
     for (int i = 0; i < POSITIONS * ROW; i++)
         cache[i] = float_to_f16(uniform() * 2.0f);
