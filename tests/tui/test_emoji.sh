@@ -32,8 +32,11 @@ check_size() {
     grep -qF -- "${p:1:${#p}-2}" "$TMP/$name.raw" || fail "$name: '$p' never reached the terminal whole"
   done
   # the screen: the message's rows, gutter cut, joined, equal the message (rows break at spaces
-  # or between wide clusters, so the comparison leaves the spaces out)
-  W=$w MSG="$msg" FAMILY4="$family4" python3 -c "
+  # or between wide clusters, so the comparison leaves the spaces out). A capture can land
+  # while a redraw is on its way to tmux (CI once caught the family as its first person alone,
+  # the next capture whole), so the screen gets 3 s to settle before it counts as wrong.
+  local tries=10
+  until W=$w MSG="$msg" FAMILY4="$family4" python3 -c "
 import os, sys, unicodedata
 w = int(os.environ['W'])
 lines = sys.stdin.read().split('\n')
@@ -50,7 +53,15 @@ want = unicodedata.normalize('NFC', ''.join(os.environ['MSG'].split())).replace(
 assert got == want, (got, want)
 sep = [l for l in lines if l.startswith('─')]
 assert sep and len(sep[0]) == w and sep[0].endswith('─'), 'the separator moved'  # it may say '↑ N lines above the end'
-" < "$TMP/$name.screen" || fail "$name: the message is not on screen as sent"
+" < "$TMP/$name.screen" 2> "$TMP/$name.mismatch"; do
+    tries=$((tries - 1))
+    if [ $tries -eq 0 ]; then
+      cat "$TMP/$name.mismatch"
+      fail "$name: the message is not on screen as sent"
+    fi
+    sleep 0.3
+    screen > "$TMP/$name.screen"
+  done
 }
 
 check_size big 200 60
