@@ -24,6 +24,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/numeric.h"
+#include "tests/unit/xorshift.h"
 
 enum { LAYERS = 12, HEADS = 16, KV_LORA = 512, ROPE = 64, NOPE = 128, V = 128 };
 enum { KV_B_ROWS = HEADS * (NOPE + V), Q_WIDTH = NOPE + ROPE, ROW = KV_LORA + ROPE };
@@ -39,10 +40,7 @@ static uint64_t rng_state = 0x243F6A8885A308D3ull;
 
 static float uniform(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 11) % 2000001) / 1000000.0f - 1.0f;
+    return (float)((xorshift64(&rng_state) >> 11) % 2000001) / 1000000.0f - 1.0f;
 }
 
 typedef struct {

@@ -20,6 +20,7 @@
 
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_int8.h"
+#include "tests/unit/xorshift.h"
 
 /* linear_rows, or linear_rows_int8 with --int8. */
 static void (*product)(const weight_matrix *, const float *, size_t, int, float *, size_t, int, int) = linear_rows;
@@ -54,10 +55,7 @@ static uint64_t rng_state = 0x243F6A8885A308D3ull;
 
 static uint8_t random_byte(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint8_t)(rng_state >> 32);
+    return (uint8_t)(xorshift64(&rng_state) >> 32);
 }
 
 /* A random matrix [rows][cols] of the format; bf16 values and e4m3 scales of sane size. */

@@ -10,15 +10,13 @@
 #include "kernels/cpu/numeric.h"
 #include "kernels/nvfp4_math.h"
 #include "tests/unit/check.h"
+#include "tests/unit/xorshift.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
+    return (uint32_t)(xorshift64(&rng_state) >> 16);
 }
 
 static float uniform(void)

@@ -25,6 +25,7 @@
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/nvfp4_math.h"
 #include "tests/unit/check.h"
+#include "tests/unit/xorshift.h"
 
 enum { BLOCK = 16, QMAX = 127, TOKENS = 17 };
 
@@ -32,10 +33,7 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
+    return (uint32_t)(xorshift64(&rng_state) >> 16);
 }
 
 static float uniform(void) { return (float)(rng() % 2000001) / 1000000.0f - 1.0f; }

@@ -17,6 +17,7 @@
 #include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/check.h"
+#include "tests/unit/xorshift.h"
 
 enum { KV_LORA = 32, ROPE = 8, NOPE = 16, V = 12, HEADS = 3, POSITIONS = 150, PREFILL = 70 };
 enum { Q_WIDTH = NOPE + ROPE, KV_B_ROWS = HEADS * (NOPE + V), ROW = KV_LORA + ROPE };
@@ -25,10 +26,7 @@ static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 
 static float uniform(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 11) % 2000001) / 1000000.0f - 1.0f;
+    return (float)((xorshift64(&rng_state) >> 11) % 2000001) / 1000000.0f - 1.0f;
 }
 
 /* out [V] of head h for a query q [HEADS][Q_WIDTH] at position pos. */

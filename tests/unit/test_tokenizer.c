@@ -15,6 +15,7 @@
 #include "engine/text/tokenizer.h"
 #include "tests/unit/check.h"
 #include "tests/unit/utf8_encode.h"
+#include "tests/unit/xorshift.h"
 
 #define TINY "tests/golden/fixtures/tiny-k25"
 
@@ -257,10 +258,7 @@ static uint64_t rng_state = 0x243F6A8885A308D3ull;
 
 static uint32_t rng_next(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
+    return (uint32_t)(xorshift64(&rng_state) >> 16);
 }
 
 /* A random code point: mostly from the kinds the regex treats differently, sometimes any
